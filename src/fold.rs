@@ -1,0 +1,586 @@
+//! The fold: facts in, resumable run state out.
+//!
+//! This module owns the rules that make a sequence of facts a valid run, and the decision of
+//! what the run does next. It is pure: it never does I/O, never reads a clock and never
+//! generates an ID, so folding the same facts always gives the same state, on any node.
+//! Folding is incremental — [`RunState::apply`] one fact at a time equals [`fold`] over all
+//! of them — and a fact that breaks a rule leaves the state untouched.
+
+use serde::Serialize;
+
+use crate::fact::{
+    CallId, Fact, FactBody, Meta, ModelTurn, Outcome, QuestionId, RunId, Seq, SessionId, Terminal,
+    ToolCall,
+};
+
+/// Counters derived only from facts; never stored, never incremented outside [`RunState::apply`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub model_turns: u64,
+    /// Model turns that requested at least one tool call.
+    pub tool_rounds: u64,
+    /// Tool calls the model requested.
+    pub tool_calls: u64,
+    pub tool_results: u64,
+    pub tool_errors: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// Where a pending tool call stands with respect to human confirmation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confirmation {
+    NotRequested,
+    Requested,
+    Approved,
+    Denied,
+}
+
+/// A tool call of the last model turn that has no result yet.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PendingCall {
+    pub call: ToolCall,
+    pub confirmation: Confirmation,
+}
+
+/// The run waits for a human; it takes no step until the answer fact exists.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "waiting_for", rename_all = "snake_case")]
+pub enum Parked {
+    Confirmation {
+        call_id: CallId,
+        prompt: String,
+    },
+    Question {
+        question_id: QuestionId,
+        text: String,
+    },
+}
+
+/// What the run does next, as data for the shell to execute.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum Step {
+    /// The run has no prompt yet: a user message must be recorded first.
+    WaitForInput,
+    /// Call the model for iteration `iteration`. With `with_tools` false the tool-round cap
+    /// was reached and the model must be called with an empty tool list.
+    CallModel { iteration: u64, with_tools: bool },
+    /// Execute these tool calls (each once) and record their results.
+    RunTools { calls: Vec<PendingCall> },
+    /// Waiting for a human's answer.
+    Parked { parked: Parked },
+    /// Record a terminal fact with this outcome (final answer given, or a budget ran out).
+    Finish { outcome: Outcome, reason: String },
+    /// The run has ended.
+    Done { terminal: Terminal },
+}
+
+/// Why a fact cannot be applied to a run. Each names the fact's seq and kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FoldError {
+    #[error("fact seq {seq} ({kind}): the first fact of a run must be meta with seq 1")]
+    FirstNotMeta { seq: Seq, kind: &'static str },
+    #[error("fact seq {seq} (meta): meta may only be the first fact")]
+    MetaNotFirst { seq: Seq },
+    #[error("fact seq {seq} ({kind}): expected seq {expected}, facts {expected}..{} are missing", seq.0 - 1)]
+    Gap {
+        seq: Seq,
+        expected: Seq,
+        kind: &'static str,
+    },
+    #[error(
+        "fact seq {seq} ({kind}): differs from the fact already recorded at seq {seq} ({existing})"
+    )]
+    ConflictingDuplicate {
+        seq: Seq,
+        kind: &'static str,
+        existing: &'static str,
+    },
+    #[error("fact seq {seq} ({kind}): the run already ended at seq {terminal_seq}")]
+    AfterTerminal {
+        seq: Seq,
+        kind: &'static str,
+        terminal_seq: Seq,
+    },
+    #[error("fact seq {seq} ({kind}): the run is parked waiting for {waiting_for}")]
+    WhileParked {
+        seq: Seq,
+        kind: &'static str,
+        waiting_for: String,
+    },
+    #[error("fact seq {seq} ({kind}): tool calls {} of the last model turn have no result yet", .pending.join(", "))]
+    ToolCallsPending {
+        seq: Seq,
+        kind: &'static str,
+        pending: Vec<String>,
+    },
+    #[error("fact seq {seq} (model.turn): tool call id '{call_id}' appears twice in one turn")]
+    DuplicateCallId { seq: Seq, call_id: CallId },
+    #[error("fact seq {seq} ({kind}): no pending tool call '{call_id}' in the last model turn")]
+    UnknownCall {
+        seq: Seq,
+        kind: &'static str,
+        call_id: CallId,
+    },
+    #[error("fact seq {seq} (tool.result): call '{call_id}' already has a result")]
+    AlreadyAnswered { seq: Seq, call_id: CallId },
+    #[error(
+        "fact seq {seq} (confirmation.requested): call '{call_id}' was already confirmed or denied"
+    )]
+    ConfirmationRepeated { seq: Seq, call_id: CallId },
+    #[error(
+        "fact seq {seq} ({kind}): nothing is waiting for this answer (the run waits for {waiting_for})"
+    )]
+    UnexpectedAnswer {
+        seq: Seq,
+        kind: &'static str,
+        waiting_for: String,
+    },
+}
+
+/// Whether an applied fact was new or a repeat of one already folded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    Appended,
+    /// Same seq and identical content as a fact already folded: an idempotent no-op.
+    Duplicate,
+}
+
+/// The state of one run, folded from its facts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunState {
+    /// Every fact folded so far, in seq order (`facts[i].seq == i + 1`). The conversation is a
+    /// view over them, and duplicates are checked against them.
+    facts: Vec<Fact>,
+    counters: Counters,
+    pending: Vec<PendingCall>,
+    parked: Option<Parked>,
+    /// Index into `facts` of the terminal fact.
+    terminal: Option<usize>,
+    /// True when the last thing that happened calls for the model's next turn.
+    awaiting_model: bool,
+    has_prompt: bool,
+}
+
+/// Folds facts from scratch. Equal to applying them one by one to [`RunState::default`].
+pub fn fold(facts: impl IntoIterator<Item = Fact>) -> Result<RunState, FoldError> {
+    let mut state = RunState::default();
+    for fact in facts {
+        state.apply(fact)?;
+    }
+    Ok(state)
+}
+
+impl RunState {
+    /// Applies one fact, enforcing the run's rules. On error the state is unchanged.
+    pub fn apply(&mut self, fact: Fact) -> Result<Applied, FoldError> {
+        if self.check(&fact)? == Applied::Duplicate {
+            return Ok(Applied::Duplicate);
+        }
+        self.absorb(&fact);
+        self.facts.push(fact);
+        Ok(Applied::Appended)
+    }
+
+    /// Validates a fact against the current state without changing anything.
+    fn check(&self, fact: &Fact) -> Result<Applied, FoldError> {
+        let seq = fact.seq;
+        let kind = fact.body.kind();
+        let expected = Seq(self.facts.len() as u64 + 1);
+        if seq < expected {
+            // seq 0 never exists; any other earlier seq is a repeat that must match exactly.
+            return match seq
+                .0
+                .checked_sub(1)
+                .and_then(|i| self.facts.get(i as usize))
+            {
+                Some(existing) if existing == fact => Ok(Applied::Duplicate),
+                Some(existing) => Err(FoldError::ConflictingDuplicate {
+                    seq,
+                    kind,
+                    existing: existing.body.kind(),
+                }),
+                None => Err(FoldError::FirstNotMeta { seq, kind }),
+            };
+        }
+        if self.facts.is_empty() {
+            return match (&fact.body, seq) {
+                (FactBody::Meta(_), Seq(1)) => Ok(Applied::Appended),
+                _ => Err(FoldError::FirstNotMeta { seq, kind }),
+            };
+        }
+        if seq > expected {
+            return Err(FoldError::Gap {
+                seq,
+                expected,
+                kind,
+            });
+        }
+        if let Some(index) = self.terminal {
+            return Err(FoldError::AfterTerminal {
+                seq,
+                kind,
+                terminal_seq: self.facts[index].seq,
+            });
+        }
+        let while_parked = |parked: &Parked| FoldError::WhileParked {
+            seq,
+            kind,
+            waiting_for: describe(parked),
+        };
+        match &fact.body {
+            FactBody::Meta(_) => return Err(FoldError::MetaNotFirst { seq }),
+            FactBody::Terminal(_) => {}
+            FactBody::UserMessage(_) | FactBody::ModelTurn(_) => {
+                if let Some(parked) = &self.parked {
+                    return Err(while_parked(parked));
+                }
+                if !self.pending.is_empty() {
+                    return Err(FoldError::ToolCallsPending {
+                        seq,
+                        kind,
+                        pending: self.pending.iter().map(|p| p.call.id.0.clone()).collect(),
+                    });
+                }
+                if let FactBody::ModelTurn(turn) = &fact.body {
+                    for (i, call) in turn.tool_calls.iter().enumerate() {
+                        if turn.tool_calls[..i].iter().any(|c| c.id == call.id) {
+                            return Err(FoldError::DuplicateCallId {
+                                seq,
+                                call_id: call.id.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+            FactBody::ToolResult(result) => {
+                if let Some(parked) = &self.parked {
+                    return Err(while_parked(parked));
+                }
+                self.pending_call(seq, kind, &result.call_id)?;
+            }
+            FactBody::ConfirmationRequested(request) => {
+                if let Some(parked) = &self.parked {
+                    return Err(while_parked(parked));
+                }
+                let pending = self.pending_call(seq, kind, &request.call_id)?;
+                if pending.confirmation != Confirmation::NotRequested {
+                    return Err(FoldError::ConfirmationRepeated {
+                        seq,
+                        call_id: request.call_id.clone(),
+                    });
+                }
+            }
+            FactBody::QuestionAsked(_) => {
+                if let Some(parked) = &self.parked {
+                    return Err(while_parked(parked));
+                }
+            }
+            FactBody::ConfirmationAnswered(answer) => match &self.parked {
+                Some(Parked::Confirmation { call_id, .. }) if *call_id == answer.call_id => {}
+                other => return Err(unexpected_answer(seq, kind, other.as_ref())),
+            },
+            FactBody::QuestionAnswered(answer) => match &self.parked {
+                Some(Parked::Question { question_id, .. })
+                    if *question_id == answer.question_id => {}
+                other => return Err(unexpected_answer(seq, kind, other.as_ref())),
+            },
+        }
+        Ok(Applied::Appended)
+    }
+
+    /// Finds a pending call, telling an answered call apart from one that never existed.
+    fn pending_call(
+        &self,
+        seq: Seq,
+        kind: &'static str,
+        call_id: &CallId,
+    ) -> Result<&PendingCall, FoldError> {
+        if let Some(pending) = self.pending.iter().find(|p| p.call.id == *call_id) {
+            return Ok(pending);
+        }
+        let made_by_last_turn = self
+            .last_model_turn()
+            .is_some_and(|turn| turn.tool_calls.iter().any(|c| c.id == *call_id));
+        Err(if made_by_last_turn && kind == "tool.result" {
+            FoldError::AlreadyAnswered {
+                seq,
+                call_id: call_id.clone(),
+            }
+        } else {
+            FoldError::UnknownCall {
+                seq,
+                kind,
+                call_id: call_id.clone(),
+            }
+        })
+    }
+
+    /// Updates counters and derived state for a fact that passed [`Self::check`].
+    fn absorb(&mut self, fact: &Fact) {
+        match &fact.body {
+            FactBody::Meta(_) => {}
+            FactBody::UserMessage(_) => {
+                self.has_prompt = true;
+                self.awaiting_model = true;
+            }
+            FactBody::ModelTurn(turn) => {
+                let counters = &mut self.counters;
+                counters.model_turns += 1;
+                counters.input_tokens += turn.usage.input_tokens;
+                counters.output_tokens += turn.usage.output_tokens;
+                counters.tool_calls += turn.tool_calls.len() as u64;
+                if !turn.tool_calls.is_empty() {
+                    counters.tool_rounds += 1;
+                }
+                self.pending = turn
+                    .tool_calls
+                    .iter()
+                    .map(|call| PendingCall {
+                        call: call.clone(),
+                        confirmation: Confirmation::NotRequested,
+                    })
+                    .collect();
+                // A turn with tool calls waits for their results; one without is a final answer.
+                self.awaiting_model = false;
+            }
+            FactBody::ToolResult(result) => {
+                self.counters.tool_results += 1;
+                if result.is_error {
+                    self.counters.tool_errors += 1;
+                }
+                self.pending.retain(|p| p.call.id != result.call_id);
+                if self.pending.is_empty() {
+                    self.awaiting_model = true;
+                }
+            }
+            FactBody::ConfirmationRequested(request) => {
+                self.set_confirmation(&request.call_id, Confirmation::Requested);
+                self.parked = Some(Parked::Confirmation {
+                    call_id: request.call_id.clone(),
+                    prompt: request.prompt.clone(),
+                });
+            }
+            FactBody::ConfirmationAnswered(answer) => {
+                let decision = if answer.approved {
+                    Confirmation::Approved
+                } else {
+                    Confirmation::Denied
+                };
+                self.set_confirmation(&answer.call_id, decision);
+                self.parked = None;
+            }
+            FactBody::QuestionAsked(question) => {
+                self.parked = Some(Parked::Question {
+                    question_id: question.question_id.clone(),
+                    text: question.text.clone(),
+                });
+            }
+            FactBody::QuestionAnswered(_) => {
+                self.parked = None;
+                self.has_prompt = true;
+                if self.pending.is_empty() {
+                    self.awaiting_model = true;
+                }
+            }
+            FactBody::Terminal(_) => self.terminal = Some(self.facts.len()),
+        }
+    }
+
+    fn set_confirmation(&mut self, call_id: &CallId, confirmation: Confirmation) {
+        if let Some(pending) = self.pending.iter_mut().find(|p| p.call.id == *call_id) {
+            pending.confirmation = confirmation;
+        }
+    }
+
+    /// What the run does next. Decided from facts alone.
+    pub fn next_step(&self) -> Step {
+        if let Some(terminal) = self.terminal() {
+            return Step::Done {
+                terminal: terminal.clone(),
+            };
+        }
+        if let Some(parked) = &self.parked {
+            return Step::Parked {
+                parked: parked.clone(),
+            };
+        }
+        if !self.pending.is_empty() {
+            return Step::RunTools {
+                calls: self.pending.clone(),
+            };
+        }
+        if !self.has_prompt {
+            return Step::WaitForInput;
+        }
+        if !self.awaiting_model {
+            return Step::Finish {
+                outcome: Outcome::Completed,
+                reason: "the model gave its final answer".into(),
+            };
+        }
+        let budgets = self
+            .meta()
+            .map(|m| m.fingerprint.budgets)
+            .unwrap_or_default();
+        let counters = &self.counters;
+        if let Some(max) = budgets.max_iterations
+            && counters.model_turns >= max
+        {
+            return Step::Finish {
+                outcome: Outcome::Budget,
+                reason: format!("iteration budget of {max} model turns is used up"),
+            };
+        }
+        let tokens = counters.input_tokens + counters.output_tokens;
+        if let Some(max) = budgets.max_tokens
+            && tokens >= max
+        {
+            return Step::Finish {
+                outcome: Outcome::Budget,
+                reason: format!("token budget of {max} is used up ({tokens} spent)"),
+            };
+        }
+        Step::CallModel {
+            iteration: self.next_iteration(),
+            with_tools: budgets
+                .max_tool_rounds
+                .is_none_or(|max| counters.tool_rounds < max),
+        }
+    }
+
+    /// The iteration number of the next model call (1 for the first).
+    pub fn next_iteration(&self) -> u64 {
+        self.counters.model_turns + 1
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn facts(&self) -> &[Fact] {
+        &self.facts
+    }
+
+    pub fn into_facts(self) -> Vec<Fact> {
+        self.facts
+    }
+
+    pub fn last_seq(&self) -> Seq {
+        Seq(self.facts.len() as u64)
+    }
+
+    pub fn meta(&self) -> Option<&Meta> {
+        match self.facts.first().map(|f| &f.body) {
+            Some(FactBody::Meta(meta)) => Some(meta),
+            _ => None,
+        }
+    }
+
+    pub fn run_id(&self) -> Option<&RunId> {
+        self.meta().map(|m| &m.run_id)
+    }
+
+    pub fn session_id(&self) -> Option<&SessionId> {
+        self.meta().and_then(|m| m.session_id.as_ref())
+    }
+
+    /// Tool calls of the last model turn without a result: what a recovery would run again.
+    pub fn pending_calls(&self) -> &[PendingCall] {
+        &self.pending
+    }
+
+    pub fn parked(&self) -> Option<&Parked> {
+        self.parked.as_ref()
+    }
+
+    pub fn terminal(&self) -> Option<&Terminal> {
+        match self.terminal.map(|i| &self.facts[i].body) {
+            Some(FactBody::Terminal(terminal)) => Some(terminal),
+            _ => None,
+        }
+    }
+
+    fn last_model_turn(&self) -> Option<&ModelTurn> {
+        self.facts.iter().rev().find_map(|f| match &f.body {
+            FactBody::ModelTurn(turn) => Some(turn),
+            _ => None,
+        })
+    }
+
+    /// The committed conversation, in order, as the model will be shown it.
+    pub fn messages(&self) -> impl Iterator<Item = Message<'_>> {
+        self.facts.iter().filter_map(|fact| match &fact.body {
+            FactBody::UserMessage(m) => Some(Message::User(&m.content)),
+            FactBody::QuestionAnswered(a) => Some(Message::User(&a.text)),
+            FactBody::ModelTurn(turn) => Some(Message::Assistant(turn)),
+            FactBody::ToolResult(r) => Some(Message::Tool {
+                call_id: &r.call_id,
+                output: &r.output,
+                is_error: r.is_error,
+            }),
+            _ => None,
+        })
+    }
+
+    /// A serializable overview for `rekindle fold` and `rekindle runs show`.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            run_id: self.run_id().cloned(),
+            session_id: self.session_id().cloned(),
+            facts: self.facts.len() as u64,
+            last_seq: self.last_seq(),
+            last_at_ms: self.facts.last().map(|f| f.at_ms),
+            next_iteration: self.next_iteration(),
+            counters: self.counters,
+            next_step: self.next_step(),
+            pending_calls: self.pending.clone(),
+            parked: self.parked.clone(),
+            terminal: self.terminal().cloned(),
+        }
+    }
+}
+
+/// One entry of the conversation, borrowed from the facts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Message<'a> {
+    User(&'a str),
+    Assistant(&'a ModelTurn),
+    Tool {
+        call_id: &'a CallId,
+        output: &'a str,
+        is_error: bool,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    pub run_id: Option<RunId>,
+    pub session_id: Option<SessionId>,
+    pub facts: u64,
+    pub last_seq: Seq,
+    pub last_at_ms: Option<u64>,
+    pub next_iteration: u64,
+    pub counters: Counters,
+    pub next_step: Step,
+    pub pending_calls: Vec<PendingCall>,
+    pub parked: Option<Parked>,
+    pub terminal: Option<Terminal>,
+}
+
+fn describe(parked: &Parked) -> String {
+    match parked {
+        Parked::Confirmation { call_id, .. } => format!("confirmation of call '{call_id}'"),
+        Parked::Question { question_id, .. } => format!("an answer to question '{question_id}'"),
+    }
+}
+
+fn unexpected_answer(seq: Seq, kind: &'static str, parked: Option<&Parked>) -> FoldError {
+    FoldError::UnexpectedAnswer {
+        seq,
+        kind,
+        waiting_for: parked.map_or_else(|| "nothing".to_owned(), describe),
+    }
+}

@@ -1,0 +1,467 @@
+//! The local fact log: one append-only JSONL file per run on a worker's or host's disk.
+//!
+//! This module owns the file format on disk, durability (every append is written and
+//! fsynced before it returns; a new log's directory is fsynced on its first append), the
+//! single-writer lock (an advisory `flock` the kernel drops when the process dies), safe file
+//! names for any run ID, and the permissions of the state directory (0700) and logs (0600).
+//! It does not validate run rules: that is the fold's job. It only keeps seq order.
+//!
+//! Reading tolerates exactly one torn last line — the partial write a crash leaves — and
+//! reports damage anywhere else with its line number. Opening a log for append cuts a torn
+//! tail off first, so the next fact never lands glued to garbage.
+
+use std::fs::{self, DirBuilder, File, OpenOptions, TryLockError};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::fact::{self, DecodeError, Fact, MAX_FACT_BYTES, Seq};
+use crate::fingerprint::sha256_hex;
+
+/// Longest run ID used as a file name as-is.
+const MAX_PLAIN_NAME: usize = 128;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("fact log {path}: cannot {action}: {source}")]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("fact log {path} is locked by another process (one writer per run)")]
+    Locked { path: PathBuf },
+    #[error("fact log {path}: line {line} is corrupt: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        line: u64,
+        reason: String,
+    },
+    #[error(
+        "fact log {path}: line {line} has schema version {found}, this build reads up to {supported}"
+    )]
+    FutureSchema {
+        path: PathBuf,
+        line: u64,
+        found: u32,
+        supported: u32,
+    },
+    #[error("fact log {path}: fact seq {seq} is {size} bytes, over the limit of {limit} bytes")]
+    FactTooLarge {
+        path: PathBuf,
+        seq: Seq,
+        size: usize,
+        limit: usize,
+    },
+    #[error("fact log {path}: append of seq {got} refused, the next seq is {expected}")]
+    OutOfOrder {
+        path: PathBuf,
+        expected: Seq,
+        got: Seq,
+    },
+    #[error(
+        "fact log {path}: an earlier write or fsync failed, so the file's state is unknown; reopen the log"
+    )]
+    Poisoned { path: PathBuf },
+    #[error(
+        "no state directory: set XDG_STATE_HOME or HOME to an absolute path (logs are never kept in the working directory)"
+    )]
+    NoStateDir,
+}
+
+/// The facts read from a log, and the torn tail that was skipped, if any.
+#[derive(Debug, Default)]
+pub struct Contents {
+    pub facts: Vec<Fact>,
+    pub torn_tail: Option<TornTail>,
+}
+
+/// An unparsable last line, left by a write cut short by a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TornTail {
+    pub line: u64,
+    pub bytes: u64,
+}
+
+/// The default state directory for logs: `$XDG_STATE_HOME/rekindle/runs`, else
+/// `$HOME/.local/state/rekindle/runs`. Never the working directory: relative values are
+/// ignored, as the XDG specification requires.
+pub fn default_dir() -> Result<PathBuf, LogError> {
+    let absolute = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|path| path.is_absolute())
+    };
+    let base = absolute("XDG_STATE_HOME")
+        .or_else(|| absolute("HOME").map(|home| home.join(".local").join("state")))
+        .ok_or(LogError::NoStateDir)?;
+    Ok(base.join("rekindle").join("runs"))
+}
+
+/// The file name of a run's log.
+///
+/// An ID of 1–128 ASCII letters, digits and `_ . : -` is used as-is, unless it starts with
+/// `.` (so `.` and `..` stay names of files, not directories) or with `s-` (reserved for the
+/// encoded form). Every other ID — with `/`, `..`, NUL, newlines, unicode, or longer — becomes
+/// `s-` plus the SHA-256 of its bytes in full hex, which no two different IDs share and which
+/// cannot escape the directory.
+pub fn file_name(run_id: &str) -> String {
+    let plain = (1..=MAX_PLAIN_NAME).contains(&run_id.len())
+        && run_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+        && !run_id.starts_with('.')
+        && !run_id.starts_with("s-");
+    if plain {
+        format!("{run_id}.jsonl")
+    } else {
+        format!("s-{}.jsonl", sha256_hex(run_id.as_bytes()))
+    }
+}
+
+/// A directory of fact logs, created 0700.
+#[derive(Debug, Clone)]
+pub struct LogDir {
+    root: PathBuf,
+}
+
+impl LogDir {
+    /// Opens (creating if needed) the directory and makes it private to this user.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, LogError> {
+        let root = root.into();
+        let io_error = |action, source| LogError::Io {
+            path: root.clone(),
+            action,
+            source,
+        };
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&root)
+            .map_err(|e| io_error("create the log directory", e))?;
+        // A directory made earlier by someone else's umask is tightened: logs hold prompts
+        // and tool outputs.
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o700))
+            .map_err(|e| io_error("set the log directory's permissions to 0700", e))?;
+        Ok(LogDir { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn path_for(&self, run_id: &str) -> PathBuf {
+        self.root.join(file_name(run_id))
+    }
+
+    /// Opens the run's log for appending, holding its lock.
+    pub fn open_log(&self, run_id: &str) -> Result<(FactLog, Contents), LogError> {
+        FactLog::open(self.path_for(run_id))
+    }
+
+    /// Deletes a run's log, e.g. before reseeding it from a checkpoint. Holding the lock
+    /// while deleting keeps a live writer's log from vanishing under it; the content is not
+    /// read, so a corrupt log can be replaced too.
+    pub fn remove_log(&self, run_id: &str) -> Result<(), LogError> {
+        let path = self.path_for(run_id);
+        let file = match options().open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(LogError::Io {
+                    path,
+                    action: "open",
+                    source,
+                });
+            }
+        };
+        lock(&path, &file)?;
+        fs::remove_file(&path).map_err(|source| LogError::Io {
+            path: path.clone(),
+            action: "remove",
+            source,
+        })?;
+        sync_dir(&path)?;
+        drop(file);
+        Ok(())
+    }
+}
+
+/// A run's log opened for appending. Holds an exclusive `flock` for its lifetime.
+#[derive(Debug)]
+pub struct FactLog {
+    path: PathBuf,
+    file: File,
+    /// Length of the file's known-good content.
+    len: u64,
+    next_seq: Seq,
+    /// Set when this process created the file: the directory entry is fsynced with the first
+    /// append, or a crash could lose the whole file even though its data was synced.
+    dir_sync_pending: bool,
+    poisoned: bool,
+}
+
+impl FactLog {
+    /// Opens or creates the log at `path`, takes its lock, reads it, and cuts off a torn tail.
+    pub fn open(path: impl Into<PathBuf>) -> Result<(FactLog, Contents), LogError> {
+        let path = path.into();
+        let (file, created) = match options().create_new(true).open(&path) {
+            Ok(file) => (file, true),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                let file = options().open(&path).map_err(|source| LogError::Io {
+                    path: path.clone(),
+                    action: "open",
+                    source,
+                })?;
+                (file, false)
+            }
+            Err(source) => {
+                return Err(LogError::Io {
+                    path,
+                    action: "create",
+                    source,
+                });
+            }
+        };
+        Self::from_file(path, file, created)
+    }
+
+    fn from_file(
+        path: PathBuf,
+        mut file: File,
+        created: bool,
+    ) -> Result<(FactLog, Contents), LogError> {
+        lock(&path, &file)?;
+        let scan = scan(&path, &mut file)?;
+        let mut log = FactLog {
+            next_seq: Seq(scan.contents.facts.last().map_or(1, |f| f.seq.0 + 1)),
+            path,
+            file,
+            len: scan.good_len,
+            dir_sync_pending: created,
+            poisoned: false,
+        };
+        if scan.contents.torn_tail.is_some() {
+            log.file
+                .set_len(scan.good_len)
+                .and_then(|()| log.file.sync_data())
+                .map_err(|source| log.io("cut off the torn last line", source))?;
+        } else if scan.missing_newline {
+            // The last fact is whole but its newline never made it to disk.
+            log.write_synced(b"\n")?;
+        }
+        Ok((log, scan.contents))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The seq the next appended fact must have.
+    pub fn next_seq(&self) -> Seq {
+        self.next_seq
+    }
+
+    /// Appends one fact durably: when this returns `Ok`, the fact survives a crash.
+    pub fn append(&mut self, fact: &Fact) -> Result<(), LogError> {
+        self.append_all(std::slice::from_ref(fact))
+    }
+
+    /// Appends several facts with one write and one fsync (used to seed a log).
+    pub fn append_all(&mut self, facts: &[Fact]) -> Result<(), LogError> {
+        if self.poisoned {
+            return Err(LogError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        let mut buffer = Vec::new();
+        let mut expected = self.next_seq;
+        for fact in facts {
+            if fact.seq != expected {
+                return Err(LogError::OutOfOrder {
+                    path: self.path.clone(),
+                    expected,
+                    got: fact.seq,
+                });
+            }
+            let encoded = fact::encode(fact).map_err(|error| match error {
+                DecodeError::TooLarge { size, limit } => LogError::FactTooLarge {
+                    path: self.path.clone(),
+                    seq: fact.seq,
+                    size,
+                    limit,
+                },
+                other => LogError::Corrupt {
+                    path: self.path.clone(),
+                    line: 0,
+                    reason: format!("fact seq {} cannot be encoded: {other}", fact.seq),
+                },
+            })?;
+            buffer.extend_from_slice(&encoded);
+            buffer.push(b'\n');
+            expected = Seq(expected.0 + 1);
+        }
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        self.write_synced(&buffer)?;
+        self.next_seq = expected;
+        Ok(())
+    }
+
+    /// Writes at the end of the good content and fsyncs. On failure, tries to cut the file
+    /// back; if even that fails, the log is poisoned. After a failed fsync the page cache
+    /// cannot be trusted either, so that also poisons it: only a reopen, which reads what is
+    /// really on disk, is safe.
+    fn write_synced(&mut self, bytes: &[u8]) -> Result<(), LogError> {
+        let result = self
+            .file
+            .seek(SeekFrom::Start(self.len))
+            .and_then(|_| self.file.write_all(bytes))
+            .and_then(|()| self.file.sync_data());
+        if let Err(source) = result {
+            self.poisoned = true;
+            let _ = self.file.set_len(self.len);
+            return Err(self.io("append", source));
+        }
+        self.len += bytes.len() as u64;
+        if self.dir_sync_pending {
+            sync_dir(&self.path)?;
+            self.dir_sync_pending = false;
+        }
+        Ok(())
+    }
+
+    fn io(&self, action: &'static str, source: io::Error) -> LogError {
+        LogError::Io {
+            path: self.path.clone(),
+            action,
+            source,
+        }
+    }
+}
+
+/// Reads a log without locking it (a live writer may be appending; a torn tail is skipped).
+pub fn read(path: &Path) -> Result<Contents, LogError> {
+    let mut file = File::open(path).map_err(|source| LogError::Io {
+        path: path.to_owned(),
+        action: "open",
+        source,
+    })?;
+    Ok(scan(path, &mut file)?.contents)
+}
+
+/// Takes the log's exclusive advisory lock without waiting. The kernel drops it when the
+/// process exits, however it exits, so a crashed writer never leaves a stale lock behind.
+fn lock(path: &Path, file: &File) -> Result<(), LogError> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(TryLockError::WouldBlock) => Err(LogError::Locked {
+            path: path.to_owned(),
+        }),
+        Err(TryLockError::Error(source)) => Err(LogError::Io {
+            path: path.to_owned(),
+            action: "lock",
+            source,
+        }),
+    }
+}
+
+fn options() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).mode(0o600);
+    options
+}
+
+fn sync_dir(path: &Path) -> Result<(), LogError> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    File::open(dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|source| LogError::Io {
+            path: dir.to_owned(),
+            action: "fsync the log directory",
+            source,
+        })
+}
+
+struct Scan {
+    contents: Contents,
+    /// Bytes up to and including the last good line.
+    good_len: u64,
+    missing_newline: bool,
+}
+
+/// Reads every line, one bounded line at a time.
+fn scan(path: &Path, file: &mut File) -> Result<Scan, LogError> {
+    let io_error = |source| LogError::Io {
+        path: path.to_owned(),
+        action: "read",
+        source,
+    };
+    let mut reader = BufReader::with_capacity(256 * 1024, file);
+    let mut facts = Vec::new();
+    let mut line = Vec::new();
+    let mut line_number = 0u64;
+    let mut good_len = 0u64;
+    let mut missing_newline = false;
+    // A line that failed to parse; harmless only if nothing follows it.
+    let mut unparsed: Option<(u64, u64, String)> = None;
+    loop {
+        line.clear();
+        // One byte past the limit plus the newline tells an oversized line from a full one.
+        let read = (&mut reader)
+            .take(MAX_FACT_BYTES as u64 + 2)
+            .read_until(b'\n', &mut line)
+            .map_err(io_error)?;
+        if read == 0 {
+            break;
+        }
+        line_number += 1;
+        if let Some((bad_line, _, reason)) = unparsed.take() {
+            return Err(LogError::Corrupt {
+                path: path.to_owned(),
+                line: bad_line,
+                reason,
+            });
+        }
+        let has_newline = line.last() == Some(&b'\n');
+        let text = if has_newline {
+            &line[..line.len() - 1]
+        } else {
+            &line[..]
+        };
+        match fact::decode(text) {
+            Ok(fact) => {
+                facts.push(fact);
+                good_len += read as u64;
+                missing_newline = !has_newline;
+            }
+            Err(DecodeError::FutureSchema { found, supported }) => {
+                return Err(LogError::FutureSchema {
+                    path: path.to_owned(),
+                    line: line_number,
+                    found,
+                    supported,
+                });
+            }
+            Err(DecodeError::Invalid {
+                reason,
+                syntax: true,
+            }) => unparsed = Some((line_number, read as u64, reason)),
+            Err(error) => {
+                return Err(LogError::Corrupt {
+                    path: path.to_owned(),
+                    line: line_number,
+                    reason: error.to_string(),
+                });
+            }
+        }
+    }
+    let torn_tail = unparsed.map(|(line, bytes, _)| TornTail { line, bytes });
+    Ok(Scan {
+        contents: Contents { facts, torn_tail },
+        good_len,
+        missing_newline: missing_newline && torn_tail.is_none(),
+    })
+}
