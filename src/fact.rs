@@ -97,8 +97,10 @@ pub struct Fact {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "data")]
 pub enum FactBody {
+    /// Boxed: it is the largest body and occurs once per run, so keeping it out of line
+    /// halves the size of every other fact.
     #[serde(rename = "meta")]
-    Meta(Meta),
+    Meta(Box<Meta>),
     #[serde(rename = "user.message")]
     UserMessage(UserMessage),
     #[serde(rename = "model.turn")]

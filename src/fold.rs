@@ -155,7 +155,11 @@ pub struct RunState {
     /// view over them, and duplicates are checked against them.
     facts: Vec<Fact>,
     counters: Counters,
-    pending: Vec<PendingCall>,
+    /// Index into `facts` of the last model turn.
+    last_turn: Option<usize>,
+    /// Calls of the last model turn without a result: (index in its `tool_calls`, status).
+    /// Indices, not copies, keep the fold from cloning every call it folds.
+    pending: Vec<(usize, Confirmation)>,
     parked: Option<Parked>,
     /// Index into `facts` of the terminal fact.
     terminal: Option<usize>,
@@ -166,7 +170,9 @@ pub struct RunState {
 
 /// Folds facts from scratch. Equal to applying them one by one to [`RunState::default`].
 pub fn fold(facts: impl IntoIterator<Item = Fact>) -> Result<RunState, FoldError> {
+    let facts = facts.into_iter();
     let mut state = RunState::default();
+    state.facts.reserve(facts.size_hint().0);
     for fact in facts {
         state.apply(fact)?;
     }
@@ -241,7 +247,7 @@ impl RunState {
                     return Err(FoldError::ToolCallsPending {
                         seq,
                         kind,
-                        pending: self.pending.iter().map(|p| p.call.id.0.clone()).collect(),
+                        pending: self.pending_iter().map(|(c, _)| c.id.0.clone()).collect(),
                     });
                 }
                 if let FactBody::ModelTurn(turn) = &fact.body {
@@ -265,8 +271,8 @@ impl RunState {
                 if let Some(parked) = &self.parked {
                     return Err(while_parked(parked));
                 }
-                let pending = self.pending_call(seq, kind, &request.call_id)?;
-                if pending.confirmation != Confirmation::NotRequested {
+                let (_, confirmation) = self.pending_call(seq, kind, &request.call_id)?;
+                if confirmation != Confirmation::NotRequested {
                     return Err(FoldError::ConfirmationRepeated {
                         seq,
                         call_id: request.call_id.clone(),
@@ -297,13 +303,11 @@ impl RunState {
         seq: Seq,
         kind: &'static str,
         call_id: &CallId,
-    ) -> Result<&PendingCall, FoldError> {
-        if let Some(pending) = self.pending.iter().find(|p| p.call.id == *call_id) {
-            return Ok(pending);
+    ) -> Result<(&ToolCall, Confirmation), FoldError> {
+        if let Some(found) = self.pending_iter().find(|(call, _)| call.id == *call_id) {
+            return Ok(found);
         }
-        let made_by_last_turn = self
-            .last_model_turn()
-            .is_some_and(|turn| turn.tool_calls.iter().any(|c| c.id == *call_id));
+        let made_by_last_turn = self.last_turn_calls().iter().any(|c| c.id == *call_id);
         Err(if made_by_last_turn && kind == "tool.result" {
             FoldError::AlreadyAnswered {
                 seq,
@@ -316,6 +320,22 @@ impl RunState {
                 call_id: call_id.clone(),
             }
         })
+    }
+
+    /// The tool calls of the last model turn (empty before the first).
+    fn last_turn_calls(&self) -> &[ToolCall] {
+        match self.last_turn.map(|i| &self.facts[i].body) {
+            Some(FactBody::ModelTurn(turn)) => &turn.tool_calls,
+            _ => &[],
+        }
+    }
+
+    /// Pending calls with their confirmation status, in the order the model made them.
+    fn pending_iter(&self) -> impl Iterator<Item = (&ToolCall, Confirmation)> {
+        let calls = self.last_turn_calls();
+        self.pending
+            .iter()
+            .map(move |&(i, status)| (&calls[i], status))
     }
 
     /// Updates counters and derived state for a fact that passed [`Self::check`].
@@ -335,14 +355,10 @@ impl RunState {
                 if !turn.tool_calls.is_empty() {
                     counters.tool_rounds += 1;
                 }
-                self.pending = turn
-                    .tool_calls
-                    .iter()
-                    .map(|call| PendingCall {
-                        call: call.clone(),
-                        confirmation: Confirmation::NotRequested,
-                    })
-                    .collect();
+                self.last_turn = Some(self.facts.len());
+                self.pending.clear();
+                self.pending
+                    .extend((0..turn.tool_calls.len()).map(|i| (i, Confirmation::NotRequested)));
                 // A turn with tool calls waits for their results; one without is a final answer.
                 self.awaiting_model = false;
             }
@@ -351,7 +367,11 @@ impl RunState {
                 if result.is_error {
                     self.counters.tool_errors += 1;
                 }
-                self.pending.retain(|p| p.call.id != result.call_id);
+                let calls = match self.last_turn.map(|i| &self.facts[i].body) {
+                    Some(FactBody::ModelTurn(turn)) => &turn.tool_calls[..],
+                    _ => &[],
+                };
+                self.pending.retain(|&(i, _)| calls[i].id != result.call_id);
                 if self.pending.is_empty() {
                     self.awaiting_model = true;
                 }
@@ -390,8 +410,16 @@ impl RunState {
     }
 
     fn set_confirmation(&mut self, call_id: &CallId, confirmation: Confirmation) {
-        if let Some(pending) = self.pending.iter_mut().find(|p| p.call.id == *call_id) {
-            pending.confirmation = confirmation;
+        let calls = match self.last_turn.map(|i| &self.facts[i].body) {
+            Some(FactBody::ModelTurn(turn)) => &turn.tool_calls[..],
+            _ => &[],
+        };
+        if let Some(pending) = self
+            .pending
+            .iter_mut()
+            .find(|(i, _)| calls[*i].id == *call_id)
+        {
+            pending.1 = confirmation;
         }
     }
 
@@ -409,7 +437,7 @@ impl RunState {
         }
         if !self.pending.is_empty() {
             return Step::RunTools {
-                calls: self.pending.clone(),
+                calls: self.pending_calls(),
             };
         }
         if !self.has_prompt {
@@ -488,8 +516,13 @@ impl RunState {
     }
 
     /// Tool calls of the last model turn without a result: what a recovery would run again.
-    pub fn pending_calls(&self) -> &[PendingCall] {
-        &self.pending
+    pub fn pending_calls(&self) -> Vec<PendingCall> {
+        self.pending_iter()
+            .map(|(call, confirmation)| PendingCall {
+                call: call.clone(),
+                confirmation,
+            })
+            .collect()
     }
 
     pub fn parked(&self) -> Option<&Parked> {
@@ -501,13 +534,6 @@ impl RunState {
             Some(FactBody::Terminal(terminal)) => Some(terminal),
             _ => None,
         }
-    }
-
-    fn last_model_turn(&self) -> Option<&ModelTurn> {
-        self.facts.iter().rev().find_map(|f| match &f.body {
-            FactBody::ModelTurn(turn) => Some(turn),
-            _ => None,
-        })
     }
 
     /// The committed conversation, in order, as the model will be shown it.
@@ -536,7 +562,7 @@ impl RunState {
             next_iteration: self.next_iteration(),
             counters: self.counters,
             next_step: self.next_step(),
-            pending_calls: self.pending.clone(),
+            pending_calls: self.pending_calls(),
             parked: self.parked.clone(),
             terminal: self.terminal().cloned(),
         }

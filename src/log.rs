@@ -15,8 +15,10 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::error::Error;
 use crate::fact::{self, DecodeError, Fact, MAX_FACT_BYTES, Seq};
 use crate::fingerprint::sha256_hex;
+use crate::fold::RunState;
 
 /// Longest run ID used as a file name as-is.
 const MAX_PLAIN_NAME: usize = 128;
@@ -88,13 +90,19 @@ pub struct TornTail {
 /// `$HOME/.local/state/rekindle/runs`. Never the working directory: relative values are
 /// ignored, as the XDG specification requires.
 pub fn default_dir() -> Result<PathBuf, LogError> {
-    let absolute = |name: &str| {
-        std::env::var_os(name)
-            .map(PathBuf::from)
-            .filter(|path| path.is_absolute())
+    default_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+}
+
+/// [`default_dir`] with the environment passed in, so the rule can be tested.
+pub fn default_dir_from(
+    xdg_state_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Result<PathBuf, LogError> {
+    let absolute = |value: Option<std::ffi::OsString>| {
+        value.map(PathBuf::from).filter(|path| path.is_absolute())
     };
-    let base = absolute("XDG_STATE_HOME")
-        .or_else(|| absolute("HOME").map(|home| home.join(".local").join("state")))
+    let base = absolute(xdg_state_home)
+        .or_else(|| absolute(home).map(|home| home.join(".local").join("state")))
         .ok_or(LogError::NoStateDir)?;
     Ok(base.join("rekindle").join("runs"))
 }
@@ -233,16 +241,24 @@ impl FactLog {
         created: bool,
     ) -> Result<(FactLog, Contents), LogError> {
         lock(&path, &file)?;
-        let scan = scan(&path, &mut file)?;
+        let mut facts = Vec::new();
+        let scan = scan(&path, &mut file, |fact| {
+            facts.push(fact);
+            Ok::<_, LogError>(())
+        })?;
+        let contents = Contents {
+            facts,
+            torn_tail: scan.torn_tail,
+        };
         let mut log = FactLog {
-            next_seq: Seq(scan.contents.facts.last().map_or(1, |f| f.seq.0 + 1)),
+            next_seq: Seq(contents.facts.last().map_or(1, |f| f.seq.0 + 1)),
             path,
             file,
             len: scan.good_len,
             dir_sync_pending: created,
             poisoned: false,
         };
-        if scan.contents.torn_tail.is_some() {
+        if scan.torn_tail.is_some() {
             log.file
                 .set_len(scan.good_len)
                 .and_then(|()| log.file.sync_data())
@@ -251,7 +267,7 @@ impl FactLog {
             // The last fact is whole but its newline never made it to disk.
             log.write_synced(b"\n")?;
         }
-        Ok((log, scan.contents))
+        Ok((log, contents))
     }
 
     pub fn path(&self) -> &Path {
@@ -344,12 +360,44 @@ impl FactLog {
 
 /// Reads a log without locking it (a live writer may be appending; a torn tail is skipped).
 pub fn read(path: &Path) -> Result<Contents, LogError> {
-    let mut file = File::open(path).map_err(|source| LogError::Io {
+    let file = File::open(path).map_err(|source| LogError::Io {
         path: path.to_owned(),
         action: "open",
         source,
     })?;
-    Ok(scan(path, &mut file)?.contents)
+    read_from(path, file)
+}
+
+/// Reads log content from any reader; `path` only names it in errors.
+pub fn read_from(path: &Path, reader: impl Read) -> Result<Contents, LogError> {
+    let mut facts = Vec::new();
+    let scan = scan(path, reader, |fact| {
+        facts.push(fact);
+        Ok::<_, LogError>(())
+    })?;
+    Ok(Contents {
+        facts,
+        torn_tail: scan.torn_tail,
+    })
+}
+
+/// Reads and folds a log in one pass, without holding all facts twice.
+pub fn fold(path: &Path) -> Result<(RunState, Option<TornTail>), Error> {
+    let file = File::open(path).map_err(|source| LogError::Io {
+        path: path.to_owned(),
+        action: "open",
+        source,
+    })?;
+    fold_from(path, file)
+}
+
+/// [`fold`] from any reader; `path` only names it in errors.
+pub fn fold_from(path: &Path, reader: impl Read) -> Result<(RunState, Option<TornTail>), Error> {
+    let mut state = RunState::default();
+    let scan = scan(path, reader, |fact| {
+        state.apply(fact).map(drop).map_err(Error::from)
+    })?;
+    Ok((state, scan.torn_tail))
 }
 
 /// Takes the log's exclusive advisory lock without waiting. The kernel drops it when the
@@ -386,21 +434,24 @@ fn sync_dir(path: &Path) -> Result<(), LogError> {
 }
 
 struct Scan {
-    contents: Contents,
+    torn_tail: Option<TornTail>,
     /// Bytes up to and including the last good line.
     good_len: u64,
     missing_newline: bool,
 }
 
-/// Reads every line, one bounded line at a time.
-fn scan(path: &Path, file: &mut File) -> Result<Scan, LogError> {
+/// Reads every line, one bounded line at a time, handing each fact to `sink` in order.
+fn scan<E: From<LogError>>(
+    path: &Path,
+    file: impl Read,
+    mut sink: impl FnMut(Fact) -> Result<(), E>,
+) -> Result<Scan, E> {
     let io_error = |source| LogError::Io {
         path: path.to_owned(),
         action: "read",
         source,
     };
     let mut reader = BufReader::with_capacity(256 * 1024, file);
-    let mut facts = Vec::new();
     let mut line = Vec::new();
     let mut line_number = 0u64;
     let mut good_len = 0u64;
@@ -423,7 +474,8 @@ fn scan(path: &Path, file: &mut File) -> Result<Scan, LogError> {
                 path: path.to_owned(),
                 line: bad_line,
                 reason,
-            });
+            }
+            .into());
         }
         let has_newline = line.last() == Some(&b'\n');
         let text = if has_newline {
@@ -433,7 +485,7 @@ fn scan(path: &Path, file: &mut File) -> Result<Scan, LogError> {
         };
         match fact::decode(text) {
             Ok(fact) => {
-                facts.push(fact);
+                sink(fact)?;
                 good_len += read as u64;
                 missing_newline = !has_newline;
             }
@@ -443,7 +495,8 @@ fn scan(path: &Path, file: &mut File) -> Result<Scan, LogError> {
                     line: line_number,
                     found,
                     supported,
-                });
+                }
+                .into());
             }
             Err(DecodeError::Invalid {
                 reason,
@@ -454,13 +507,14 @@ fn scan(path: &Path, file: &mut File) -> Result<Scan, LogError> {
                     path: path.to_owned(),
                     line: line_number,
                     reason: error.to_string(),
-                });
+                }
+                .into());
             }
         }
     }
     let torn_tail = unparsed.map(|(line, bytes, _)| TornTail { line, bytes });
     Ok(Scan {
-        contents: Contents { facts, torn_tail },
+        torn_tail,
         good_len,
         missing_newline: missing_newline && torn_tail.is_none(),
     })

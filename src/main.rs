@@ -50,17 +50,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn fold_command(path: &std::path::Path, json: bool) -> anyhow::Result<()> {
-    let contents = log::read(path).context("read the fact log")?;
-    let state = fold::fold(contents.facts)
-        .with_context(|| format!("fold the fact log {}", path.display()))?;
+    let (state, torn_tail) =
+        log::fold(path).with_context(|| format!("fold the fact log {}", path.display()))?;
     let summary = state.summary();
     if json {
         let mut value = serde_json::to_value(&summary).context("encode the summary")?;
-        value["torn_tail_line"] = serde_json::json!(contents.torn_tail.map(|t| t.line));
+        value["torn_tail_line"] = serde_json::json!(torn_tail.map(|t| t.line));
         println!("{value}");
         return Ok(());
     }
-    if let Some(torn) = contents.torn_tail {
+    if let Some(torn) = torn_tail {
         eprintln!(
             "note: skipped a torn last line (line {}, {} bytes), left by an interrupted write",
             torn.line, torn.bytes
@@ -105,10 +104,16 @@ fn render(summary: &Summary) -> String {
             summary.pending_calls.len()
         );
         for pending in &summary.pending_calls {
+            let confirmation = match pending.confirmation {
+                fold::Confirmation::NotRequested => "",
+                fold::Confirmation::Requested => " [awaiting confirmation]",
+                fold::Confirmation::Approved => " [approved]",
+                fold::Confirmation::Denied => " [denied]",
+            };
             let _ = writeln!(
                 out,
-                "  {} {} {} ({:?})",
-                pending.call.id, pending.call.name, pending.call.arguments, pending.confirmation
+                "  {} {} {}{confirmation}",
+                pending.call.id, pending.call.name, pending.call.arguments
             );
         }
     }

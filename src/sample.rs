@@ -80,11 +80,11 @@ impl Builder {
             next_call: 1,
             next_question: 1,
         };
-        builder.push(FactBody::Meta(Meta {
+        builder.push(FactBody::Meta(Box::new(Meta {
             run_id: RunId::new(run_id),
             session_id: Some(SessionId::new("sample-session")),
             fingerprint: fingerprint(),
-        }));
+        })));
         builder.push(FactBody::UserMessage(UserMessage {
             content: "Find the failing test in the repository, fix it, and explain the fix.".into(),
         }));

@@ -16,13 +16,13 @@ fn valid_run(choices: &[u32]) -> Vec<Fact> {
         next += 1;
         choice % bound.max(1)
     };
-    for round in 0..choices.len() {
-        let keep_going = choices[round] % 5 != 0;
+    for &choice in choices {
+        let keep_going = !choice.is_multiple_of(5);
         if !builder.step(&mut choose, keep_going) {
             break;
         }
     }
-    if choices.first().is_some_and(|c| c % 2 == 0) {
+    if choices.first().is_some_and(|c| c.is_multiple_of(2)) {
         builder.finish(&mut choose);
     }
     builder.into_facts()
@@ -109,11 +109,11 @@ fn meta(budgets: Budgets) -> Fact {
     fingerprint.budgets = budgets;
     fact(
         1,
-        FactBody::Meta(Meta {
+        FactBody::Meta(Box::new(Meta {
             run_id: RunId::new("r-1"),
             session_id: None,
             fingerprint,
-        }),
+        })),
     )
 }
 

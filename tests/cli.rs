@@ -1,0 +1,160 @@
+//! The `rekindle` command line as a user runs it, plus the shipped sample log it is shown on.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rekindle::fact::{self, Fact};
+use rekindle::fold::Step;
+use rekindle::sample::{Builder, SplitMix};
+
+fn rekindle(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rekindle"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/interrupted-run.jsonl")
+}
+
+/// The shipped sample: a run interrupted mid tool round (some results recorded, some calls
+/// still pending), ending in a torn line as a crash during an append leaves it.
+fn interrupted_run() -> (Vec<Fact>, Vec<u8>) {
+    let mut random = SplitMix::new(11);
+    let mut builder = Builder::new("sample-run");
+    loop {
+        builder.step(&mut |bound| random.below(bound), true);
+        let last_was_result = matches!(
+            builder.state().facts().last().map(|f| &f.body),
+            Some(fact::FactBody::ToolResult(_))
+        );
+        if builder.len() >= 24
+            && last_was_result
+            && matches!(builder.state().next_step(), Step::RunTools { .. })
+        {
+            break;
+        }
+    }
+    let facts = builder.into_facts();
+    let mut bytes = Vec::new();
+    for fact in &facts {
+        bytes.extend(fact::encode(fact).unwrap());
+        bytes.push(b'\n');
+    }
+    bytes.extend_from_slice(br#"{"v":1,"seq":"#);
+    (facts, bytes)
+}
+
+// Proves the shipped sample log is exactly what the generator makes, so the wire format of
+// schema 1 cannot drift unnoticed. Set REKINDLE_BLESS=1 to rewrite it after a deliberate change.
+#[test]
+fn shipped_sample_matches_the_generator() {
+    let (_, bytes) = interrupted_run();
+    if std::env::var_os("REKINDLE_BLESS").is_some() {
+        std::fs::write(fixture(), &bytes).unwrap();
+    }
+    assert_eq!(std::fs::read(fixture()).unwrap(), bytes);
+}
+
+// Proves `rekindle fold` prints the next step, the pending calls and the torn-tail note.
+#[test]
+fn fold_prints_the_state() {
+    let out = rekindle(&["fold", fixture().to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stdout.contains("run        sample-run (session sample-session)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("next step  run tools: call_"), "{stdout}");
+    assert!(stdout.contains("terminal   no"), "{stdout}");
+    assert!(stderr.contains("skipped a torn last line"), "{stderr}");
+}
+
+// Proves `--json` gives the same state as the library's fold.
+#[test]
+fn fold_json_matches_the_library() {
+    let (facts, _) = interrupted_run();
+    let state = rekindle::fold::fold(facts).unwrap();
+    let out = rekindle(&["fold", fixture().to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["next_step"]["step"], "run_tools");
+    assert_eq!(value["facts"], state.facts().len() as u64);
+    assert_eq!(
+        value["counters"]["tool_results"],
+        state.counters().tool_results
+    );
+    assert_eq!(
+        value["pending_calls"].as_array().unwrap().len(),
+        state.pending_calls().len()
+    );
+    assert_eq!(value["torn_tail_line"], state.facts().len() as u64 + 1);
+}
+
+// Proves a corrupt log fails with one clear line naming the file and line, and exit code 1.
+#[test]
+fn fold_of_a_corrupt_log_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.jsonl");
+    let mut text = std::fs::read_to_string(fixture()).unwrap();
+    text = text.replacen("\"kind\":\"model.turn\"", "\"kind\":\"model.tur", 1);
+    std::fs::write(&path, text).unwrap();
+    let out = rekindle(&["fold", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("fact log {}: line 3 is corrupt", path.display())),
+        "{stderr}"
+    );
+}
+
+// Proves a log that breaks the run's rules is refused naming the fact.
+#[test]
+fn fold_of_an_invalid_run_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gap.jsonl");
+    let text = std::fs::read_to_string(fixture()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    std::fs::write(&path, format!("{}\n{}\n", lines[0], lines[2])).unwrap();
+    let out = rekindle(&["fold", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("expected seq 2, facts 2..2 are missing"),
+        "{stderr}"
+    );
+}
+
+// Proves a missing file is a clear error naming it.
+#[test]
+fn fold_of_a_missing_file_names_it() {
+    let out = rekindle(&["fold", "/nonexistent/run.jsonl"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("fact log /nonexistent/run.jsonl: cannot open"),
+        "{stderr}"
+    );
+}
+
+// Proves `--help` documents the commands and the fleet binaries print their usage.
+#[test]
+fn help_documents_commands() {
+    let out = rekindle(&["--help"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout).unwrap().contains("fold"));
+    for bin in [
+        env!("CARGO_BIN_EXE_rekindle-worker"),
+        env!("CARGO_BIN_EXE_rekindle-coordinator"),
+    ] {
+        let help = Command::new(bin).arg("--help").output().unwrap();
+        assert!(help.status.success());
+        assert!(String::from_utf8(help.stdout).unwrap().contains("Usage:"));
+        let bare = Command::new(bin).output().unwrap();
+        assert_eq!(bare.status.code(), Some(2), "{bin} without arguments");
+    }
+}
