@@ -4,6 +4,23 @@
 //! [`fold`] turns facts into resumable [`fold::RunState`]; the local [`log`] keeps a run's facts
 //! durably on disk; the [`fingerprint`] guards against resuming under a different
 //! configuration. See ARCHITECTURE.md for the map and the invariants.
+//!
+//! ```
+//! use rekindle::fold::{self, Step};
+//! use rekindle::sample;
+//!
+//! // A finished sample run folds to a state whose next step is "done".
+//! let facts = sample::run("r-1", 20, 7);
+//! let state = fold::fold(facts.clone()).expect("a valid run");
+//! assert!(matches!(state.next_step(), Step::Done { .. }));
+//!
+//! // Folding is incremental: the first half, then the rest, gives the same state.
+//! let mut incremental = fold::fold(facts[..10].to_vec()).expect("a valid prefix");
+//! for fact in facts[10..].iter().cloned() {
+//!     incremental.apply(fact).expect("the rest applies");
+//! }
+//! assert_eq!(incremental, state);
+//! ```
 
 pub mod error;
 pub mod fact;
