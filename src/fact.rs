@@ -72,6 +72,10 @@ string_id!(
     /// Identifies a question the run asked a human.
     QuestionId
 );
+string_id!(
+    /// The host-chosen ID of a recovery: the continuation of an interrupted run.
+    RecoveryId
+);
 
 /// Position of a fact in its run: 1 for `meta`, then one more per fact, no gaps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -22,11 +22,17 @@
 //! assert_eq!(incremental, state);
 //! ```
 
+pub mod clock;
 pub mod error;
 pub mod fact;
 pub mod fingerprint;
 pub mod fold;
+pub mod generation;
+pub mod layout;
+pub mod lease;
 pub mod log;
+pub mod recovery;
 pub mod sample;
+pub mod store;
 
 pub use error::{Error, ErrorKind, Result};

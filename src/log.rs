@@ -17,11 +17,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Error;
 use crate::fact::{self, DecodeError, Fact, MAX_FACT_BYTES, Seq};
-use crate::fingerprint::sha256_hex;
 use crate::fold::RunState;
-
-/// Longest run ID used as a file name as-is.
-const MAX_PLAIN_NAME: usize = 128;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -107,7 +103,7 @@ pub fn default_dir_from(
     Ok(base.join("rekindle").join("runs"))
 }
 
-/// The file name of a run's log.
+/// The file name of a run's log: [`crate::layout::encode_id`] plus `.jsonl`.
 ///
 /// An ID of 1–128 ASCII letters, digits and `_ . : -` is used as-is, unless it starts with
 /// `.` (so `.` and `..` stay names of files, not directories) or with `s-` (reserved for the
@@ -115,17 +111,7 @@ pub fn default_dir_from(
 /// `s-` plus the SHA-256 of its bytes in full hex, which no two different IDs share and which
 /// cannot escape the directory.
 pub fn file_name(run_id: &str) -> String {
-    let plain = (1..=MAX_PLAIN_NAME).contains(&run_id.len())
-        && run_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
-        && !run_id.starts_with('.')
-        && !run_id.starts_with("s-");
-    if plain {
-        format!("{run_id}.jsonl")
-    } else {
-        format!("s-{}.jsonl", sha256_hex(run_id.as_bytes()))
-    }
+    format!("{}.jsonl", crate::layout::encode_id(run_id))
 }
 
 /// A directory of fact logs, created 0700.

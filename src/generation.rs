@@ -1,0 +1,749 @@
+//! Run generations: the immutable objects that commit a run's facts to the bucket.
+//!
+//! This module owns the generation object format, the chain of numbered generations
+//! (`runs/<shard>/<run>/gen/<n>`), committing (exactly one create-if-absent PUT per commit),
+//! fencing, the snapshot policy, finding the newest generation without a LIST, and loading a
+//! run back with every continuity check. It never holds or judges leases: the epoch it writes
+//! with is handed to it.
+//!
+//! Architecture invariant: a committed generation is never modified (brief, invariant 1).
+//! Generations are created with create-if-absent and never overwritten; gc deletes only
+//! superseded ones, and never the first generation of an epoch (see `gc.rs`).
+//!
+//! Architecture invariant: a zombie writer cannot commit after its successor's first commit
+//! (brief, invariant 2). Generation numbers are slots: a writer creates slot `n + 1` only after
+//! it wrote or read slot `n`. A new lease holder's first act is a fence generation in the next
+//! free slot carrying its higher epoch. The old writer's next create hits an occupied slot,
+//! reads it, sees the higher epoch and stops with [`GenerationError::Fenced`]. Slots written by
+//! the old writer before the fence are simply part of the chain: the fence comes after them.
+//!
+//! Architecture invariant: nothing acknowledged is lost (brief, invariant 8): `commit` returns
+//! only after the generation holding the facts exists in the store, or after reading back the
+//! occupied slot and finding our own writer nonce there (a lost response).
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::fact::{self, Fact, RunId, Seq};
+use crate::fingerprint::sha256_hex;
+use crate::fold::{FoldError, RunState};
+use crate::layout::{self, FORMAT_VERSION};
+use crate::store::{ETag, Store, StoreError};
+
+const KIND: &str = "run.generation";
+/// How many generations are fetched at once when loading.
+const LOAD_CONCURRENCY: usize = 8;
+/// How often a takeover retries its fence when the old writer keeps slipping commits in.
+const FENCE_ATTEMPTS: usize = 8;
+
+/// One generation object.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Generation {
+    pub format: u32,
+    pub kind: String,
+    pub run_id: RunId,
+    pub generation: u64,
+    /// A snapshot holds every fact from seq 1; a delta holds the facts since the previous
+    /// generation.
+    pub snapshot: bool,
+    /// The snapshot generation this one builds on (itself, for a snapshot).
+    pub base: u64,
+    /// The lease epoch of the writer; never lower than the previous generation's.
+    pub epoch: u64,
+    /// A nonce unique to the writer, to recognise our own write after a lost response.
+    pub writer: String,
+    /// Seq range covered: `first_seq..=last_seq` (empty when `first_seq > last_seq`).
+    pub first_seq: u64,
+    pub last_seq: u64,
+    /// First generation of each epoch so far (carried forward), so gc knows which slots a
+    /// stale writer could still aim at.
+    #[serde(default)]
+    pub epoch_starts: Vec<(u64, u64)>,
+    pub at_ms: u64,
+    /// SHA-256 of the facts' encoded lines, checked on load.
+    pub facts_sha256: String,
+    pub facts: Vec<Fact>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerationError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("generation object '{key}' is corrupt: {reason}")]
+    Corrupt { key: String, reason: String },
+    #[error("generation object '{key}' has format {found}, this build reads up to {supported}")]
+    FutureFormat {
+        key: String,
+        found: u32,
+        supported: u32,
+    },
+    #[error("refusing generation object '{key}': it belongs to run \"{found}\", not \"{expected}\"")]
+    ForeignRun {
+        key: String,
+        expected: RunId,
+        found: RunId,
+    },
+    #[error("run \"{run}\" has no generations")]
+    NotFound { run: RunId },
+    #[error("run \"{run}\" already exists (generation 1 was written by another writer)")]
+    AlreadyExists { run: RunId },
+    #[error(
+        "run \"{run}\": fenced at generation {generation}: it was written by epoch {by_epoch}, this writer holds epoch {epoch}; another holder owns the run now"
+    )]
+    Fenced {
+        run: RunId,
+        generation: u64,
+        epoch: u64,
+        by_epoch: u64,
+    },
+    #[error("run \"{run}\": generation {generation} was committed by another writer at epoch {by_epoch} (ours {epoch}); reload and retry")]
+    Conflict {
+        run: RunId,
+        generation: u64,
+        epoch: u64,
+        by_epoch: u64,
+    },
+    #[error("generation object '{key}': {reason}")]
+    Discontinuous { key: String, reason: String },
+    #[error("generation object '{key}': {source}")]
+    Fold {
+        key: String,
+        #[source]
+        source: FoldError,
+    },
+}
+
+/// When a commit writes a snapshot instead of a delta.
+#[derive(Clone, Copy, Debug)]
+pub struct SnapshotPolicy {
+    /// Always snapshot after this many deltas, bounding load cost to one snapshot plus this
+    /// many deltas.
+    pub max_deltas: u32,
+    /// Snapshot earlier, once at least `min_deltas` deltas have accumulated as many bytes as
+    /// the last snapshot: total bytes written stay within a small factor of the fact bytes.
+    pub min_deltas: u32,
+}
+
+impl Default for SnapshotPolicy {
+    fn default() -> Self {
+        SnapshotPolicy {
+            max_deltas: 32,
+            min_deltas: 8,
+        }
+    }
+}
+
+fn encode_facts(facts: &[Fact]) -> Result<(Vec<u8>, String), fact::DecodeError> {
+    let mut lines = Vec::new();
+    for fact in facts {
+        lines.extend(fact::encode(fact)?);
+        lines.push(b'\n');
+    }
+    let digest = sha256_hex(&lines);
+    Ok((lines, digest))
+}
+
+fn facts_digest(facts: &[Fact]) -> Result<String, fact::DecodeError> {
+    encode_facts(facts).map(|(_, digest)| digest)
+}
+
+/// Parses and checks one generation object read from `key`.
+pub fn decode(key: &str, run: &RunId, bytes: &[u8]) -> Result<Generation, GenerationError> {
+    let corrupt = |reason: String| GenerationError::Corrupt {
+        key: key.to_owned(),
+        reason,
+    };
+    #[derive(Deserialize)]
+    struct Header {
+        format: Option<u32>,
+        kind: Option<String>,
+    }
+    let header: Header = serde_json::from_slice(bytes)
+        .map_err(|e| corrupt(format!("not a Rekindle object ({e})")))?;
+    match header.format {
+        Some(found) if found > FORMAT_VERSION => {
+            return Err(GenerationError::FutureFormat {
+                key: key.to_owned(),
+                found,
+                supported: FORMAT_VERSION,
+            });
+        }
+        Some(_) => {}
+        None => return Err(corrupt("no format field: not written by Rekindle".into())),
+    }
+    if header.kind.as_deref() != Some(KIND) {
+        return Err(corrupt(format!(
+            "unknown object kind {:?} where a run generation belongs",
+            header.kind
+        )));
+    }
+    let generation: Generation =
+        serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    if generation.run_id != *run {
+        return Err(GenerationError::ForeignRun {
+            key: key.to_owned(),
+            expected: run.clone(),
+            found: generation.run_id,
+        });
+    }
+    if layout::generation_number(key) != Some(generation.generation) {
+        return Err(corrupt(format!(
+            "it says it is generation {}",
+            generation.generation
+        )));
+    }
+    let digest = facts_digest(&generation.facts).map_err(|e| corrupt(e.to_string()))?;
+    if digest != generation.facts_sha256 {
+        return Err(corrupt("facts do not match their SHA-256".into()));
+    }
+    let expected_len = (generation.last_seq + 1).saturating_sub(generation.first_seq);
+    let in_order = generation
+        .facts
+        .iter()
+        .enumerate()
+        .all(|(i, f)| f.seq == Seq(generation.first_seq + i as u64));
+    if generation.facts.len() as u64 != expected_len || !in_order {
+        return Err(corrupt(format!(
+            "facts do not cover the declared seq range {}..={}",
+            generation.first_seq, generation.last_seq
+        )));
+    }
+    Ok(generation)
+}
+
+/// The chain of immutable numbered objects under one base key, with a hint object that
+/// points at the newest snapshot. Shared by run generations and checkpoints.
+#[derive(Clone, Debug)]
+pub struct Chain {
+    store: Store,
+    base: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Hint {
+    format: u32,
+    kind: String,
+    /// A generation known to exist, at or after every generation gc may have deleted.
+    generation: u64,
+}
+
+impl Chain {
+    pub fn new(store: &Store, base: String) -> Self {
+        Chain {
+            store: store.clone(),
+            base,
+        }
+    }
+
+    pub fn key(&self, n: u64) -> String {
+        layout::generation(&self.base, n)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Reads the hint: a generation that exists and from which the newest is probed.
+    pub async fn hint(&self) -> Result<Option<(u64, ETag)>, StoreError> {
+        let key = layout::head(&self.base);
+        Ok(self.store.read(&key).await?.and_then(|object| {
+            serde_json::from_slice::<Hint>(&object.bytes)
+                .ok()
+                .map(|hint| (hint.generation, object.etag))
+        }))
+    }
+
+    /// Moves the hint forward to `n` (never backwards). Best effort: a lost race only means
+    /// a later reader probes a little further.
+    pub async fn advance_hint(&self, n: u64) -> Result<(), StoreError> {
+        let key = layout::head(&self.base);
+        let hint = Hint {
+            format: FORMAT_VERSION,
+            kind: "chain.head".into(),
+            generation: n,
+        };
+        let bytes = Bytes::from(serde_json::to_vec(&hint).unwrap_or_default());
+        match self.hint().await? {
+            None => match self.store.create(&key, bytes).await {
+                Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
+                Err(other) => Err(other),
+            },
+            Some((current, _)) if current >= n => Ok(()),
+            Some((_, etag)) => match self.store.swap(&key, bytes, &etag).await {
+                Ok(_) | Err(StoreError::Changed { .. }) => Ok(()),
+                Err(other) => Err(other),
+            },
+        }
+    }
+
+    async fn exists(&self, n: u64) -> Result<bool, StoreError> {
+        Ok(self.store.head(&self.key(n)).await?.is_some())
+    }
+
+    /// The newest generation number, found without a LIST: from the hint (or 1), probe
+    /// forward exponentially for a missing slot, then binary-search the boundary. Slots from
+    /// the hint on are contiguous (created in order, never deleted), so this costs
+    /// O(log distance) HEAD requests. Falls back to one bounded LIST only if the hinted
+    /// generation is missing (a damaged hint).
+    pub async fn latest(&self) -> Result<Option<u64>, StoreError> {
+        let start = match self.hint().await? {
+            Some((n, _)) => n,
+            None => 1,
+        };
+        if !self.exists(start).await? {
+            if start == 1 {
+                return Ok(None);
+            }
+            tracing::warn!(base = %self.base, hint = start, "hinted generation missing; listing");
+            return self.latest_by_listing().await;
+        }
+        self.probe_from(start).await.map(Some)
+    }
+
+    /// The newest generation, given that `known` exists.
+    pub async fn probe_from(&self, known: u64) -> Result<u64, StoreError> {
+        let (mut low, mut step) = (known, 1u64);
+        let high = loop {
+            let candidate = low + step;
+            if self.exists(candidate).await? {
+                low = candidate;
+                step = step.saturating_mul(2);
+            } else {
+                break candidate;
+            }
+        };
+        let mut high = high;
+        while high - low > 1 {
+            let middle = low + (high - low) / 2;
+            if self.exists(middle).await? {
+                low = middle;
+            } else {
+                high = middle;
+            }
+        }
+        Ok(low)
+    }
+
+    async fn latest_by_listing(&self) -> Result<Option<u64>, StoreError> {
+        let prefix = format!("{}/gen/", self.base);
+        let mut after: Option<String> = None;
+        let mut newest = None;
+        loop {
+            let page = self.store.list(&prefix, after.as_deref(), 1000).await?;
+            if page.is_empty() {
+                break;
+            }
+            for entry in &page {
+                if let Some(n) = layout::generation_number(&entry.key) {
+                    newest = newest.max(Some(n));
+                }
+            }
+            after = page.last().map(|entry| entry.key.clone());
+        }
+        Ok(newest)
+    }
+}
+
+/// A run loaded from the bucket.
+#[derive(Debug)]
+pub struct Loaded {
+    pub state: RunState,
+    /// The newest generation read.
+    pub generation: u64,
+    /// The epoch of the newest generation.
+    pub epoch: u64,
+    /// SHA-256 of the newest generation object's bytes, for pinning a recovery to it.
+    pub digest: String,
+    /// The snapshot the chain was read from.
+    pub base: u64,
+    pub epoch_starts: Vec<(u64, u64)>,
+    /// Bytes of the snapshot read, and the deltas read after it.
+    pub snapshot_bytes: u64,
+    pub delta_count: u32,
+    pub delta_bytes: u64,
+}
+
+/// Loads a run: the newest generation (or `up_to`), its snapshot and the deltas after it,
+/// checking format, ownership, continuity, epochs and digests, and folding every fact.
+pub async fn load(store: &Store, run: &RunId, up_to: Option<u64>) -> Result<Loaded, GenerationError> {
+    let chain = Chain::new(store, layout::run_base(run.as_str()));
+    let newest = match up_to {
+        Some(n) => n,
+        None => chain
+            .latest()
+            .await?
+            .ok_or_else(|| GenerationError::NotFound { run: run.clone() })?,
+    };
+    let read = |n: u64| {
+        let chain = chain.clone();
+        async move {
+            let key = chain.key(n);
+            match chain.store().read(&key).await? {
+                Some(object) => Ok((key, object)),
+                None => Err(GenerationError::Discontinuous {
+                    key,
+                    reason: format!("generation {n} is missing"),
+                }),
+            }
+        }
+    };
+    let (newest_key, newest_object) = read(newest).await?;
+    let newest_generation = decode(&newest_key, run, &newest_object.bytes)?;
+    let digest = sha256_hex(&newest_object.bytes);
+    let base = newest_generation.base;
+    if base > newest {
+        return Err(GenerationError::Corrupt {
+            key: newest_key,
+            reason: format!("it builds on snapshot {base}, which is newer than itself"),
+        });
+    }
+    let mut objects: Vec<(String, Bytes)> = futures::stream::iter(base..newest)
+        .map(read)
+        .buffered(LOAD_CONCURRENCY)
+        .map(|result| result.map(|(key, object)| (key, object.bytes)))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    objects.push((newest_key, newest_object.bytes));
+
+    let mut state = RunState::default();
+    let mut previous: Option<Generation> = None;
+    let (mut snapshot_bytes, mut delta_count, mut delta_bytes) = (0, 0, 0);
+    for (key, bytes) in &objects {
+        let generation = decode(key, run, bytes)?;
+        let discontinuous = |reason: String| GenerationError::Discontinuous {
+            key: key.clone(),
+            reason,
+        };
+        match &previous {
+            None => {
+                if !generation.snapshot || generation.first_seq != 1 {
+                    return Err(discontinuous(format!(
+                        "the chain starts here but it is not a snapshot from seq 1 (newest generation {newest} builds on it)"
+                    )));
+                }
+                snapshot_bytes = bytes.len() as u64;
+            }
+            Some(previous) => {
+                if generation.snapshot || generation.base != base {
+                    return Err(discontinuous(format!(
+                        "expected a delta on snapshot {base}, found {} on {}",
+                        if generation.snapshot { "a snapshot" } else { "a delta" },
+                        generation.base
+                    )));
+                }
+                if generation.epoch < previous.epoch {
+                    return Err(discontinuous(format!(
+                        "epoch {} is lower than epoch {} of generation {}",
+                        generation.epoch, previous.epoch, previous.generation
+                    )));
+                }
+                if generation.first_seq > previous.last_seq + 1 {
+                    return Err(discontinuous(format!(
+                        "facts {}..{} are missing (generation {} ends at seq {})",
+                        previous.last_seq + 1,
+                        generation.first_seq - 1,
+                        previous.generation,
+                        previous.last_seq
+                    )));
+                }
+                delta_count += 1;
+                delta_bytes += bytes.len() as u64;
+            }
+        }
+        // Overlapping facts must be identical: the fold treats them as no-ops or refuses.
+        for fact in generation.facts.iter().cloned() {
+            state.apply(fact).map_err(|source| GenerationError::Fold {
+                key: key.clone(),
+                source,
+            })?;
+        }
+        previous = Some(generation);
+    }
+    let newest_generation = previous.unwrap_or(newest_generation);
+    Ok(Loaded {
+        state,
+        generation: newest,
+        epoch: newest_generation.epoch,
+        digest,
+        base,
+        epoch_starts: newest_generation.epoch_starts,
+        snapshot_bytes,
+        delta_count: if base == newest { 0 } else { delta_count },
+        delta_bytes,
+    })
+}
+
+/// Commits a run's facts as generations, holding one lease epoch.
+#[derive(Debug)]
+pub struct RunWriter {
+    chain: Chain,
+    run: RunId,
+    epoch: u64,
+    nonce: String,
+    state: RunState,
+    /// The newest generation in the chain as this writer knows it.
+    generation: u64,
+    /// Seq of the last fact committed.
+    committed: Seq,
+    base: u64,
+    epoch_starts: Vec<(u64, u64)>,
+    snapshot_bytes: u64,
+    delta_count: u32,
+    delta_bytes: u64,
+    policy: SnapshotPolicy,
+}
+
+impl RunWriter {
+    /// Starts a new run: generation 1, a snapshot of `facts` (its meta and first facts).
+    pub async fn create(
+        store: &Store,
+        facts: Vec<Fact>,
+        epoch: u64,
+        policy: SnapshotPolicy,
+    ) -> Result<RunWriter, GenerationError> {
+        let state = crate::fold::fold(facts).map_err(|source| GenerationError::Fold {
+            key: "(new run)".into(),
+            source,
+        })?;
+        let run = state
+            .run_id()
+            .cloned()
+            .ok_or_else(|| GenerationError::Corrupt {
+                key: "(new run)".into(),
+                reason: "a new run needs its meta fact".into(),
+            })?;
+        let mut writer = RunWriter {
+            chain: Chain::new(store, layout::run_base(run.as_str())),
+            run,
+            epoch,
+            nonce: store.clock().nonce(),
+            state: RunState::default(),
+            generation: 0,
+            committed: Seq(0),
+            base: 0,
+            epoch_starts: Vec::new(),
+            snapshot_bytes: 0,
+            delta_count: 0,
+            delta_bytes: 0,
+            policy,
+        };
+        let facts = state.into_facts();
+        match writer.commit_facts(facts, true).await {
+            Err(GenerationError::Fenced { .. } | GenerationError::Conflict { .. }) => {
+                Err(GenerationError::AlreadyExists {
+                    run: writer.run.clone(),
+                })
+            }
+            Err(other) => Err(other),
+            Ok(()) => Ok(writer),
+        }
+    }
+
+    /// Takes over a run at a (new, higher) lease epoch: loads it, then writes the fence
+    /// generation that stops every older writer. Retries if an older writer slips a commit
+    /// into the slot first (its facts are then part of the run; the fence follows them).
+    pub async fn resume(
+        store: &Store,
+        run: &RunId,
+        epoch: u64,
+        policy: SnapshotPolicy,
+    ) -> Result<RunWriter, GenerationError> {
+        let mut last_error = None;
+        for _ in 0..FENCE_ATTEMPTS {
+            let loaded = load(store, run, None).await?;
+            if loaded.epoch > epoch {
+                return Err(GenerationError::Fenced {
+                    run: run.clone(),
+                    generation: loaded.generation,
+                    epoch,
+                    by_epoch: loaded.epoch,
+                });
+            }
+            let mut writer = RunWriter {
+                chain: Chain::new(store, layout::run_base(run.as_str())),
+                run: run.clone(),
+                epoch,
+                nonce: store.clock().nonce(),
+                committed: loaded.state.last_seq(),
+                state: loaded.state,
+                generation: loaded.generation,
+                base: loaded.base,
+                epoch_starts: loaded.epoch_starts,
+                snapshot_bytes: loaded.snapshot_bytes,
+                delta_count: loaded.delta_count,
+                delta_bytes: loaded.delta_bytes,
+                policy,
+            };
+            if loaded.epoch == epoch {
+                // Our own epoch already fenced this run (a restart of the same holding).
+                return Ok(writer);
+            }
+            match writer.commit_facts(Vec::new(), false).await {
+                Ok(()) => return Ok(writer),
+                Err(error @ GenerationError::Conflict { .. }) => last_error = Some(error),
+                Err(other) => return Err(other),
+            }
+        }
+        Err(last_error.unwrap_or(GenerationError::NotFound { run: run.clone() }))
+    }
+
+    pub fn state(&self) -> &RunState {
+        &self.state
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn run_id(&self) -> &RunId {
+        &self.run
+    }
+
+    /// The newest generation this writer committed or saw.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Seq of the last committed fact.
+    pub fn committed(&self) -> Seq {
+        self.committed
+    }
+
+    /// Commits every fact of `state` not yet committed, in one PUT. `facts` must continue the
+    /// run (they are folded first; a fact that breaks the run's rules is refused unwritten).
+    pub async fn commit(&mut self, facts: Vec<Fact>) -> Result<(), GenerationError> {
+        if facts.is_empty() {
+            return Ok(());
+        }
+        self.commit_facts(facts, false).await
+    }
+
+    async fn commit_facts(&mut self, facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
+        let mut state = self.state.clone();
+        let mut new_facts = Vec::with_capacity(facts.len());
+        for fact in facts {
+            let seq = fact.seq;
+            if seq <= self.committed {
+                // Already committed: must be identical (the fold checks), then skipped.
+                state.apply(fact).map_err(|source| GenerationError::Fold {
+                    key: "(commit)".into(),
+                    source,
+                })?;
+                continue;
+            }
+            state
+                .apply(fact.clone())
+                .map_err(|source| GenerationError::Fold {
+                    key: "(commit)".into(),
+                    source,
+                })?;
+            new_facts.push(fact);
+        }
+        let n = self.generation + 1;
+        let (new_lines, _) = encode_facts(&new_facts).map_err(|e| GenerationError::Corrupt {
+            key: self.chain.key(n),
+            reason: e.to_string(),
+        })?;
+        let snapshot = first
+            || self.delta_count + 1 >= self.policy.max_deltas
+            || (self.delta_count + 1 >= self.policy.min_deltas
+                && self.delta_bytes + new_lines.len() as u64 >= self.snapshot_bytes);
+        let mut epoch_starts = self.epoch_starts.clone();
+        if epoch_starts.last().is_none_or(|&(epoch, _)| epoch < self.epoch) {
+            epoch_starts.push((self.epoch, n));
+        }
+        let facts = if snapshot {
+            state.facts().to_vec()
+        } else {
+            new_facts
+        };
+        let (_, digest) = encode_facts(&facts).map_err(|e| GenerationError::Corrupt {
+            key: self.chain.key(n),
+            reason: e.to_string(),
+        })?;
+        let generation = Generation {
+            format: FORMAT_VERSION,
+            kind: KIND.into(),
+            run_id: self.run.clone(),
+            generation: n,
+            snapshot,
+            base: if snapshot { n } else { self.base },
+            epoch: self.epoch,
+            writer: self.nonce.clone(),
+            first_seq: if snapshot { 1 } else { self.committed.0 + 1 },
+            last_seq: state.last_seq().0,
+            epoch_starts: epoch_starts.clone(),
+            at_ms: self.chain.store().clock().wall_ms(),
+            facts_sha256: digest,
+            facts,
+        };
+        let bytes = Bytes::from(serde_json::to_vec(&generation).map_err(|e| {
+            GenerationError::Corrupt {
+                key: self.chain.key(n),
+                reason: e.to_string(),
+            }
+        })?);
+        let size = bytes.len() as u64;
+        let key = self.chain.key(n);
+        match self.chain.store().create(&key, bytes).await {
+            Ok(_) => {}
+            Err(StoreError::AlreadyExists { .. }) => {
+                return Err(self.occupied(n, &key).await);
+            }
+            Err(other) => return Err(other.into()),
+        }
+        self.state = state;
+        self.generation = n;
+        self.committed = self.state.last_seq();
+        self.epoch_starts = epoch_starts;
+        if snapshot {
+            self.base = n;
+            self.snapshot_bytes = size;
+            self.delta_count = 0;
+            self.delta_bytes = 0;
+            if let Err(error) = self.chain.advance_hint(n).await {
+                tracing::warn!(run_id = %self.run, generation = n, %error, "could not advance the head hint");
+            }
+        } else {
+            self.delta_count += 1;
+            self.delta_bytes += size;
+        }
+        Ok(())
+    }
+
+    /// Someone else holds slot `n`: tell a fencing successor from a conflict.
+    async fn occupied(&self, n: u64, key: &str) -> GenerationError {
+        let other = match self.chain.store().read(key).await {
+            Ok(Some(object)) => match decode(key, &self.run, &object.bytes) {
+                Ok(generation) => generation,
+                Err(error) => return error,
+            },
+            Ok(None) => {
+                return GenerationError::Discontinuous {
+                    key: key.to_owned(),
+                    reason: "the slot was reported taken but is empty".into(),
+                };
+            }
+            Err(error) => return error.into(),
+        };
+        if other.epoch > self.epoch {
+            tracing::info!(run_id = %self.run, epoch = self.epoch, by_epoch = other.epoch, generation = n, "fenced");
+            GenerationError::Fenced {
+                run: self.run.clone(),
+                generation: n,
+                epoch: self.epoch,
+                by_epoch: other.epoch,
+            }
+        } else {
+            GenerationError::Conflict {
+                run: self.run.clone(),
+                generation: n,
+                epoch: self.epoch,
+                by_epoch: other.epoch,
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The bucket layout: every key Rekindle writes, in one place, under a format version.
+//!
+//! ```text
+//! <prefix>/rekindle-format                         format marker {"format":1}
+//! runs/<shard>/<run>/gen/<n:020>                   run generations (immutable, create-if-absent)
+//! runs/<shard>/<run>/head                          hint: newest snapshot generation (CAS, monotonic)
+//! runs/<shard>/<run>/lease                         the run's lease: holder, epoch, TTL (CAS)
+//! runs/<shard>/<run>/recovered-by                  which recovery ID claimed this source run (create-if-absent)
+//! runs/<shard>/<run>/loop/gen/<n:020>              loop checkpoints (immutable)
+//! heartbeats/<shard>/<holder>                      one liveness object per process (overwritten)
+//! recoveries/<shard>/<recovery>                    recovery records (create-if-absent, then CAS)
+//! index/<shard>/<run>                              active-run index entry (one per run not yet done)
+//! sessions/<shard>/<session>/gen/<n:020>           session snapshot envelopes (immutable)
+//! workflows/<shard>/<workflow>/gen/<n:020>         workflow checkpoints (immutable)
+//! probe/<nonce>/...                                capability probe scratch keys (deleted after)
+//! ```
+//!
+//! `<shard>` is the first two hex digits of the SHA-256 of the ID, so a large fleet's writes
+//! spread over 256 key prefixes. IDs are encoded with [`encode_id`] so that any ID — with `/`,
+//! `..`, NUL, newlines or 10 000 characters — maps to exactly one safe key segment. Never does
+//! I/O.
+
+use crate::fingerprint::sha256_hex;
+
+/// The version of this layout and of every object's envelope. Readers refuse newer ones.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Longest ID used as a key or file name as-is.
+const MAX_PLAIN_ID: usize = 128;
+
+/// A safe path segment for an ID: the ID itself when it is 1–128 ASCII letters, digits and
+/// `_ . : -` not starting with `.` or `s-`; otherwise `s-` plus the full SHA-256 hex of its
+/// bytes, which no two different IDs share (a truncated hex encoding of the ID itself would
+/// make two long IDs with a common prefix collide).
+pub fn encode_id(id: &str) -> String {
+    let plain = (1..=MAX_PLAIN_ID).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+        && !id.starts_with('.')
+        && !id.starts_with("s-");
+    if plain {
+        id.to_owned()
+    } else {
+        format!("s-{}", sha256_hex(id.as_bytes()))
+    }
+}
+
+fn shard(id: &str) -> String {
+    sha256_hex(id.as_bytes())[..2].to_owned()
+}
+
+fn spread(kind: &str, id: &str) -> String {
+    format!("{kind}/{}/{}", shard(id), encode_id(id))
+}
+
+pub fn format_marker() -> &'static str {
+    "rekindle-format"
+}
+
+pub fn run_base(run_id: &str) -> String {
+    spread("runs", run_id)
+}
+
+pub fn lease(run_id: &str) -> String {
+    format!("{}/lease", run_base(run_id))
+}
+
+pub fn recovered_by(run_id: &str) -> String {
+    format!("{}/recovered-by", run_base(run_id))
+}
+
+pub fn loop_base(run_id: &str) -> String {
+    format!("{}/loop", run_base(run_id))
+}
+
+pub fn heartbeat(holder: &str) -> String {
+    spread("heartbeats", holder)
+}
+
+pub fn recovery(recovery_id: &str) -> String {
+    spread("recoveries", recovery_id)
+}
+
+pub fn index_entry(run_id: &str) -> String {
+    spread("index", run_id)
+}
+
+pub fn index_prefix() -> &'static str {
+    "index/"
+}
+
+pub fn recoveries_prefix() -> &'static str {
+    "recoveries/"
+}
+
+pub fn runs_prefix() -> &'static str {
+    "runs/"
+}
+
+pub fn session_base(session_id: &str) -> String {
+    spread("sessions", session_id)
+}
+
+pub fn workflow_base(workflow_id: &str) -> String {
+    spread("workflows", workflow_id)
+}
+
+/// The key of generation `n` in the chain at `base`. Zero-padded so keys sort by number.
+pub fn generation(base: &str, n: u64) -> String {
+    format!("{base}/gen/{n:020}")
+}
+
+/// The hint object of the chain at `base`.
+pub fn head(base: &str) -> String {
+    format!("{base}/head")
+}
+
+/// Parses the generation number from a generation key.
+pub fn generation_number(key: &str) -> Option<u64> {
+    let (_, last) = key.rsplit_once("/gen/")?;
+    if last.len() == 20 {
+        last.parse().ok()
+    } else {
+        None
+    }
+}

@@ -1,0 +1,474 @@
+//! Leases: who may write a run now, with an epoch (fencing token) that only grows.
+//!
+//! This module owns the lease object (`runs/<shard>/<run>/lease`), per-process heartbeats
+//! (`heartbeats/<shard>/<holder>`), and judging expiry. Every lease change is a conditional
+//! write. Liveness is renewed per process, not per run: a lease names its holder's heartbeat
+//! object, and the holder rewrites that one object every interval, however many runs it holds.
+//!
+//! Architecture invariant: lease expiry never compares two machines' clocks (brief, hard
+//! case "clock skew"). A contender declares a lease expired only after it saw both the lease
+//! object and the holder's heartbeat object keep the same ETag for a whole TTL on its *own*
+//! monotonic clock ([`ExpiryWatch`]); then it takes over with a compare-and-swap on the lease
+//! ETag it observed, bumping the epoch. Safety never rests on this timer: a holder that was
+//! merely slow is fenced by the epoch at its next commit (see `generation.rs`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::fact::RunId;
+use crate::layout::{self, FORMAT_VERSION};
+use crate::store::{ETag, Store, StoreError};
+
+const LEASE_KIND: &str = "run.lease";
+const HEARTBEAT_KIND: &str = "heartbeat";
+/// Bound on compare-and-swap retries when the lease changes under us.
+const CAS_ATTEMPTS: usize = 8;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub format: u32,
+    pub kind: String,
+    pub run_id: RunId,
+    pub holder: String,
+    /// Process incarnation of the holder, so a restarted holder with the same ID is told
+    /// apart from the one that took the lease.
+    pub holder_nonce: String,
+    /// Key of the holder's heartbeat object.
+    pub heartbeat: String,
+    pub epoch: u64,
+    pub ttl_ms: u64,
+    /// Released by its holder (graceful stop or run finished); the next acquirer bumps the
+    /// epoch without waiting.
+    pub released: bool,
+    pub at_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub format: u32,
+    pub kind: String,
+    pub holder: String,
+    pub holder_nonce: String,
+    /// Grows with every beat, so every beat changes the object's ETag.
+    pub beat: u64,
+    pub ttl_ms: u64,
+    pub at_ms: u64,
+}
+
+/// A lease as read, with its version.
+#[derive(Clone, Debug)]
+pub struct LeaseView {
+    pub lease: Lease,
+    pub etag: ETag,
+}
+
+/// A lease this process holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub run: RunId,
+    pub epoch: u64,
+    pub etag: ETag,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("run \"{run}\" is leased by '{holder}' at epoch {epoch}")]
+    HeldByOther {
+        run: RunId,
+        holder: String,
+        epoch: u64,
+    },
+    #[error("lease of run \"{run}\" was lost: '{holder}' holds it at epoch {epoch} (ours was {ours})")]
+    Lost {
+        run: RunId,
+        ours: u64,
+        holder: String,
+        epoch: u64,
+    },
+    #[error("lease object '{key}' is corrupt: {reason}")]
+    Corrupt { key: String, reason: String },
+    #[error("lease object '{key}' has format {found}, this build reads up to {supported}")]
+    FutureFormat {
+        key: String,
+        found: u32,
+        supported: u32,
+    },
+    #[error("lease of run \"{run}\" kept changing; gave up after {CAS_ATTEMPTS} attempts")]
+    Contended { run: RunId },
+    #[error("run \"{run}\" is still held by '{holder}': its heartbeat kept changing for {waited_ms} ms")]
+    StillAlive {
+        run: RunId,
+        holder: String,
+        waited_ms: u64,
+    },
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    key: &str,
+    kind: &str,
+    bytes: &[u8],
+) -> Result<T, LeaseError> {
+    #[derive(Deserialize)]
+    struct Header {
+        format: Option<u32>,
+        kind: Option<String>,
+    }
+    let corrupt = |reason: String| LeaseError::Corrupt {
+        key: key.to_owned(),
+        reason,
+    };
+    let header: Header =
+        serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not JSON ({e})")))?;
+    match header.format {
+        Some(found) if found > FORMAT_VERSION => {
+            return Err(LeaseError::FutureFormat {
+                key: key.to_owned(),
+                found,
+                supported: FORMAT_VERSION,
+            });
+        }
+        None => return Err(corrupt("no format field: not written by Rekindle".into())),
+        Some(_) => {}
+    }
+    if header.kind.as_deref() != Some(kind) {
+        return Err(corrupt(format!("expected a {kind} object, found {:?}", header.kind)));
+    }
+    serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))
+}
+
+/// Reads a run's lease.
+pub async fn read_lease(store: &Store, run: &RunId) -> Result<Option<LeaseView>, LeaseError> {
+    let key = layout::lease(run.as_str());
+    match store.read(&key).await? {
+        None => Ok(None),
+        Some(object) => {
+            let lease: Lease = parse(&key, LEASE_KIND, &object.bytes)?;
+            if lease.run_id != *run {
+                return Err(LeaseError::Corrupt {
+                    key,
+                    reason: format!("it belongs to run \"{}\"", lease.run_id),
+                });
+            }
+            Ok(Some(LeaseView {
+                lease,
+                etag: object.etag,
+            }))
+        }
+    }
+}
+
+/// Reads a holder's heartbeat: its version, or `None` if it has none.
+pub async fn read_heartbeat(store: &Store, key: &str) -> Result<Option<(Heartbeat, ETag)>, LeaseError> {
+    match store.read(key).await? {
+        None => Ok(None),
+        Some(object) => {
+            let beat: Heartbeat = parse(key, HEARTBEAT_KIND, &object.bytes)?;
+            Ok(Some((beat, object.etag)))
+        }
+    }
+}
+
+/// One process's identity as a lease holder, with its heartbeat.
+#[derive(Debug)]
+pub struct Holder {
+    store: Store,
+    id: String,
+    nonce: String,
+    ttl: Duration,
+    beats: AtomicU64,
+}
+
+impl Holder {
+    pub fn new(store: &Store, id: impl Into<String>, ttl: Duration) -> Arc<Holder> {
+        Arc::new(Holder {
+            store: store.clone(),
+            id: id.into(),
+            nonce: store.clock().nonce(),
+            ttl,
+            beats: AtomicU64::new(0),
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    pub fn heartbeat_key(&self) -> String {
+        layout::heartbeat(&self.id)
+    }
+
+    /// Renews liveness for every lease this process holds: one PUT.
+    pub async fn beat(&self) -> Result<(), LeaseError> {
+        let beat = Heartbeat {
+            format: FORMAT_VERSION,
+            kind: HEARTBEAT_KIND.into(),
+            holder: self.id.clone(),
+            holder_nonce: self.nonce.clone(),
+            beat: self.beats.fetch_add(1, Ordering::SeqCst) + 1,
+            ttl_ms: self.ttl.as_millis() as u64,
+            at_ms: self.store.clock().wall_ms(),
+        };
+        let bytes = Bytes::from(serde_json::to_vec(&beat).unwrap_or_default());
+        self.store.put(&self.heartbeat_key(), bytes).await?;
+        Ok(())
+    }
+
+    /// Removes the heartbeat on a graceful stop (after releasing leases).
+    pub async fn retire(&self) -> Result<(), LeaseError> {
+        self.store.delete(&self.heartbeat_key()).await?;
+        Ok(())
+    }
+
+    fn lease(&self, run: &RunId, epoch: u64, released: bool) -> Bytes {
+        let lease = Lease {
+            format: FORMAT_VERSION,
+            kind: LEASE_KIND.into(),
+            run_id: run.clone(),
+            holder: self.id.clone(),
+            holder_nonce: self.nonce.clone(),
+            heartbeat: self.heartbeat_key(),
+            epoch,
+            ttl_ms: self.ttl.as_millis() as u64,
+            released,
+            at_ms: self.store.clock().wall_ms(),
+        };
+        Bytes::from(serde_json::to_vec(&lease).unwrap_or_default())
+    }
+
+    /// Takes the lease if nobody holds it: absent, released, or held by an earlier
+    /// incarnation of this same holder ID (which is gone: IDs are unique per live process).
+    /// The epoch always grows.
+    pub async fn acquire(&self, run: &RunId) -> Result<Held, LeaseError> {
+        let key = layout::lease(run.as_str());
+        for _ in 0..CAS_ATTEMPTS {
+            let result = match read_lease(&self.store, run).await? {
+                None => self
+                    .store
+                    .create(&key, self.lease(run, 1, false))
+                    .await
+                    .map(|etag| (1, etag)),
+                Some(view) => {
+                    let lease = &view.lease;
+                    let mine_already = lease.holder == self.id && lease.holder_nonce == self.nonce;
+                    if mine_already && !lease.released {
+                        return Ok(Held {
+                            run: run.clone(),
+                            epoch: lease.epoch,
+                            etag: view.etag,
+                        });
+                    }
+                    if !lease.released && lease.holder != self.id {
+                        return Err(LeaseError::HeldByOther {
+                            run: run.clone(),
+                            holder: lease.holder.clone(),
+                            epoch: lease.epoch,
+                        });
+                    }
+                    let epoch = lease.epoch + 1;
+                    self.store
+                        .swap(&key, self.lease(run, epoch, false), &view.etag)
+                        .await
+                        .map(|etag| (epoch, etag))
+                }
+            };
+            match result {
+                Ok((epoch, etag)) => {
+                    tracing::info!(run_id = %run, epoch, holder = %self.id, "lease acquired");
+                    return Ok(Held {
+                        run: run.clone(),
+                        epoch,
+                        etag,
+                    });
+                }
+                Err(StoreError::AlreadyExists { .. } | StoreError::Changed { .. }) => continue,
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(LeaseError::Contended { run: run.clone() })
+    }
+
+    /// Takes the lease from its current holder by compare-and-swap on the version the caller
+    /// observed, bumping the epoch. Used after [`ExpiryWatch`] judged it expired, or by an
+    /// operator's explicit takeover (then the old holder's in-flight tool call may run twice;
+    /// fencing still stops its commits).
+    pub async fn take_over(&self, observed: &LeaseView) -> Result<Held, LeaseError> {
+        let run = &observed.lease.run_id;
+        let key = layout::lease(run.as_str());
+        let epoch = observed.lease.epoch + 1;
+        match self
+            .store
+            .swap(&key, self.lease(run, epoch, false), &observed.etag)
+            .await
+        {
+            Ok(etag) => {
+                tracing::info!(run_id = %run, epoch, holder = %self.id, from = %observed.lease.holder, "lease taken over");
+                Ok(Held {
+                    run: run.clone(),
+                    epoch,
+                    etag,
+                })
+            }
+            Err(StoreError::Changed { .. }) => {
+                let now = read_lease(&self.store, run).await?;
+                Err(match now {
+                    Some(view) => LeaseError::HeldByOther {
+                        run: run.clone(),
+                        holder: view.lease.holder,
+                        epoch: view.lease.epoch,
+                    },
+                    None => LeaseError::Contended { run: run.clone() },
+                })
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// Releases a held lease so the next acquirer need not wait a TTL. If the lease moved on,
+    /// there is nothing to release.
+    pub async fn release(&self, held: &Held) -> Result<(), LeaseError> {
+        let key = layout::lease(held.run.as_str());
+        match self
+            .store
+            .swap(&key, self.lease(&held.run, held.epoch, true), &held.etag)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(run_id = %held.run, epoch = held.epoch, "lease released");
+                Ok(())
+            }
+            Err(StoreError::Changed { .. }) => Ok(()),
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// Checks that this holder still holds `held` (a cheap GET, for stopping early; commits
+    /// are fenced regardless).
+    pub async fn check(&self, held: &Held) -> Result<(), LeaseError> {
+        match read_lease(&self.store, &held.run).await? {
+            Some(view) if view.lease.epoch == held.epoch && view.lease.holder == self.id && !view.lease.released => Ok(()),
+            Some(view) => Err(LeaseError::Lost {
+                run: held.run.clone(),
+                ours: held.epoch,
+                holder: view.lease.holder,
+                epoch: view.lease.epoch,
+            }),
+            None => Err(LeaseError::Lost {
+                run: held.run.clone(),
+                ours: held.epoch,
+                holder: "(nobody)".into(),
+                epoch: 0,
+            }),
+        }
+    }
+
+    /// Waits until the run's lease is free or judged expired, then takes it. Gives up after
+    /// `max_wait` (on this process's monotonic clock) if the holder stays alive.
+    pub async fn acquire_or_wait(
+        &self,
+        run: &RunId,
+        poll: Duration,
+        max_wait: Duration,
+    ) -> Result<Held, LeaseError> {
+        let clock = Arc::clone(self.store.clock());
+        let start = clock.monotonic();
+        let mut watch = ExpiryWatch::default();
+        loop {
+            let view = match read_lease(&self.store, run).await? {
+                None => return self.acquire(run).await,
+                Some(view) if view.lease.released || view.lease.holder == self.id => {
+                    return self.acquire(run).await;
+                }
+                Some(view) => view,
+            };
+            let heartbeat = read_heartbeat(&self.store, &view.lease.heartbeat)
+                .await?
+                .map(|(_, etag)| etag);
+            let ttl = Duration::from_millis(view.lease.ttl_ms);
+            let now = clock.monotonic();
+            if watch.observe(run, &view.etag, heartbeat.as_ref(), ttl, now) == Verdict::Expired {
+                match self.take_over(&view).await {
+                    Ok(held) => return Ok(held),
+                    Err(LeaseError::HeldByOther { .. }) => watch.forget(run),
+                    Err(other) => return Err(other),
+                }
+            }
+            if now.saturating_sub(start) >= max_wait {
+                return Err(LeaseError::StillAlive {
+                    run: run.clone(),
+                    holder: view.lease.holder,
+                    waited_ms: max_wait.as_millis() as u64,
+                });
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+}
+
+/// Whether a watched lease is still alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Alive,
+    Expired,
+}
+
+#[derive(Clone, Debug)]
+struct Observation {
+    lease: ETag,
+    heartbeat: Option<ETag>,
+    since: Duration,
+}
+
+/// Judges lease expiry from observations on this process's monotonic clock alone: a lease
+/// is expired once its object and its holder's heartbeat were seen unchanged for a full TTL.
+/// Pure: the caller supplies the readings and the time.
+#[derive(Debug, Default)]
+pub struct ExpiryWatch {
+    observed: HashMap<RunId, Observation>,
+}
+
+impl ExpiryWatch {
+    pub fn observe(
+        &mut self,
+        run: &RunId,
+        lease: &ETag,
+        heartbeat: Option<&ETag>,
+        ttl: Duration,
+        now: Duration,
+    ) -> Verdict {
+        let entry = self
+            .observed
+            .entry(run.clone())
+            .or_insert_with(|| Observation {
+                lease: lease.clone(),
+                heartbeat: heartbeat.cloned(),
+                since: now,
+            });
+        if entry.lease != *lease || entry.heartbeat.as_ref() != heartbeat {
+            *entry = Observation {
+                lease: lease.clone(),
+                heartbeat: heartbeat.cloned(),
+                since: now,
+            };
+        }
+        if now.saturating_sub(entry.since) >= ttl {
+            Verdict::Expired
+        } else {
+            Verdict::Alive
+        }
+    }
+
+    pub fn forget(&mut self, run: &RunId) {
+        self.observed.remove(run);
+    }
+}

@@ -1,0 +1,322 @@
+//! Recovery records: the durable, idempotent admission of a recovery under a host-chosen ID.
+//!
+//! This module owns `recoveries/<shard>/<recovery>` and the source run's
+//! `recovered-by` claim. It never executes a recovery; it records that one was admitted,
+//! pinned to the source run's newest generation and its digest, and what became of it.
+//!
+//! Architecture invariant: the same recovery ID is executed at most once (brief, invariant 5).
+//! Admission is create-if-absent on both the source's claim and the record, so on every node
+//! and after every restart, admitting the same ID for the same source returns the existing
+//! record; the same ID for another source is refused as a conflict; another ID for an
+//! already-claimed source is refused naming the existing one. State changes are
+//! compare-and-swap on the record's ETag.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::fact::{Outcome, RecoveryId, RunId};
+use crate::generation::{self, GenerationError};
+use crate::layout::{self, FORMAT_VERSION};
+use crate::store::{ETag, Store, StoreError};
+
+const RECORD_KIND: &str = "recovery";
+const CLAIM_KIND: &str = "recovery.claim";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecoveryState {
+    Admitted,
+    Running,
+    Finished,
+    DeadLettered,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryResult {
+    pub outcome: Outcome,
+    pub message: String,
+    pub final_generation: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryRecord {
+    pub format: u32,
+    pub kind: String,
+    pub recovery_id: RecoveryId,
+    pub source_run: RunId,
+    /// The source generation the recovery resumes from, and the SHA-256 of its object.
+    pub source_generation: u64,
+    pub source_digest: String,
+    pub state: RecoveryState,
+    /// Admitted despite a configuration mismatch (skips the resume guard).
+    #[serde(default)]
+    pub force: bool,
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    #[serde(default)]
+    pub assigned_to: Option<String>,
+    #[serde(default)]
+    pub result: Option<RecoveryResult>,
+    pub admitted_at_ms: u64,
+    pub updated_at_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Claim {
+    format: u32,
+    kind: String,
+    source_run: RunId,
+    recovery_id: RecoveryId,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot recover run \"{source_run}\": {source}")]
+    Source {
+        source_run: RunId,
+        #[source]
+        source: GenerationError,
+    },
+    #[error(
+        "recovery ID '{recovery_id}' is already used for run \"{existing_source}\", not \"{requested_source}\""
+    )]
+    IdInUse {
+        recovery_id: RecoveryId,
+        existing_source: RunId,
+        requested_source: RunId,
+    },
+    #[error("run \"{source_run}\" is already being recovered as '{existing}'")]
+    AlreadyRecovered {
+        source_run: RunId,
+        existing: RecoveryId,
+    },
+    #[error("run \"{source_run}\" has ended ({outcome}); there is nothing to recover")]
+    NothingToRecover { source_run: RunId, outcome: Outcome },
+    #[error("recovery object '{key}' is corrupt: {reason}")]
+    Corrupt { key: String, reason: String },
+    #[error("recovery object '{key}' has format {found}, this build reads up to {supported}")]
+    FutureFormat {
+        key: String,
+        found: u32,
+        supported: u32,
+    },
+    #[error("recovery '{recovery_id}' was changed by someone else; reread and retry")]
+    Changed { recovery_id: RecoveryId },
+}
+
+/// The outcome of an admission.
+#[derive(Clone, Debug)]
+pub struct Admission {
+    pub record: RecoveryRecord,
+    pub etag: ETag,
+    /// False when the record already existed (a replay of the same admission).
+    pub created: bool,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    key: &str,
+    kind: &str,
+    bytes: &[u8],
+) -> Result<T, RecoveryError> {
+    #[derive(Deserialize)]
+    struct Header {
+        format: Option<u32>,
+        kind: Option<String>,
+    }
+    let corrupt = |reason: String| RecoveryError::Corrupt {
+        key: key.to_owned(),
+        reason,
+    };
+    let header: Header =
+        serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not JSON ({e})")))?;
+    match header.format {
+        Some(found) if found > FORMAT_VERSION => {
+            return Err(RecoveryError::FutureFormat {
+                key: key.to_owned(),
+                found,
+                supported: FORMAT_VERSION,
+            });
+        }
+        None => return Err(corrupt("no format field: not written by Rekindle".into())),
+        Some(_) => {}
+    }
+    if header.kind.as_deref() != Some(kind) {
+        return Err(corrupt(format!("expected a {kind} object, found {:?}", header.kind)));
+    }
+    serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))
+}
+
+/// Reads a recovery record.
+pub async fn read(
+    store: &Store,
+    recovery_id: &RecoveryId,
+) -> Result<Option<(RecoveryRecord, ETag)>, RecoveryError> {
+    let key = layout::recovery(recovery_id.as_str());
+    match store.read(&key).await? {
+        None => Ok(None),
+        Some(object) => {
+            let record: RecoveryRecord = parse(&key, RECORD_KIND, &object.bytes)?;
+            if record.recovery_id != *recovery_id {
+                return Err(RecoveryError::Corrupt {
+                    key,
+                    reason: format!("it is the record of '{}'", record.recovery_id),
+                });
+            }
+            Ok(Some((record, object.etag)))
+        }
+    }
+}
+
+async fn read_claim(store: &Store, source: &RunId) -> Result<Option<Claim>, RecoveryError> {
+    let key = layout::recovered_by(source.as_str());
+    match store.read(&key).await? {
+        None => Ok(None),
+        Some(object) => parse(&key, CLAIM_KIND, &object.bytes).map(Some),
+    }
+}
+
+/// Admits a recovery of `source` under `recovery_id`, idempotently.
+pub async fn admit(
+    store: &Store,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+    force: bool,
+) -> Result<Admission, RecoveryError> {
+    let replay = |record: RecoveryRecord, etag: ETag| -> Result<Admission, RecoveryError> {
+        if record.source_run == *source {
+            Ok(Admission {
+                record,
+                etag,
+                created: false,
+            })
+        } else {
+            Err(RecoveryError::IdInUse {
+                recovery_id: recovery_id.clone(),
+                existing_source: record.source_run,
+                requested_source: source.clone(),
+            })
+        }
+    };
+    if let Some((record, etag)) = read(store, recovery_id).await? {
+        return replay(record, etag);
+    }
+    if let Some(claim) = read_claim(store, source).await?
+        && claim.recovery_id != *recovery_id
+    {
+        return Err(RecoveryError::AlreadyRecovered {
+            source_run: source.clone(),
+            existing: claim.recovery_id,
+        });
+    }
+    let loaded = generation::load(store, source, None)
+        .await
+        .map_err(|source_error| RecoveryError::Source {
+            source_run: source.clone(),
+            source: source_error,
+        })?;
+    if let Some(terminal) = loaded.state.terminal() {
+        return Err(RecoveryError::NothingToRecover {
+            source_run: source.clone(),
+            outcome: terminal.outcome,
+        });
+    }
+
+    let claim_key = layout::recovered_by(source.as_str());
+    let claim = Claim {
+        format: FORMAT_VERSION,
+        kind: CLAIM_KIND.into(),
+        source_run: source.clone(),
+        recovery_id: recovery_id.clone(),
+    };
+    let claim_bytes = Bytes::from(serde_json::to_vec(&claim).unwrap_or_default());
+    let mut claimed_now = false;
+    match store.create(&claim_key, claim_bytes).await {
+        Ok(_) => claimed_now = true,
+        Err(StoreError::AlreadyExists { .. }) => match read_claim(store, source).await? {
+            Some(existing) if existing.recovery_id == *recovery_id => {}
+            Some(existing) => {
+                return Err(RecoveryError::AlreadyRecovered {
+                    source_run: source.clone(),
+                    existing: existing.recovery_id,
+                });
+            }
+            None => {
+                return Err(RecoveryError::Corrupt {
+                    key: claim_key,
+                    reason: "reported existing, then missing".into(),
+                });
+            }
+        },
+        Err(other) => return Err(other.into()),
+    }
+
+    let now = store.clock().wall_ms();
+    let record = RecoveryRecord {
+        format: FORMAT_VERSION,
+        kind: RECORD_KIND.into(),
+        recovery_id: recovery_id.clone(),
+        source_run: source.clone(),
+        source_generation: loaded.generation,
+        source_digest: loaded.digest,
+        state: RecoveryState::Admitted,
+        force,
+        attempts: 0,
+        last_error: None,
+        assigned_to: None,
+        result: None,
+        admitted_at_ms: now,
+        updated_at_ms: now,
+    };
+    let key = layout::recovery(recovery_id.as_str());
+    let bytes = Bytes::from(serde_json::to_vec(&record).unwrap_or_default());
+    match store.create(&key, bytes).await {
+        Ok(etag) => {
+            tracing::info!(recovery_id = %recovery_id, source_run = %source, generation = record.source_generation, "recovery admitted");
+            Ok(Admission {
+                record,
+                etag,
+                created: true,
+            })
+        }
+        Err(StoreError::AlreadyExists { .. }) => {
+            let (existing, etag) = read(store, recovery_id)
+                .await?
+                .ok_or_else(|| RecoveryError::Corrupt {
+                    key: key.clone(),
+                    reason: "reported existing, then missing".into(),
+                })?;
+            let result = replay(existing, etag);
+            if result.is_err() && claimed_now {
+                // The ID went to another source in the meantime: give the claim back.
+                let _ = store.delete(&claim_key).await;
+            }
+            result
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// Changes a record by compare-and-swap on the version read.
+pub async fn update(
+    store: &Store,
+    record: &RecoveryRecord,
+    etag: &ETag,
+    change: impl FnOnce(&mut RecoveryRecord),
+) -> Result<(RecoveryRecord, ETag), RecoveryError> {
+    let mut next = record.clone();
+    change(&mut next);
+    next.updated_at_ms = store.clock().wall_ms();
+    let key = layout::recovery(record.recovery_id.as_str());
+    let bytes = Bytes::from(serde_json::to_vec(&next).unwrap_or_default());
+    match store.swap(&key, bytes, etag).await {
+        Ok(etag) => Ok((next, etag)),
+        Err(StoreError::Changed { .. }) => Err(RecoveryError::Changed {
+            recovery_id: record.recovery_id.clone(),
+        }),
+        Err(other) => Err(other.into()),
+    }
+}

@@ -1,0 +1,767 @@
+//! The narrow storage interface every durable record goes through.
+//!
+//! This module owns: opening a store from a URL (`s3://`, `file://` or a plain path,
+//! `memory://`), the four conditional primitives the rest of Rekindle is built on
+//! (create-if-absent, compare-and-swap, read, bounded list), retries of transient faults with
+//! bounded exponential backoff and jitter, recognising our own write when its response was
+//! lost, request and byte counters, and the startup capability probe. It never interprets the
+//! bytes it stores.
+//!
+//! Architecture invariant: a real precondition failure (412, or an existing key on create) is
+//! never retried as if it were transient. A create or swap that reports a conflict is read
+//! back: identical bytes mean the write was ours (its response was lost, or the client retried
+//! it internally) and it is adopted; a missing key (409 ConditionalRequestConflict) is retried.
+//! Every payload written through this module carries a writer nonce, so identical bytes can
+//! only come from the same write.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{
+    GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+};
+
+use crate::clock::Clock;
+
+pub mod aws;
+pub mod faults;
+
+/// The version tag of an object as the store reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ETag(pub String);
+
+/// An object's bytes and version.
+#[derive(Clone, Debug)]
+pub struct Object {
+    pub bytes: Bytes,
+    pub etag: ETag,
+}
+
+/// One entry of a listing.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    /// Key relative to the store's prefix.
+    pub key: String,
+    pub etag: Option<ETag>,
+    pub size: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("object '{key}' already exists")]
+    AlreadyExists { key: String },
+    #[error("object '{key}' changed since it was read (or is missing), so the conditional write was refused")]
+    Changed { key: String },
+    #[error("store unavailable: {op} of '{key}' failed after {attempts} attempts: {message}")]
+    Unavailable {
+        op: &'static str,
+        key: String,
+        attempts: usize,
+        message: String,
+    },
+    #[error("store refused {op} of '{key}': access denied ({message})")]
+    Denied {
+        op: &'static str,
+        key: String,
+        message: String,
+    },
+    #[error("{op} of '{key}' failed: {message}")]
+    Failed {
+        op: &'static str,
+        key: String,
+        message: String,
+    },
+    #[error("invalid store URL '{url}': {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error(
+        "store {url} failed the capability probe ({check}): {detail}; refusing to run on a store that does not apply conditional writes atomically"
+    )]
+    ProbeFailed {
+        url: String,
+        check: &'static str,
+        detail: String,
+    },
+}
+
+impl StoreError {
+    /// Worth retrying after a pause.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+}
+
+/// Request counters by kind, and bytes moved. Every attempt counts, retries included.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub get: AtomicU64,
+    pub head: AtomicU64,
+    pub put: AtomicU64,
+    pub conditional_put: AtomicU64,
+    pub list: AtomicU64,
+    pub delete: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub bytes_read: AtomicU64,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MetricsSnapshot {
+    pub get: u64,
+    pub head: u64,
+    pub put: u64,
+    pub conditional_put: u64,
+    pub list: u64,
+    pub delete: u64,
+    pub bytes_written: u64,
+    pub bytes_read: u64,
+}
+
+impl MetricsSnapshot {
+    pub fn requests(&self) -> u64 {
+        self.get + self.head + self.put + self.conditional_put + self.list + self.delete
+    }
+
+    /// Counters accumulated since `earlier`.
+    pub fn since(&self, earlier: &MetricsSnapshot) -> MetricsSnapshot {
+        MetricsSnapshot {
+            get: self.get - earlier.get,
+            head: self.head - earlier.head,
+            put: self.put - earlier.put,
+            conditional_put: self.conditional_put - earlier.conditional_put,
+            list: self.list - earlier.list,
+            delete: self.delete - earlier.delete,
+            bytes_written: self.bytes_written - earlier.bytes_written,
+            bytes_read: self.bytes_read - earlier.bytes_read,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        MetricsSnapshot {
+            get: load(&self.get),
+            head: load(&self.head),
+            put: load(&self.put),
+            conditional_put: load(&self.conditional_put),
+            list: load(&self.list),
+            delete: load(&self.delete),
+            bytes_written: load(&self.bytes_written),
+            bytes_read: load(&self.bytes_read),
+        }
+    }
+}
+
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// How transient faults are retried: exponential backoff with jitter, bounded in attempts.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryPolicy {
+    pub min_delay: Duration,
+    pub max_delay: Duration,
+    /// Retries after the first attempt.
+    pub max_retries: usize,
+    /// Deadline for one request attempt; a stalled request counts as a transient fault.
+    pub attempt_timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            min_delay: Duration::from_millis(50),
+            max_delay: Duration::from_secs(5),
+            max_retries: 8,
+            attempt_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    fn backoff(&self) -> ExponentialBuilder {
+        ExponentialBuilder::default()
+            .with_min_delay(self.min_delay)
+            .with_max_delay(self.max_delay)
+            .with_max_times(self.max_retries)
+            .with_jitter()
+    }
+}
+
+/// Which kind of backend a store is; the local directory needs its own compare-and-swap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    /// A local directory; the path is where per-key lock files live.
+    Local { root: PathBuf },
+    S3,
+}
+
+/// Settings for opening a store beyond its URL. S3 settings also come from the standard
+/// AWS environment (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ALLOW_HTTP`, credentials, profile,
+/// web identity, instance metadata, `AWS_SERVER_SIDE_ENCRYPTION`, `AWS_SSE_KMS_KEY_ID`, ...).
+#[derive(Clone, Debug, Default)]
+pub struct StoreOptions {
+    /// S3 endpoint, e.g. `http://127.0.0.1:9000` for MinIO (overrides `AWS_ENDPOINT_URL`).
+    pub endpoint: Option<String>,
+    /// Allow plain HTTP endpoints.
+    pub allow_http: bool,
+    /// Use virtual-hosted-style requests (`bucket.host`) instead of path-style (`host/bucket`).
+    pub virtual_hosted_style: bool,
+    pub region: Option<String>,
+    pub retry: RetryPolicy,
+    /// Skip the capability probe (for read-only commands).
+    pub skip_probe: bool,
+}
+
+/// A store rooted at a prefix. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    inner: Arc<dyn ObjectStore>,
+    prefix: String,
+    url: String,
+    backend: Backend,
+    metrics: Arc<Metrics>,
+    retry: RetryPolicy,
+    clock: Arc<dyn Clock>,
+}
+
+impl Store {
+    /// Opens a store from its URL and, unless skipped, runs the capability probe once per
+    /// process and URL.
+    pub async fn open(
+        url: &str,
+        options: &StoreOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Store, StoreError> {
+        let invalid = |reason: &str| StoreError::InvalidUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let (inner, backend, prefix): (Arc<dyn ObjectStore>, Backend, String) =
+            if url == "memory://" || url == "memory:" {
+                (
+                    Arc::new(object_store::memory::InMemory::new()),
+                    Backend::Memory,
+                    String::new(),
+                )
+            } else if let Some(rest) = url.strip_prefix("s3://") {
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                if bucket.is_empty() {
+                    return Err(invalid("no bucket name (expected s3://bucket/prefix)"));
+                }
+                let inner = aws::open_s3(bucket, options).await?;
+                (inner, Backend::S3, prefix.trim_matches('/').to_owned())
+            } else if url.contains("://") && !url.starts_with("file://") {
+                return Err(invalid(
+                    "unknown scheme (expected s3://bucket/prefix, file:///path, a path, or memory://)",
+                ));
+            } else {
+                let path = url.strip_prefix("file://").unwrap_or(url);
+                if path.is_empty() {
+                    return Err(invalid("empty path"));
+                }
+                let root = std::path::absolute(path).map_err(|e| invalid(&e.to_string()))?;
+                std::fs::create_dir_all(&root).map_err(|e| {
+                    invalid(&format!("cannot create directory {}: {e}", root.display()))
+                })?;
+                let local = object_store::local::LocalFileSystem::new_with_prefix(&root)
+                    .map_err(|e| invalid(&e.to_string()))?;
+                (Arc::new(local), Backend::Local { root }, String::new())
+            };
+        let store = Store::from_parts(inner, backend, url, &prefix, options.retry, clock);
+        if !options.skip_probe {
+            store.probe_once().await?;
+        }
+        Ok(store)
+    }
+
+    /// Builds a store over an existing `ObjectStore` (tests wrap one in a fault injector).
+    pub fn from_parts(
+        inner: Arc<dyn ObjectStore>,
+        backend: Backend,
+        url: &str,
+        prefix: &str,
+        retry: RetryPolicy,
+        clock: Arc<dyn Clock>,
+    ) -> Store {
+        Store {
+            inner,
+            prefix: prefix.trim_matches('/').to_owned(),
+            url: url.to_owned(),
+            backend,
+            metrics: Arc::new(Metrics::default()),
+            retry,
+            clock,
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
+    }
+
+    fn path(&self, key: &str) -> Path {
+        if self.prefix.is_empty() {
+            Path::from(key)
+        } else {
+            Path::from(format!("{}/{key}", self.prefix))
+        }
+    }
+
+    fn relative(&self, path: &Path) -> String {
+        let full = path.as_ref();
+        if self.prefix.is_empty() {
+            full.to_owned()
+        } else {
+            full.strip_prefix(&self.prefix)
+                .map_or(full, |rest| rest.trim_start_matches('/'))
+                .to_owned()
+        }
+    }
+
+    /// Runs `attempt` with retries of transient errors and a per-attempt deadline.
+    async fn retrying<T, F, Fut>(&self, op: &'static str, key: &str, attempt: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let timeout = self.retry.attempt_timeout;
+        let mut attempt = attempt;
+        let attempts = AtomicU64::new(0);
+        let result = (|| {
+            attempts.fetch_add(1, Ordering::Relaxed);
+            let future = attempt();
+            async move {
+                match tokio::time::timeout(timeout, future).await {
+                    Ok(result) => result,
+                    Err(_) => Err(StoreError::Unavailable {
+                        op,
+                        key: key.to_owned(),
+                        attempts: 1,
+                        message: format!("no answer within {} ms", timeout.as_millis()),
+                    }),
+                }
+            }
+        })
+        .retry(self.retry.backoff())
+        .when(StoreError::is_transient)
+        .notify(|error, delay| {
+            tracing::debug!(op, key, %error, delay_ms = delay.as_millis() as u64, "retrying store request");
+        })
+        .await;
+        result.map_err(|error| match error {
+            StoreError::Unavailable {
+                op, key, message, ..
+            } => StoreError::Unavailable {
+                op,
+                key,
+                attempts: attempts.load(Ordering::Relaxed) as usize,
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Creates `key` only if it does not exist. A conflict whose existing bytes equal ours is
+    /// our own earlier attempt and is adopted.
+    pub async fn create(&self, key: &str, bytes: Bytes) -> Result<ETag, StoreError> {
+        self.retrying("create", key, || self.try_create(key, bytes.clone()))
+            .await
+    }
+
+    async fn try_create(&self, key: &str, bytes: Bytes) -> Result<ETag, StoreError> {
+        bump(&self.metrics.conditional_put, 1);
+        bump(&self.metrics.bytes_written, bytes.len() as u64);
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        let result = self
+            .inner
+            .put_opts(&self.path(key), PutPayload::from(bytes.clone()), options)
+            .await;
+        match result {
+            Ok(put) => Ok(etag_of(put.e_tag, key)),
+            Err(object_store::Error::AlreadyExists { .. }) => match self.read_once(key).await? {
+                Some(existing) if existing.bytes == bytes => Ok(existing.etag),
+                Some(_) => Err(StoreError::AlreadyExists {
+                    key: key.to_owned(),
+                }),
+                // A 409 ConditionalRequestConflict: a concurrent create was in flight and did
+                // not land. Try again.
+                None => Err(StoreError::Unavailable {
+                    op: "create",
+                    key: key.to_owned(),
+                    attempts: 1,
+                    message: "conditional request conflict".into(),
+                }),
+            },
+            Err(error) => Err(classify("create", key, error)),
+        }
+    }
+
+    /// Replaces `key` only if its current version is `expected`.
+    pub async fn swap(&self, key: &str, bytes: Bytes, expected: &ETag) -> Result<ETag, StoreError> {
+        self.retrying("swap", key, || self.try_swap(key, bytes.clone(), expected))
+            .await
+    }
+
+    async fn try_swap(&self, key: &str, bytes: Bytes, expected: &ETag) -> Result<ETag, StoreError> {
+        if let Backend::Local { root } = &self.backend {
+            let _lock = local_lock(root, key).await?;
+            return match self.read_once(key).await? {
+                Some(current) if current.etag == *expected => {
+                    self.put_once(key, bytes, PutMode::Overwrite).await
+                }
+                _ => Err(StoreError::Changed {
+                    key: key.to_owned(),
+                }),
+            };
+        }
+        let mode = PutMode::Update(UpdateVersion {
+            e_tag: Some(expected.0.clone()),
+            version: None,
+        });
+        match self.put_once(key, bytes.clone(), mode).await {
+            Err(StoreError::Changed { .. }) => match self.read_once(key).await? {
+                Some(current) if current.bytes == bytes => Ok(current.etag),
+                // Still the expected version: the refusal was a transient conflict.
+                Some(current) if current.etag == *expected => Err(StoreError::Unavailable {
+                    op: "swap",
+                    key: key.to_owned(),
+                    attempts: 1,
+                    message: "conditional request conflict".into(),
+                }),
+                _ => Err(StoreError::Changed {
+                    key: key.to_owned(),
+                }),
+            },
+            other => other,
+        }
+    }
+
+    /// Writes `key` unconditionally (heartbeats and hints, whose last writer may win).
+    pub async fn put(&self, key: &str, bytes: Bytes) -> Result<ETag, StoreError> {
+        self.retrying("put", key, || async {
+            if let Backend::Local { root } = &self.backend {
+                let _lock = local_lock(root, key).await?;
+                return self.put_once(key, bytes.clone(), PutMode::Overwrite).await;
+            }
+            self.put_once(key, bytes.clone(), PutMode::Overwrite).await
+        })
+        .await
+    }
+
+    async fn put_once(&self, key: &str, bytes: Bytes, mode: PutMode) -> Result<ETag, StoreError> {
+        let counter = match mode {
+            PutMode::Overwrite => &self.metrics.put,
+            _ => &self.metrics.conditional_put,
+        };
+        bump(counter, 1);
+        bump(&self.metrics.bytes_written, bytes.len() as u64);
+        let options = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        match self
+            .inner
+            .put_opts(&self.path(key), PutPayload::from(bytes), options)
+            .await
+        {
+            Ok(put) => Ok(etag_of(put.e_tag, key)),
+            Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
+                Err(StoreError::Changed {
+                    key: key.to_owned(),
+                })
+            }
+            Err(error) => Err(classify("put", key, error)),
+        }
+    }
+
+    /// Reads `key`; `None` if it does not exist.
+    pub async fn read(&self, key: &str) -> Result<Option<Object>, StoreError> {
+        self.retrying("read", key, || self.read_once(key)).await
+    }
+
+    async fn read_once(&self, key: &str) -> Result<Option<Object>, StoreError> {
+        bump(&self.metrics.get, 1);
+        let result = match self.inner.get_opts(&self.path(key), GetOptions::default()).await {
+            Ok(result) => result,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(error) => return Err(classify("read", key, error)),
+        };
+        let etag = etag_of(result.meta.e_tag.clone(), key);
+        let bytes = match result.bytes().await {
+            Ok(bytes) => bytes,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(error) => return Err(classify("read", key, error)),
+        };
+        bump(&self.metrics.bytes_read, bytes.len() as u64);
+        Ok(Some(Object { bytes, etag }))
+    }
+
+    /// The current version of `key`, without its bytes; `None` if it does not exist.
+    pub async fn head(&self, key: &str) -> Result<Option<ETag>, StoreError> {
+        self.retrying("head", key, || async {
+            bump(&self.metrics.head, 1);
+            match self.inner.head(&self.path(key)).await {
+                Ok(meta) => Ok(Some(etag_of(meta.e_tag, key))),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(error) => Err(classify("head", key, error)),
+            }
+        })
+        .await
+    }
+
+    /// Deletes `key`; deleting a missing key succeeds (as on S3, unlike the local backend).
+    pub async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.retrying("delete", key, || async {
+            let _lock = match &self.backend {
+                Backend::Local { root } => Some(local_lock(root, key).await?),
+                _ => None,
+            };
+            bump(&self.metrics.delete, 1);
+            match self.inner.delete(&self.path(key)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(error) => Err(classify("delete", key, error)),
+            }
+        })
+        .await
+    }
+
+    /// Lists up to `limit` keys under `prefix` (a key prefix ending in `/`), in key order,
+    /// starting after `after` if given. Listings are bounded: callers page with `after`.
+    pub async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Listed>, StoreError> {
+        self.retrying("list", prefix, || async {
+            bump(&self.metrics.list, 1);
+            let path = self.path(prefix.trim_end_matches('/'));
+            let mut stream = match after {
+                Some(after) => self.inner.list_with_offset(Some(&path), &self.path(after)),
+                None => self.inner.list(Some(&path)),
+            };
+            // The local backend lists in directory order: read it whole, then sort and cut.
+            let local = matches!(self.backend, Backend::Local { .. });
+            let mut listed = Vec::new();
+            while local || listed.len() < limit {
+                match stream.next().await {
+                    Some(Ok(meta)) => {
+                        // Pages hold up to 1000 keys; count each further page as a request.
+                        if !listed.is_empty() && listed.len() % 1000 == 0 {
+                            bump(&self.metrics.list, 1);
+                        }
+                        listed.push(Listed {
+                            key: self.relative(&meta.location),
+                            etag: meta.e_tag.map(ETag),
+                            size: meta.size,
+                        });
+                    }
+                    Some(Err(object_store::Error::NotFound { .. })) | None => break,
+                    Some(Err(error)) => return Err(classify("list", prefix, error)),
+                }
+            }
+            if local {
+                listed.sort_by(|a, b| a.key.cmp(&b.key));
+                listed.truncate(limit);
+            }
+            Ok(listed)
+        })
+        .await
+    }
+
+    /// Runs the capability probe unless this process already passed it for this URL.
+    pub async fn probe_once(&self) -> Result<(), StoreError> {
+        static PASSED: OnceLock<Mutex<HashMap<String, ()>>> = OnceLock::new();
+        let passed = PASSED.get_or_init(Default::default);
+        let cached = passed
+            .lock()
+            .map(|map| map.contains_key(&self.url))
+            .unwrap_or(false);
+        // Memory stores are distinct per open, so each one is probed.
+        if cached && self.backend != Backend::Memory {
+            return Ok(());
+        }
+        self.probe().await?;
+        if let Ok(mut map) = passed.lock() {
+            map.insert(self.url.clone(), ());
+        }
+        Ok(())
+    }
+
+    /// Verifies, against this very store, that conditional writes are enforced and atomic:
+    /// a create on an existing key fails, a swap with a stale version fails, and of several
+    /// concurrent creates of one key exactly one wins. Names the failed check otherwise.
+    pub async fn probe(&self) -> Result<(), StoreError> {
+        let run = self.clock.nonce();
+        let base = format!("probe/{run}");
+        let failed = |check: &'static str, detail: String| StoreError::ProbeFailed {
+            url: self.url.clone(),
+            check,
+            detail,
+        };
+        let result = async {
+            let key = format!("{base}/create");
+            let first = self.create(&key, Bytes::from(format!("first {run}"))).await?;
+            match self.create(&key, Bytes::from(format!("second {run}"))).await {
+                Err(StoreError::AlreadyExists { .. }) => {}
+                Ok(_) => {
+                    return Err(failed(
+                        "create-if-absent",
+                        format!("a second create of '{key}' succeeded; the store ignores If-None-Match"),
+                    ));
+                }
+                Err(other) => return Err(other),
+            }
+            let second = self.swap(&key, Bytes::from(format!("swapped {run}")), &first).await?;
+            if second == first {
+                return Err(failed(
+                    "compare-and-swap",
+                    format!("'{key}' kept its version after an update"),
+                ));
+            }
+            match self.swap(&key, Bytes::from(format!("stale {run}")), &first).await {
+                Err(StoreError::Changed { .. }) => {}
+                Ok(_) => {
+                    return Err(failed(
+                        "compare-and-swap",
+                        format!("an update of '{key}' with a stale version succeeded; the store ignores If-Match"),
+                    ));
+                }
+                Err(other) => return Err(other),
+            }
+            let race = format!("{base}/race");
+            let contenders = 8;
+            let outcomes = futures::future::join_all((0..contenders).map(|i| {
+                let race = race.clone();
+                let run = run.clone();
+                async move { self.create(&race, Bytes::from(format!("contender {i} {run}"))).await }
+            }))
+            .await;
+            let mut winners = Vec::new();
+            for (i, outcome) in outcomes.into_iter().enumerate() {
+                match outcome {
+                    Ok(_) => winners.push(i),
+                    Err(StoreError::AlreadyExists { .. }) => {}
+                    Err(other) => return Err(other),
+                }
+            }
+            let stored = self.read(&race).await?.map(|o| o.bytes);
+            let expected = winners
+                .first()
+                .map(|i| Bytes::from(format!("contender {i} {run}")));
+            if winners.len() != 1 || stored != expected {
+                return Err(failed(
+                    "atomic create race",
+                    format!(
+                        "{} of {contenders} concurrent creates of '{race}' reported success",
+                        winners.len()
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        .await;
+        // Clean up whatever the probe left; failures here do not matter.
+        for key in [format!("{base}/create"), format!("{base}/race")] {
+            let _ = self.delete(&key).await;
+        }
+        if let Backend::Local { root } = &self.backend {
+            let _ = std::fs::remove_dir_all(root.join("probe").join(&run));
+        }
+        result
+    }
+}
+
+fn etag_of(etag: Option<String>, key: &str) -> ETag {
+    // Every backend used here reports ETags; a missing one would make every swap fail
+    // loudly as "changed", never silently succeed.
+    ETag(etag.unwrap_or_else(|| format!("missing-etag:{key}")))
+}
+
+/// Sorts an object_store error into what the caller does next.
+fn classify(op: &'static str, key: &str, error: object_store::Error) -> StoreError {
+    let message = error.to_string();
+    match error {
+        object_store::Error::AlreadyExists { .. } => StoreError::AlreadyExists {
+            key: key.to_owned(),
+        },
+        object_store::Error::Precondition { .. } => StoreError::Changed {
+            key: key.to_owned(),
+        },
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+            StoreError::Denied {
+                op,
+                key: key.to_owned(),
+                message,
+            }
+        }
+        // Generic covers server errors, throttling (503 SlowDown), timeouts and broken
+        // connections: all worth a bounded retry.
+        object_store::Error::Generic { .. } | object_store::Error::JoinError { .. } => {
+            StoreError::Unavailable {
+                op,
+                key: key.to_owned(),
+                attempts: 1,
+                message,
+            }
+        }
+        _ => StoreError::Failed {
+            op,
+            key: key.to_owned(),
+            message,
+        },
+    }
+}
+
+/// Takes the per-key lock that makes compare-and-swap, overwrite and delete atomic on the
+/// local directory backend (object_store's local backend has create-if-absent but no
+/// compare-and-swap). An exclusive `flock` on `<root>/.rekindle-locks/<sha256(key)>` is held
+/// for the duration; the kernel drops it if the process dies.
+async fn local_lock(root: &std::path::Path, key: &str) -> Result<std::fs::File, StoreError> {
+    let dir = root.join(".rekindle-locks");
+    let path = dir.join(crate::fingerprint::sha256_hex(key.as_bytes()));
+    let key = key.to_owned();
+    let failed = move |message: String| StoreError::Failed {
+        op: "lock",
+        key: key.clone(),
+        message,
+    };
+    tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("open {}: {e}", path.display()))?;
+        file.lock().map_err(|e| format!("lock {}: {e}", path.display()))?;
+        Ok(file)
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|inner| inner)
+    .map_err(failed)
+}

@@ -1,0 +1,121 @@
+//! S3 through object_store, with credentials from the standard AWS chain (aws-config).
+//!
+//! This module owns the mapping from the AWS environment to an object_store S3 client: the
+//! aws-config credential chain (environment, profile, web identity on Kubernetes, instance
+//! metadata) adapted into object_store's credential provider with a cache, the region and
+//! endpoint, MinIO-style settings, and the conditional-put mode, set explicitly to ETag
+//! matching rather than left to a crate default. Retries are disabled inside object_store:
+//! `Store` retries with its own bounded policy, so the fault handling lives in one place.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use object_store::aws::{AmazonS3Builder, AwsCredential, S3ConditionalPut};
+use object_store::{ClientOptions, CredentialProvider, ObjectStore, RetryConfig};
+
+use super::{StoreError, StoreOptions};
+
+/// Credentials are refreshed this long before they expire.
+const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(5 * 60);
+
+pub(crate) async fn open_s3(
+    bucket: &str,
+    options: &StoreOptions,
+) -> Result<Arc<dyn ObjectStore>, StoreError> {
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .load()
+        .await;
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_conditional_put(S3ConditionalPut::ETagMatch)
+        .with_virtual_hosted_style_request(options.virtual_hosted_style)
+        .with_retry(RetryConfig {
+            max_retries: 0,
+            ..RetryConfig::default()
+        })
+        .with_client_options(
+            ClientOptions::new()
+                .with_allow_http(options.allow_http || allow_http_from_env())
+                .with_connect_timeout(Duration::from_secs(5))
+                .with_timeout(options.retry.attempt_timeout),
+        );
+    if let Some(region) = options
+        .region
+        .clone()
+        .or_else(|| sdk.region().map(|r| r.to_string()))
+    {
+        builder = builder.with_region(region);
+    }
+    if let Some(endpoint) = options
+        .endpoint
+        .clone()
+        .or_else(|| sdk.endpoint_url().map(str::to_owned))
+    {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let Some(provider) = sdk.credentials_provider() {
+        builder = builder.with_credentials(Arc::new(CachedAwsCredentials::new(provider)));
+    }
+    let store = builder.build().map_err(|error| StoreError::InvalidUrl {
+        url: format!("s3://{bucket}"),
+        reason: error.to_string(),
+    })?;
+    Ok(Arc::new(store))
+}
+
+fn allow_http_from_env() -> bool {
+    std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// aws-config's provider chain asks its sources on every call; object_store asks for
+/// credentials on every request. This cache sits between them so STS and instance-metadata
+/// calls happen once per credential lifetime, not once per request.
+#[derive(Debug)]
+pub struct CachedAwsCredentials {
+    provider: SharedCredentialsProvider,
+    cached: tokio::sync::Mutex<Option<(Arc<AwsCredential>, Option<SystemTime>)>>,
+}
+
+impl CachedAwsCredentials {
+    pub fn new(provider: SharedCredentialsProvider) -> Self {
+        CachedAwsCredentials {
+            provider,
+            cached: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl CredentialProvider for CachedAwsCredentials {
+    type Credential = AwsCredential;
+
+    #[allow(clippy::disallowed_methods)] // Expiry is an absolute wall time set by the issuer.
+    async fn get_credential(&self) -> object_store::Result<Arc<AwsCredential>> {
+        let mut cached = self.cached.lock().await;
+        if let Some((credential, expiry)) = cached.as_ref() {
+            let fresh = expiry.is_none_or(|expiry| {
+                expiry
+                    .duration_since(SystemTime::now())
+                    .is_ok_and(|left| left > REFRESH_BEFORE_EXPIRY)
+            });
+            if fresh {
+                return Ok(Arc::clone(credential));
+            }
+        }
+        let credentials = self.provider.provide_credentials().await.map_err(|error| {
+            // The error names the source that failed; it never contains secret values.
+            object_store::Error::Unauthenticated {
+                path: String::new(),
+                source: format!("no AWS credentials: {error}").into(),
+            }
+        })?;
+        let credential = Arc::new(AwsCredential {
+            key_id: credentials.access_key_id().to_owned(),
+            secret_key: credentials.secret_access_key().to_owned(),
+            token: credentials.session_token().map(str::to_owned),
+        });
+        *cached = Some((Arc::clone(&credential), credentials.expiry()));
+        Ok(credential)
+    }
+}

@@ -1,0 +1,234 @@
+//! A fault-injecting `ObjectStore` wrapper, driven by a seed, for fault and crash tests.
+//!
+//! It sits *under* [`Store`](super::Store), so the real retry, adoption and fencing code runs
+//! against: transient errors (as a 503 SlowDown surfaces), added latency, stalls past the
+//! request deadline, writes that land but whose response is lost, and a full partition (the
+//! process keeps running but every request fails). Decisions come from a seeded generator, so
+//! a failing seed replays exactly. Never used in production paths.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+};
+
+use crate::sample::SplitMix;
+
+/// What to inject, as probabilities in parts per thousand.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FaultPlan {
+    /// A request fails before reaching the store (503 SlowDown).
+    pub error_per_mille: u32,
+    /// A write reaches the store, then its response is lost.
+    pub lost_response_per_mille: u32,
+    /// A request hangs for `stall` before failing (longer than the request deadline).
+    pub stall_per_mille: u32,
+    pub stall: Duration,
+    /// Latency added to every request.
+    pub latency: Duration,
+}
+
+/// Counts of what was injected.
+#[derive(Debug, Default)]
+pub struct FaultCounts {
+    pub errors: AtomicU64,
+    pub lost_responses: AtomicU64,
+    pub stalls: AtomicU64,
+    pub partitioned: AtomicU64,
+}
+
+pub struct FaultyStore {
+    inner: Arc<dyn ObjectStore>,
+    plan: Mutex<FaultPlan>,
+    random: Mutex<SplitMix>,
+    partitioned: AtomicBool,
+    pub counts: FaultCounts,
+}
+
+impl fmt::Debug for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FaultyStore({})", self.inner)
+    }
+}
+
+impl fmt::Display for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FaultyStore({})", self.inner)
+    }
+}
+
+enum Fault {
+    None,
+    Error,
+    Stall,
+    LoseResponse,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn ObjectStore>, plan: FaultPlan, seed: u64) -> Arc<Self> {
+        Arc::new(FaultyStore {
+            inner,
+            plan: Mutex::new(plan),
+            random: Mutex::new(SplitMix::new(seed)),
+            partitioned: AtomicBool::new(false),
+            counts: FaultCounts::default(),
+        })
+    }
+
+    pub fn set_plan(&self, plan: FaultPlan) {
+        if let Ok(mut current) = self.plan.lock() {
+            *current = plan;
+        }
+    }
+
+    /// Cuts the store off (every request fails) or reconnects it.
+    pub fn set_partitioned(&self, partitioned: bool) {
+        self.partitioned.store(partitioned, Ordering::SeqCst);
+    }
+
+    fn plan(&self) -> FaultPlan {
+        self.plan.lock().map(|p| *p).unwrap_or_default()
+    }
+
+    fn roll(&self, per_mille: u32) -> bool {
+        per_mille > 0
+            && self
+                .random
+                .lock()
+                .map(|mut r| r.below(1000) < per_mille)
+                .unwrap_or(false)
+    }
+
+    /// Decides this request's fault and applies latency and stalls.
+    async fn before(&self, is_write: bool) -> Result<Fault> {
+        let plan = self.plan();
+        if !plan.latency.is_zero() {
+            tokio::time::sleep(plan.latency).await;
+        }
+        if self.partitioned.load(Ordering::SeqCst) {
+            self.counts.partitioned.fetch_add(1, Ordering::Relaxed);
+            return Err(transient("connection refused (injected partition)"));
+        }
+        let fault = if self.roll(plan.error_per_mille) {
+            Fault::Error
+        } else if self.roll(plan.stall_per_mille) {
+            Fault::Stall
+        } else if is_write && self.roll(plan.lost_response_per_mille) {
+            Fault::LoseResponse
+        } else {
+            Fault::None
+        };
+        match fault {
+            Fault::Error => {
+                self.counts.errors.fetch_add(1, Ordering::Relaxed);
+                Err(transient("503 SlowDown (injected)"))
+            }
+            Fault::Stall => {
+                self.counts.stalls.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(plan.stall).await;
+                Err(transient("request stalled (injected)"))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+fn transient(message: &str) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "faults",
+        source: message.to_owned().into(),
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FaultyStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        let fault = self.before(true).await?;
+        let result = self.inner.put_opts(location, payload, opts).await;
+        if matches!(fault, Fault::LoseResponse) && result.is_ok() {
+            self.counts.lost_responses.fetch_add(1, Ordering::Relaxed);
+            return Err(transient("response lost after the write landed (injected)"));
+        }
+        result
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.before(true).await?;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.before(false).await?;
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.before(false).await?;
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        if self.partitioned.load(Ordering::SeqCst) {
+            self.counts.partitioned.fetch_add(1, Ordering::Relaxed);
+            return futures::stream::once(async {
+                Err(transient("connection refused (injected partition)"))
+            })
+            .boxed();
+        }
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        if self.partitioned.load(Ordering::SeqCst) || self.roll(self.plan().error_per_mille) {
+            self.counts.errors.fetch_add(1, Ordering::Relaxed);
+            return futures::stream::once(async { Err(transient("503 SlowDown (injected)")) })
+                .boxed();
+        }
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        if self.partitioned.load(Ordering::SeqCst) || self.roll(self.plan().error_per_mille) {
+            self.counts.errors.fetch_add(1, Ordering::Relaxed);
+            return futures::stream::once(async { Err(transient("503 SlowDown (injected)")) })
+                .boxed();
+        }
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.before(false).await?;
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.before(true).await?;
+        self.inner.copy_opts(from, to, options).await
+    }
+}

@@ -1,0 +1,76 @@
+//! Shared test helpers: opening each backend the conformance suite runs on.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::memory::InMemory;
+use rekindle::clock::{Clock, SystemClock};
+use rekindle::store::faults::{FaultPlan, FaultyStore};
+use rekindle::store::{Backend, RetryPolicy, Store, StoreOptions};
+
+/// Fast retries so fault tests finish quickly; still bounded.
+pub fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        min_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(20),
+        max_retries: 12,
+        attempt_timeout: Duration::from_secs(5),
+    }
+}
+
+pub fn memory() -> Store {
+    Store::from_parts(
+        Arc::new(InMemory::new()),
+        Backend::Memory,
+        "memory://",
+        "",
+        fast_retry(),
+        SystemClock::shared(),
+    )
+}
+
+/// A memory store under a seeded fault injector.
+pub fn faulty_memory(plan: FaultPlan, seed: u64) -> (Store, Arc<FaultyStore>) {
+    let faulty = FaultyStore::new(Arc::new(InMemory::new()), plan, seed);
+    let store = Store::from_parts(
+        faulty.clone(),
+        Backend::Memory,
+        "memory://faulty",
+        "",
+        fast_retry(),
+        SystemClock::shared(),
+    );
+    (store, faulty)
+}
+
+pub async fn local(dir: &std::path::Path) -> Store {
+    let options = StoreOptions {
+        retry: fast_retry(),
+        ..StoreOptions::default()
+    };
+    Store::open(dir.to_str().unwrap(), &options, SystemClock::shared())
+        .await
+        .unwrap()
+}
+
+/// The S3 test server's URL. `scripts/test` starts one (moto behind a request-serialising
+/// wrapper) and sets it; set it yourself to run against MinIO or AWS.
+pub fn s3_url() -> String {
+    std::env::var("REKINDLE_TEST_S3_URL").unwrap_or_else(|_| {
+        panic!(
+            "REKINDLE_TEST_S3_URL is not set: run the tests through scripts/test, which starts a local S3 server, or point it at a bucket (with AWS credentials in the environment)"
+        )
+    })
+}
+
+/// A fresh prefix in the S3 test bucket, so tests never see each other's objects.
+pub async fn s3(name: &str) -> Store {
+    let clock: Arc<dyn Clock> = SystemClock::shared();
+    let url = format!("{}/{name}-{}", s3_url().trim_end_matches('/'), clock.nonce());
+    let options = StoreOptions {
+        retry: fast_retry(),
+        ..StoreOptions::default()
+    };
+    Store::open(&url, &options, clock).await.unwrap()
+}

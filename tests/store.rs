@@ -1,0 +1,363 @@
+//! The store conformance suite, run on every backend: memory, a local directory, and a real
+//! S3-protocol server. Each case proves one property the rest of Rekindle relies on.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use rekindle::fact::{RecoveryId, RunId, Seq};
+use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
+use rekindle::layout;
+use rekindle::lease::{self, Holder, LeaseError};
+use rekindle::recovery::{self, RecoveryError};
+use rekindle::sample;
+use rekindle::store::{Store, StoreError};
+
+/// Create-if-absent: one create wins; a different second create is refused; repeating our own
+/// identical bytes (a retry after a lost response) is adopted.
+async fn create_if_absent(store: Store) {
+    let etag = store.create("t/a", Bytes::from_static(b"one")).await.unwrap();
+    assert!(matches!(
+        store.create("t/a", Bytes::from_static(b"two")).await,
+        Err(StoreError::AlreadyExists { .. })
+    ));
+    let again = store.create("t/a", Bytes::from_static(b"one")).await.unwrap();
+    assert_eq!(again, etag);
+    let read = store.read("t/a").await.unwrap().unwrap();
+    assert_eq!(read.bytes, Bytes::from_static(b"one"));
+    assert_eq!(read.etag, etag);
+}
+
+/// Compare-and-swap succeeds on the current version only; a missing key is "changed".
+async fn compare_and_swap(store: Store) {
+    let first = store.create("t/b", Bytes::from_static(b"v1")).await.unwrap();
+    let second = store.swap("t/b", Bytes::from_static(b"v2"), &first).await.unwrap();
+    assert_ne!(first, second);
+    assert!(matches!(
+        store.swap("t/b", Bytes::from_static(b"v3"), &first).await,
+        Err(StoreError::Changed { .. })
+    ));
+    assert!(matches!(
+        store.swap("t/missing", Bytes::from_static(b"v1"), &first).await,
+        Err(StoreError::Changed { .. })
+    ));
+    assert_eq!(
+        store.read("t/b").await.unwrap().unwrap().bytes,
+        Bytes::from_static(b"v2")
+    );
+}
+
+/// Reads of missing keys are None, deletes are idempotent, listings are bounded and ordered.
+async fn read_delete_list(store: Store) {
+    assert!(store.read("t/none").await.unwrap().is_none());
+    assert!(store.head("t/none").await.unwrap().is_none());
+    store.delete("t/none").await.unwrap();
+    for i in 0..7 {
+        store
+            .create(&format!("l/k{i}"), Bytes::from(format!("{i}")))
+            .await
+            .unwrap();
+    }
+    let first = store.list("l/", None, 3).await.unwrap();
+    assert_eq!(
+        first.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        ["l/k0", "l/k1", "l/k2"]
+    );
+    let rest = store.list("l/", Some("l/k2"), 100).await.unwrap();
+    assert_eq!(rest.len(), 4);
+    assert_eq!(rest[0].key, "l/k3");
+    store.delete("l/k0").await.unwrap();
+    assert!(store.read("l/k0").await.unwrap().is_none());
+}
+
+/// Of 16 concurrent creates of one key exactly one wins, and the stored bytes are the winner's.
+async fn create_race_has_one_winner(store: Store) {
+    let results = futures::future::join_all((0..16).map(|i| {
+        let store = store.clone();
+        async move { store.create("t/race", Bytes::from(format!("c{i}"))).await }
+    }))
+    .await;
+    let winners: Vec<usize> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    assert_eq!(
+        store.read("t/race").await.unwrap().unwrap().bytes,
+        Bytes::from(format!("c{}", winners[0]))
+    );
+}
+
+/// Concurrent compare-and-swaps on one version: exactly one wins each round.
+async fn swap_race_has_one_winner(store: Store) {
+    let mut etag = store.create("t/cas", Bytes::from_static(b"0")).await.unwrap();
+    for round in 0..3 {
+        let results = futures::future::join_all((0..8).map(|i| {
+            let store = store.clone();
+            let etag = etag.clone();
+            async move {
+                store
+                    .swap("t/cas", Bytes::from(format!("r{round}c{i}")), &etag)
+                    .await
+            }
+        }))
+        .await;
+        let won: Vec<_> = results.into_iter().filter_map(Result::ok).collect();
+        assert_eq!(won.len(), 1, "round {round}");
+        etag = won[0].clone();
+    }
+}
+
+/// The capability probe passes on a store that enforces conditional writes.
+async fn probe_passes(store: Store) {
+    store.probe().await.unwrap();
+}
+
+/// A run committed fact by fact loads back identically, snapshots bound the load, and bytes
+/// written grow with new facts rather than with the run's length.
+async fn commit_and_load(store: Store) {
+    let facts = sample::run("run-a", 120, 5);
+    let run = RunId::new("run-a");
+    let policy = SnapshotPolicy::default();
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+        .await
+        .unwrap();
+    for fact in &facts[2..] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let loaded = generation::load(&store, &run, None).await.unwrap();
+    assert_eq!(loaded.state.facts(), &facts[..]);
+    assert_eq!(loaded.generation, facts.len() as u64 - 1);
+    assert!(loaded.delta_count < policy.max_deltas);
+    // Re-committing an already committed fact is a no-op; a conflicting one is refused.
+    writer.commit(vec![facts[5].clone()]).await.unwrap();
+    assert_eq!(writer.generation(), loaded.generation + 1);
+    let mut changed = facts[5].clone();
+    changed.at_ms += 1;
+    assert!(matches!(
+        writer.commit(vec![changed]).await,
+        Err(GenerationError::Fold { .. })
+    ));
+}
+
+/// A new holder's first commit fences the old writer, which learns it lost the run.
+async fn takeover_fences_the_old_writer(store: Store) {
+    let facts = sample::run("run-f", 40, 9);
+    let run = RunId::new("run-f");
+    let policy = SnapshotPolicy::default();
+    let mut old = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+        .await
+        .unwrap();
+    old.commit(facts[2..6].to_vec()).await.unwrap();
+    let mut new = RunWriter::resume(&store, &run, 2, policy).await.unwrap();
+    assert_eq!(new.state().last_seq(), Seq(6));
+    let error = old.commit(vec![facts[6].clone()]).await.unwrap_err();
+    assert!(
+        matches!(error, GenerationError::Fenced { epoch: 1, by_epoch: 2, .. }),
+        "{error}"
+    );
+    new.commit(facts[6..10].to_vec()).await.unwrap();
+    // The zombie keeps failing, at any slot it might aim for.
+    assert!(matches!(
+        old.commit(vec![facts[6].clone()]).await,
+        Err(GenerationError::Fenced { .. })
+    ));
+    let loaded = generation::load(&store, &run, None).await.unwrap();
+    assert_eq!(loaded.state.facts(), &facts[..10]);
+    assert_eq!(loaded.epoch, 2);
+    // An older epoch cannot even start a takeover any more.
+    assert!(matches!(
+        RunWriter::resume(&store, &run, 1, policy).await,
+        Err(GenerationError::Fenced { .. })
+    ));
+}
+
+/// Leases: one holder at a time, epochs only grow, release hands over at once, and a holder
+/// that stops beating is taken over after a TTL observed on the contender's own clock.
+async fn leases(store: Store) {
+    let run = RunId::new("run-l");
+    let ttl = Duration::from_millis(300);
+    let a = Holder::new(&store, "worker-a", ttl);
+    let b = Holder::new(&store, "worker-b", ttl);
+    a.beat().await.unwrap();
+    let held_a = a.acquire(&run).await.unwrap();
+    assert_eq!(held_a.epoch, 1);
+    assert!(matches!(
+        b.acquire(&run).await,
+        Err(LeaseError::HeldByOther { epoch: 1, .. })
+    ));
+    a.release(&held_a).await.unwrap();
+    let held_b = b.acquire(&run).await.unwrap();
+    assert_eq!(held_b.epoch, 2);
+    assert!(matches!(a.check(&held_a).await, Err(LeaseError::Lost { .. })));
+
+    // b stops beating (it never beat at all): a takes over after one TTL.
+    let poll = Duration::from_millis(50);
+    let taken = a
+        .acquire_or_wait(&run, poll, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(taken.epoch, 3);
+    assert!(matches!(b.check(&held_b).await, Err(LeaseError::Lost { epoch: 3, .. })));
+
+    // While a keeps beating, b cannot take over.
+    let beating = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            for _ in 0..20 {
+                a.beat().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+        })
+    };
+    let error = b
+        .acquire_or_wait(&run, poll, Duration::from_millis(600))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, LeaseError::StillAlive { .. }), "{error}");
+    beating.await.unwrap();
+    let view = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    assert_eq!(view.lease.epoch, 3);
+    assert_eq!(view.lease.holder, "worker-a");
+}
+
+/// Recovery admission is idempotent, pinned, and refuses conflicting IDs and sources.
+async fn recovery_records(store: Store) {
+    let policy = SnapshotPolicy::default();
+    for name in ["src-1", "src-2"] {
+        let facts = sample::run(name, 30, 1);
+        let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+            .await
+            .unwrap();
+        writer.commit(facts[2..10].to_vec()).await.unwrap();
+    }
+    let (source, other) = (RunId::new("src-1"), RunId::new("src-2"));
+    let id = RecoveryId::new("rec-1");
+    let first = recovery::admit(&store, &source, &id, false).await.unwrap();
+    assert!(first.created);
+    assert_eq!(first.record.source_generation, 2);
+    let replay = recovery::admit(&store, &source, &id, false).await.unwrap();
+    assert!(!replay.created);
+    assert_eq!(replay.record, first.record);
+    let error = recovery::admit(&store, &other, &id, false).await.unwrap_err();
+    assert!(matches!(error, RecoveryError::IdInUse { .. }), "{error}");
+    let error = recovery::admit(&store, &source, &RecoveryId::new("rec-2"), false)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "run \"src-1\" is already being recovered as 'rec-1'"
+    );
+    let (record, etag) = recovery::read(&store, &id).await.unwrap().unwrap();
+    let (updated, _) = recovery::update(&store, &record, &etag, |r| {
+        r.state = recovery::RecoveryState::Finished;
+    })
+    .await
+    .unwrap();
+    assert!(matches!(
+        recovery::update(&store, &record, &etag, |r| r.attempts += 1).await,
+        Err(RecoveryError::Changed { .. })
+    ));
+    let finished = recovery::admit(&store, &source, &id, false).await.unwrap();
+    assert_eq!(finished.record, updated);
+
+    // A finished run has nothing to recover.
+    let facts = sample::run("done-run", 20, 2);
+    RunWriter::create(&store, facts.clone(), 1, policy).await.unwrap();
+    let done = RunId::new("done-run");
+    assert!(matches!(
+        recovery::admit(&store, &done, &RecoveryId::new("rec-3"), false).await,
+        Err(RecoveryError::NothingToRecover { .. })
+    ));
+}
+
+/// Corrupt, foreign and future-format objects are refused naming the key; other runs load.
+async fn bad_objects_are_named(store: Store) {
+    let policy = SnapshotPolicy::default();
+    let good = sample::run("good", 20, 3);
+    RunWriter::create(&store, good.clone(), 1, policy).await.unwrap();
+    let victim = sample::run("victim", 20, 3);
+    RunWriter::create(&store, victim[..4].to_vec(), 1, policy)
+        .await
+        .unwrap();
+    let victim_run = RunId::new("victim");
+    let key2 = layout::generation(&layout::run_base("victim"), 2);
+
+    store.create(&key2, Bytes::from_static(b"{\"oops\"")).await.unwrap();
+    let error = generation::load(&store, &victim_run, None).await.unwrap_err();
+    assert!(error.to_string().contains(&format!("'{key2}' is corrupt")), "{error}");
+
+    // A generation copied from another run is refused as foreign.
+    let other_key = layout::generation(&layout::run_base("good"), 1);
+    let foreign = store.read(&other_key).await.unwrap().unwrap().bytes;
+    store.delete(&key2).await.unwrap();
+    store.create(&key2, foreign).await.unwrap();
+    let error = generation::load(&store, &victim_run, None).await.unwrap_err();
+    assert!(matches!(error, GenerationError::ForeignRun { .. }), "{error}");
+
+    store.delete(&key2).await.unwrap();
+    store
+        .create(&key2, Bytes::from_static(br#"{"format":99,"kind":"run.generation"}"#))
+        .await
+        .unwrap();
+    let error = generation::load(&store, &victim_run, None).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .ends_with("has format 99, this build reads up to 1"),
+        "{error}"
+    );
+
+    // A lease object with garbage is refused naming its key.
+    let lease_key = layout::lease("victim");
+    store.create(&lease_key, Bytes::from_static(b"garbage")).await.unwrap();
+    let error = lease::read_lease(&store, &victim_run).await.unwrap_err();
+    assert!(error.to_string().contains(&lease_key), "{error}");
+
+    // The healthy run is unaffected.
+    let loaded = generation::load(&store, &RunId::new("good"), None).await.unwrap();
+    assert_eq!(loaded.state.facts(), &good[..]);
+}
+
+macro_rules! conformance {
+    ($backend:ident, $open:expr) => {
+        mod $backend {
+            use super::*;
+
+            conformance!(@case $open, create_if_absent);
+            conformance!(@case $open, compare_and_swap);
+            conformance!(@case $open, read_delete_list);
+            conformance!(@case $open, create_race_has_one_winner);
+            conformance!(@case $open, swap_race_has_one_winner);
+            conformance!(@case $open, probe_passes);
+            conformance!(@case $open, commit_and_load);
+            conformance!(@case $open, takeover_fences_the_old_writer);
+            conformance!(@case $open, leases);
+            conformance!(@case $open, recovery_records);
+            conformance!(@case $open, bad_objects_are_named);
+        }
+    };
+    (@case $open:expr, $case:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            let open = $open;
+            let (store, _guard) = open(stringify!($case)).await;
+            super::$case(store).await;
+        }
+    };
+}
+
+conformance!(memory, |_name: &'static str| async {
+    (common::memory(), None::<tempfile::TempDir>)
+});
+conformance!(local, |_name: &'static str| async {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::local(dir.path()).await;
+    (store, Some(dir))
+});
+conformance!(s3, |name: &'static str| async move {
+    (common::s3(name).await, None::<tempfile::TempDir>)
+});
