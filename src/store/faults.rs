@@ -19,7 +19,7 @@ use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+    ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 
 use crate::sample::SplitMix;
@@ -36,6 +36,10 @@ pub struct FaultPlan {
     pub stall: Duration,
     /// Latency added to every request.
     pub latency: Duration,
+    /// Behave like a server that accepts conditional headers and ignores them.
+    pub ignore_conditions: bool,
+    /// Behave like a server that checks conditions, then writes without a lock.
+    pub racy_conditions: bool,
 }
 
 /// Counts of what was injected.
@@ -159,6 +163,33 @@ impl ObjectStore for FaultyStore {
         opts: PutOptions,
     ) -> Result<PutResult> {
         let fault = self.before(true).await?;
+        let plan = self.plan();
+        let mut opts = opts;
+        if plan.ignore_conditions {
+            opts.mode = PutMode::Overwrite;
+        } else if plan.racy_conditions && opts.mode != PutMode::Overwrite {
+            let current = match self.inner.head(location).await {
+                Ok(meta) => Some(meta),
+                Err(object_store::Error::NotFound { .. }) => None,
+                Err(other) => return Err(other),
+            };
+            let holds = match (&opts.mode, &current) {
+                (PutMode::Create, None) => true,
+                (PutMode::Update(version), Some(meta)) => version.e_tag == meta.e_tag,
+                _ => false,
+            };
+            if !holds {
+                let path = location.to_string();
+                let source = "condition not met (racy server)".into();
+                return Err(match opts.mode {
+                    PutMode::Create => object_store::Error::AlreadyExists { path, source },
+                    _ => object_store::Error::Precondition { path, source },
+                });
+            }
+            // The window in which another request's check also passes.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            opts.mode = PutMode::Overwrite;
+        }
         let result = self.inner.put_opts(location, payload, opts).await;
         if matches!(fault, Fault::LoseResponse) && result.is_ok() {
             self.counts.lost_responses.fetch_add(1, Ordering::Relaxed);

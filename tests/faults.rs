@@ -1,0 +1,288 @@
+//! Store faults: lost responses, transient errors and throttling, stalls, partitions,
+//! stores that ignore or race conditional writes, and two real processes sharing a local
+//! store. Seeded cases print their seed so a failure replays exactly.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rekindle::fact::RunId;
+use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
+use rekindle::lease::{Holder, LeaseError};
+use rekindle::sample;
+use rekindle::store::faults::FaultPlan;
+use rekindle::store::{RetryPolicy, StoreError};
+
+const CAS_CHILD: &str = "REKINDLE_TEST_CAS_CHILD_DIR";
+const LEASE_CHILD: &str = "REKINDLE_TEST_LEASE_CHILD_DIR";
+
+// Proves the probe refuses a store that accepts conditional headers and ignores them.
+#[tokio::test]
+async fn probe_refuses_a_store_that_ignores_conditions() {
+    let plan = FaultPlan {
+        ignore_conditions: true,
+        ..FaultPlan::default()
+    };
+    let (store, _) = common::faulty_memory(plan, 1);
+    let error = store.probe().await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::ProbeFailed { check: "create-if-absent", .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("ignores If-None-Match"), "{error}");
+}
+
+// Proves the probe refuses a store whose conditional writes are not atomic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_refuses_a_store_with_racy_conditions() {
+    let plan = FaultPlan {
+        racy_conditions: true,
+        ..FaultPlan::default()
+    };
+    let (store, _) = common::faulty_memory(plan, 2);
+    let error = store.probe().await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::ProbeFailed { check: "atomic create race", .. }),
+        "{error}"
+    );
+}
+
+// Proves writes whose responses are all lost are recognised as ours and adopted: a run
+// commits, and its lease is taken and released, as if nothing had gone wrong.
+#[tokio::test]
+async fn lost_responses_are_adopted() {
+    let plan = FaultPlan {
+        lost_response_per_mille: 1000,
+        ..FaultPlan::default()
+    };
+    let (store, faulty) = common::faulty_memory(plan, 3);
+    let facts = sample::run("lost", 30, 4);
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
+        .await
+        .unwrap();
+    for fact in &facts[2..] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let holder = Holder::new(&store, "w", Duration::from_secs(10));
+    let held = holder.acquire(&RunId::new("lost")).await.unwrap();
+    holder.release(&held).await.unwrap();
+    assert!(faulty.counts.lost_responses.load(std::sync::atomic::Ordering::Relaxed) > 20);
+    let loaded = generation::load(&store, &RunId::new("lost"), None).await.unwrap();
+    assert_eq!(loaded.state.facts(), &facts[..]);
+}
+
+// Proves seeded mixes of 503s, lost responses and latency never lose or duplicate a commit.
+#[tokio::test]
+async fn seeded_transient_faults_lose_nothing() {
+    for seed in 0..6u64 {
+        let plan = FaultPlan {
+            error_per_mille: 250,
+            lost_response_per_mille: 200,
+            latency: Duration::from_millis(1),
+            ..FaultPlan::default()
+        };
+        let (store, _) = common::faulty_memory(plan, seed);
+        let facts = sample::run("seeded", 40, seed);
+        let mut writer =
+            RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        for chunk in facts[2..].chunks(3) {
+            writer
+                .commit(chunk.to_vec())
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        }
+        let loaded = generation::load(&store, &RunId::new("seeded"), None)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(loaded.state.facts(), &facts[..], "seed {seed}");
+    }
+}
+
+// Proves a real conflict (412 / existing key) is answered at once, never retried.
+#[tokio::test]
+async fn real_conflicts_are_not_retried() {
+    let store = common::memory();
+    store.create("k", Bytes::from_static(b"a")).await.unwrap();
+    let before = store.metrics();
+    let error = store.create("k", Bytes::from_static(b"b")).await.unwrap_err();
+    assert!(matches!(error, StoreError::AlreadyExists { .. }));
+    let spent = store.metrics().since(&before);
+    assert_eq!((spent.conditional_put, spent.get), (1, 1), "{spent:?}");
+}
+
+// Proves a request that stalls past its deadline is retried a bounded number of times and
+// then reported as unavailable, naming the operation and the key.
+#[tokio::test]
+async fn stalls_are_bounded() {
+    let plan = FaultPlan {
+        stall_per_mille: 1000,
+        stall: Duration::from_millis(400),
+        ..FaultPlan::default()
+    };
+    let (store, faulty) = common::faulty_memory(plan, 5);
+    let store = rekindle::store::Store::from_parts(
+        faulty,
+        rekindle::store::Backend::Memory,
+        "memory://stall",
+        "",
+        RetryPolicy {
+            min_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+            max_retries: 2,
+            attempt_timeout: Duration::from_millis(50),
+        },
+        store.clock().clone(),
+    );
+    let error = store.read("some/key").await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "store unavailable: read of 'some/key' failed after 3 attempts: no answer within 50 ms"
+    );
+}
+
+// Proves a writer cut off from the store fails its commit cleanly, keeps its state, and
+// commits everything once the store is back: nothing acknowledged is lost.
+#[tokio::test]
+async fn partition_then_reconnect_loses_nothing() {
+    let (store, faulty) = common::faulty_memory(FaultPlan::default(), 6);
+    let facts = sample::run("cut", 20, 6);
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
+        .await
+        .unwrap();
+    writer.commit(facts[2..5].to_vec()).await.unwrap();
+    faulty.set_partitioned(true);
+    let error = writer.commit(facts[5..8].to_vec()).await.unwrap_err();
+    assert!(
+        matches!(error, GenerationError::Store(StoreError::Unavailable { .. })),
+        "{error}"
+    );
+    assert_eq!(writer.committed().0, 5);
+    faulty.set_partitioned(false);
+    writer.commit(facts[5..].to_vec()).await.unwrap();
+    let loaded = generation::load(&store, &RunId::new("cut"), None).await.unwrap();
+    assert_eq!(loaded.state.facts(), &facts[..]);
+}
+
+/// Child role for `local_compare_and_swap_across_processes`: 25 increments of a shared
+/// counter by compare-and-swap. As a plain test, checks one increment in-process.
+#[tokio::test]
+async fn cas_child_or_single_increment() {
+    let dir = std::env::var_os(CAS_CHILD);
+    let temp = tempfile::tempdir().unwrap();
+    let path = dir.map_or_else(|| temp.path().to_owned(), std::path::PathBuf::from);
+    let store = common::local(&path).await;
+    let rounds = if std::env::var_os(CAS_CHILD).is_some() { 25 } else { 1 };
+    if store.read("counter").await.unwrap().is_none() {
+        let _ = store.create("counter", Bytes::from_static(b"0")).await;
+    }
+    for _ in 0..rounds {
+        loop {
+            let current = store.read("counter").await.unwrap().unwrap();
+            let value: u64 = std::str::from_utf8(&current.bytes).unwrap().parse().unwrap();
+            let next = Bytes::from((value + 1).to_string());
+            match store.swap("counter", next, &current.etag).await {
+                Ok(_) => break,
+                Err(StoreError::Changed { .. }) => continue,
+                Err(other) => panic!("{other}"),
+            }
+        }
+    }
+    if std::env::var_os(CAS_CHILD).is_none() {
+        let value = store.read("counter").await.unwrap().unwrap().bytes;
+        assert_eq!(value, Bytes::from_static(b"1"));
+    }
+}
+
+// Proves the local directory's compare-and-swap is atomic across real processes: four
+// processes doing 25 increments each leave the counter at exactly 100.
+#[tokio::test]
+async fn local_compare_and_swap_across_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::local(dir.path()).await;
+    store.create("counter", Bytes::from_static(b"0")).await.unwrap();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "cas_child_or_single_increment"])
+                .env(CAS_CHILD, dir.path())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success());
+    }
+    let value = store.read("counter").await.unwrap().unwrap().bytes;
+    assert_eq!(value, Bytes::from_static(b"100"));
+}
+
+/// Child role for `local_lease_across_processes`: holds run "shared" and keeps beating. As a
+/// plain test, checks that a lease is exclusive within one process.
+#[tokio::test]
+async fn lease_child_or_exclusive_in_process() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = std::env::var_os(LEASE_CHILD);
+    let path = dir.clone().map_or_else(|| temp.path().to_owned(), std::path::PathBuf::from);
+    let store = common::local(&path).await;
+    let holder = Holder::new(&store, "child", Duration::from_millis(400));
+    holder.beat().await.unwrap();
+    let held = holder.acquire(&RunId::new("shared")).await.unwrap();
+    if dir.is_none() {
+        let other = Holder::new(&store, "other", Duration::from_millis(400));
+        assert!(matches!(
+            other.acquire(&RunId::new("shared")).await,
+            Err(LeaseError::HeldByOther { .. })
+        ));
+        return;
+    }
+    println!("HELD {}", held.epoch);
+    for _ in 0..600 {
+        holder.beat().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// Proves two processes compete for one lease on a local store: the second is refused while
+// the first is alive and beating, and takes over (epoch 2) once the first is killed -9.
+#[tokio::test]
+async fn local_lease_across_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "lease_child_or_exclusive_in_process", "--nocapture"])
+        .env(LEASE_CHILD, dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines.next().expect("child ended early").unwrap();
+        if line.starts_with("HELD") {
+            break;
+        }
+    }
+    let store = common::local(dir.path()).await;
+    let run = RunId::new("shared");
+    let parent = Holder::new(&store, "parent", Duration::from_millis(400));
+    assert!(matches!(
+        parent.acquire(&run).await,
+        Err(LeaseError::HeldByOther { epoch: 1, .. })
+    ));
+    let error = parent
+        .acquire_or_wait(&run, Duration::from_millis(50), Duration::from_millis(900))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, LeaseError::StillAlive { .. }), "{error}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let held = parent
+        .acquire_or_wait(&run, Duration::from_millis(50), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(held.epoch, 2);
+}
