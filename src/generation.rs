@@ -78,7 +78,9 @@ pub enum GenerationError {
         found: u32,
         supported: u32,
     },
-    #[error("refusing generation object '{key}': it belongs to run \"{found}\", not \"{expected}\"")]
+    #[error(
+        "refusing generation object '{key}': it belongs to run \"{found}\", not \"{expected}\""
+    )]
     ForeignRun {
         key: String,
         expected: RunId,
@@ -97,7 +99,9 @@ pub enum GenerationError {
         epoch: u64,
         by_epoch: u64,
     },
-    #[error("run \"{run}\": generation {generation} was committed by another writer at epoch {by_epoch} (ours {epoch}); reload and retry")]
+    #[error(
+        "run \"{run}\": generation {generation} was committed by another writer at epoch {by_epoch} (ours {epoch}); reload and retry"
+    )]
     Conflict {
         run: RunId,
         generation: u64,
@@ -154,32 +158,21 @@ pub fn decode(key: &str, run: &RunId, bytes: &[u8]) -> Result<Generation, Genera
         key: key.to_owned(),
         reason,
     };
-    #[derive(Deserialize)]
-    struct Header {
-        format: Option<u32>,
-        kind: Option<String>,
-    }
-    let header: Header = serde_json::from_slice(bytes)
-        .map_err(|e| corrupt(format!("not a Rekindle object ({e})")))?;
-    match header.format {
-        Some(found) if found > FORMAT_VERSION => {
-            return Err(GenerationError::FutureFormat {
-                key: key.to_owned(),
-                found,
-                supported: FORMAT_VERSION,
-            });
-        }
-        Some(_) => {}
-        None => return Err(corrupt("no format field: not written by Rekindle".into())),
-    }
-    if header.kind.as_deref() != Some(KIND) {
-        return Err(corrupt(format!(
-            "unknown object kind {:?} where a run generation belongs",
-            header.kind
-        )));
-    }
     let generation: Generation =
-        serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        layout::decode_object(key, KIND, bytes).map_err(|error| match error {
+            layout::ObjectError::Corrupt { key, reason } => {
+                GenerationError::Corrupt { key, reason }
+            }
+            layout::ObjectError::FutureFormat {
+                key,
+                found,
+                supported,
+            } => GenerationError::FutureFormat {
+                key,
+                found,
+                supported,
+            },
+        })?;
     if generation.run_id != *run {
         return Err(GenerationError::ForeignRun {
             key: key.to_owned(),
@@ -366,7 +359,11 @@ pub struct Loaded {
 
 /// Loads a run: the newest generation (or `up_to`), its snapshot and the deltas after it,
 /// checking format, ownership, continuity, epochs and digests, and folding every fact.
-pub async fn load(store: &Store, run: &RunId, up_to: Option<u64>) -> Result<Loaded, GenerationError> {
+pub async fn load(
+    store: &Store,
+    run: &RunId,
+    up_to: Option<u64>,
+) -> Result<Loaded, GenerationError> {
     let chain = Chain::new(store, layout::run_base(run.as_str()));
     let newest = match up_to {
         Some(n) => n,
@@ -430,7 +427,11 @@ pub async fn load(store: &Store, run: &RunId, up_to: Option<u64>) -> Result<Load
                 if generation.snapshot || generation.base != base {
                     return Err(discontinuous(format!(
                         "expected a delta on snapshot {base}, found {} on {}",
-                        if generation.snapshot { "a snapshot" } else { "a delta" },
+                        if generation.snapshot {
+                            "a snapshot"
+                        } else {
+                            "a delta"
+                        },
                         generation.base
                     )));
                 }
@@ -607,6 +608,11 @@ impl RunWriter {
         self.generation
     }
 
+    /// The snapshot generation the newest generation builds on (equal to it for a snapshot).
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
     /// Seq of the last committed fact.
     pub fn committed(&self) -> Seq {
         self.committed
@@ -652,7 +658,10 @@ impl RunWriter {
             || (self.delta_count + 1 >= self.policy.min_deltas
                 && self.delta_bytes + new_lines.len() as u64 >= self.snapshot_bytes);
         let mut epoch_starts = self.epoch_starts.clone();
-        if epoch_starts.last().is_none_or(|&(epoch, _)| epoch < self.epoch) {
+        if epoch_starts
+            .last()
+            .is_none_or(|&(epoch, _)| epoch < self.epoch)
+        {
             epoch_starts.push((self.epoch, n));
         }
         let facts = if snapshot {
@@ -680,12 +689,13 @@ impl RunWriter {
             facts_sha256: digest,
             facts,
         };
-        let bytes = Bytes::from(serde_json::to_vec(&generation).map_err(|e| {
-            GenerationError::Corrupt {
-                key: self.chain.key(n),
-                reason: e.to_string(),
-            }
-        })?);
+        let bytes =
+            Bytes::from(
+                serde_json::to_vec(&generation).map_err(|e| GenerationError::Corrupt {
+                    key: self.chain.key(n),
+                    reason: e.to_string(),
+                })?,
+            );
         let size = bytes.len() as u64;
         let key = self.chain.key(n);
         match self.chain.store().create(&key, bytes).await {

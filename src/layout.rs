@@ -125,3 +125,55 @@ pub fn generation_number(key: &str) -> Option<u64> {
         None
     }
 }
+
+/// Why a stored object could not be read as the kind expected at its key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectError {
+    #[error("object '{key}' is corrupt: {reason}")]
+    Corrupt { key: String, reason: String },
+    #[error("object '{key}' has format {found}, this build reads up to {supported}")]
+    FutureFormat {
+        key: String,
+        found: u32,
+        supported: u32,
+    },
+}
+
+/// Decodes an object written by Rekindle: checks the envelope's `format` (older accepted,
+/// newer refused naming both) and `kind` (an unknown or foreign object is refused naming its
+/// key), then the body.
+pub fn decode_object<T: serde::de::DeserializeOwned>(
+    key: &str,
+    kind: &str,
+    bytes: &[u8],
+) -> Result<T, ObjectError> {
+    #[derive(serde::Deserialize)]
+    struct Header {
+        format: Option<u32>,
+        kind: Option<String>,
+    }
+    let corrupt = |reason: String| ObjectError::Corrupt {
+        key: key.to_owned(),
+        reason,
+    };
+    let header: Header = serde_json::from_slice(bytes)
+        .map_err(|e| corrupt(format!("not a Rekindle object ({e})")))?;
+    match header.format {
+        Some(found) if found > FORMAT_VERSION => {
+            return Err(ObjectError::FutureFormat {
+                key: key.to_owned(),
+                found,
+                supported: FORMAT_VERSION,
+            });
+        }
+        Some(_) => {}
+        None => return Err(corrupt("no format field: not written by Rekindle".into())),
+    }
+    if header.kind.as_deref() != Some(kind) {
+        return Err(corrupt(format!(
+            "expected a {kind} object, found kind {:?}",
+            header.kind
+        )));
+    }
+    serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))
+}

@@ -85,24 +85,22 @@ pub enum LeaseError {
         holder: String,
         epoch: u64,
     },
-    #[error("lease of run \"{run}\" was lost: '{holder}' holds it at epoch {epoch} (ours was {ours})")]
+    #[error(
+        "lease of run \"{run}\" was lost: '{holder}' holds it at epoch {epoch} (ours was {ours})"
+    )]
     Lost {
         run: RunId,
         ours: u64,
         holder: String,
         epoch: u64,
     },
-    #[error("lease object '{key}' is corrupt: {reason}")]
-    Corrupt { key: String, reason: String },
-    #[error("lease object '{key}' has format {found}, this build reads up to {supported}")]
-    FutureFormat {
-        key: String,
-        found: u32,
-        supported: u32,
-    },
+    #[error(transparent)]
+    Object(#[from] layout::ObjectError),
     #[error("lease of run \"{run}\" kept changing; gave up after {CAS_ATTEMPTS} attempts")]
     Contended { run: RunId },
-    #[error("run \"{run}\" is still held by '{holder}': its heartbeat kept changing for {waited_ms} ms")]
+    #[error(
+        "run \"{run}\" is still held by '{holder}': its heartbeat kept changing for {waited_ms} ms"
+    )]
     StillAlive {
         run: RunId,
         holder: String,
@@ -115,32 +113,7 @@ fn parse<T: serde::de::DeserializeOwned>(
     kind: &str,
     bytes: &[u8],
 ) -> Result<T, LeaseError> {
-    #[derive(Deserialize)]
-    struct Header {
-        format: Option<u32>,
-        kind: Option<String>,
-    }
-    let corrupt = |reason: String| LeaseError::Corrupt {
-        key: key.to_owned(),
-        reason,
-    };
-    let header: Header =
-        serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not JSON ({e})")))?;
-    match header.format {
-        Some(found) if found > FORMAT_VERSION => {
-            return Err(LeaseError::FutureFormat {
-                key: key.to_owned(),
-                found,
-                supported: FORMAT_VERSION,
-            });
-        }
-        None => return Err(corrupt("no format field: not written by Rekindle".into())),
-        Some(_) => {}
-    }
-    if header.kind.as_deref() != Some(kind) {
-        return Err(corrupt(format!("expected a {kind} object, found {:?}", header.kind)));
-    }
-    serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))
+    layout::decode_object(key, kind, bytes).map_err(LeaseError::from)
 }
 
 /// Reads a run's lease.
@@ -151,10 +124,11 @@ pub async fn read_lease(store: &Store, run: &RunId) -> Result<Option<LeaseView>,
         Some(object) => {
             let lease: Lease = parse(&key, LEASE_KIND, &object.bytes)?;
             if lease.run_id != *run {
-                return Err(LeaseError::Corrupt {
+                return Err(layout::ObjectError::Corrupt {
                     key,
                     reason: format!("it belongs to run \"{}\"", lease.run_id),
-                });
+                }
+                .into());
             }
             Ok(Some(LeaseView {
                 lease,
@@ -165,7 +139,10 @@ pub async fn read_lease(store: &Store, run: &RunId) -> Result<Option<LeaseView>,
 }
 
 /// Reads a holder's heartbeat: its version, or `None` if it has none.
-pub async fn read_heartbeat(store: &Store, key: &str) -> Result<Option<(Heartbeat, ETag)>, LeaseError> {
+pub async fn read_heartbeat(
+    store: &Store,
+    key: &str,
+) -> Result<Option<(Heartbeat, ETag)>, LeaseError> {
     match store.read(key).await? {
         None => Ok(None),
         Some(object) => {
@@ -356,7 +333,13 @@ impl Holder {
     /// are fenced regardless).
     pub async fn check(&self, held: &Held) -> Result<(), LeaseError> {
         match read_lease(&self.store, &held.run).await? {
-            Some(view) if view.lease.epoch == held.epoch && view.lease.holder == self.id && !view.lease.released => Ok(()),
+            Some(view)
+                if view.lease.epoch == held.epoch
+                    && view.lease.holder == self.id
+                    && !view.lease.released =>
+            {
+                Ok(())
+            }
             Some(view) => Err(LeaseError::Lost {
                 run: held.run.clone(),
                 ours: held.epoch,

@@ -22,12 +22,15 @@
 //! assert_eq!(incremental, state);
 //! ```
 
+pub mod checkpoint;
 pub mod clock;
 pub mod error;
 pub mod fact;
 pub mod fingerprint;
 pub mod fold;
+pub mod gc;
 pub mod generation;
+pub mod index;
 pub mod layout;
 pub mod lease;
 pub mod log;

@@ -96,14 +96,8 @@ pub enum RecoveryError {
     },
     #[error("run \"{source_run}\" has ended ({outcome}); there is nothing to recover")]
     NothingToRecover { source_run: RunId, outcome: Outcome },
-    #[error("recovery object '{key}' is corrupt: {reason}")]
-    Corrupt { key: String, reason: String },
-    #[error("recovery object '{key}' has format {found}, this build reads up to {supported}")]
-    FutureFormat {
-        key: String,
-        found: u32,
-        supported: u32,
-    },
+    #[error(transparent)]
+    Object(#[from] layout::ObjectError),
     #[error("recovery '{recovery_id}' was changed by someone else; reread and retry")]
     Changed { recovery_id: RecoveryId },
 }
@@ -122,32 +116,7 @@ fn parse<T: serde::de::DeserializeOwned>(
     kind: &str,
     bytes: &[u8],
 ) -> Result<T, RecoveryError> {
-    #[derive(Deserialize)]
-    struct Header {
-        format: Option<u32>,
-        kind: Option<String>,
-    }
-    let corrupt = |reason: String| RecoveryError::Corrupt {
-        key: key.to_owned(),
-        reason,
-    };
-    let header: Header =
-        serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not JSON ({e})")))?;
-    match header.format {
-        Some(found) if found > FORMAT_VERSION => {
-            return Err(RecoveryError::FutureFormat {
-                key: key.to_owned(),
-                found,
-                supported: FORMAT_VERSION,
-            });
-        }
-        None => return Err(corrupt("no format field: not written by Rekindle".into())),
-        Some(_) => {}
-    }
-    if header.kind.as_deref() != Some(kind) {
-        return Err(corrupt(format!("expected a {kind} object, found {:?}", header.kind)));
-    }
-    serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))
+    layout::decode_object(key, kind, bytes).map_err(RecoveryError::from)
 }
 
 /// Reads a recovery record.
@@ -161,10 +130,11 @@ pub async fn read(
         Some(object) => {
             let record: RecoveryRecord = parse(&key, RECORD_KIND, &object.bytes)?;
             if record.recovery_id != *recovery_id {
-                return Err(RecoveryError::Corrupt {
+                return Err(layout::ObjectError::Corrupt {
                     key,
                     reason: format!("it is the record of '{}'", record.recovery_id),
-                });
+                }
+                .into());
             }
             Ok(Some((record, object.etag)))
         }
@@ -245,10 +215,11 @@ pub async fn admit(
                 });
             }
             None => {
-                return Err(RecoveryError::Corrupt {
+                return Err(layout::ObjectError::Corrupt {
                     key: claim_key,
                     reason: "reported existing, then missing".into(),
-                });
+                }
+                .into());
             }
         },
         Err(other) => return Err(other.into()),
@@ -283,12 +254,13 @@ pub async fn admit(
             })
         }
         Err(StoreError::AlreadyExists { .. }) => {
-            let (existing, etag) = read(store, recovery_id)
-                .await?
-                .ok_or_else(|| RecoveryError::Corrupt {
-                    key: key.clone(),
-                    reason: "reported existing, then missing".into(),
-                })?;
+            let (existing, etag) =
+                read(store, recovery_id)
+                    .await?
+                    .ok_or_else(|| layout::ObjectError::Corrupt {
+                        key: key.clone(),
+                        reason: "reported existing, then missing".into(),
+                    })?;
             let result = replay(existing, etag);
             if result.is_err() && claimed_now {
                 // The ID went to another source in the meantime: give the claim back.

@@ -57,7 +57,9 @@ pub struct Listed {
 pub enum StoreError {
     #[error("object '{key}' already exists")]
     AlreadyExists { key: String },
-    #[error("object '{key}' changed since it was read (or is missing), so the conditional write was refused")]
+    #[error(
+        "object '{key}' changed since it was read (or is missing), so the conditional write was refused"
+    )]
     Changed { key: String },
     #[error("store unavailable: {op} of '{key}' failed after {attempts} attempts: {message}")]
     Unavailable {
@@ -200,7 +202,9 @@ impl RetryPolicy {
 pub enum Backend {
     Memory,
     /// A local directory; the path is where per-key lock files live.
-    Local { root: PathBuf },
+    Local {
+        root: PathBuf,
+    },
     S3,
 }
 
@@ -245,37 +249,39 @@ impl Store {
             url: url.to_owned(),
             reason: reason.to_owned(),
         };
-        let (inner, backend, prefix): (Arc<dyn ObjectStore>, Backend, String) =
-            if url == "memory://" || url == "memory:" {
-                (
-                    Arc::new(object_store::memory::InMemory::new()),
-                    Backend::Memory,
-                    String::new(),
-                )
-            } else if let Some(rest) = url.strip_prefix("s3://") {
-                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-                if bucket.is_empty() {
-                    return Err(invalid("no bucket name (expected s3://bucket/prefix)"));
-                }
-                let inner = aws::open_s3(bucket, options).await?;
-                (inner, Backend::S3, prefix.trim_matches('/').to_owned())
-            } else if url.contains("://") && !url.starts_with("file://") {
-                return Err(invalid(
-                    "unknown scheme (expected s3://bucket/prefix, file:///path, a path, or memory://)",
-                ));
-            } else {
-                let path = url.strip_prefix("file://").unwrap_or(url);
-                if path.is_empty() {
-                    return Err(invalid("empty path"));
-                }
-                let root = std::path::absolute(path).map_err(|e| invalid(&e.to_string()))?;
-                std::fs::create_dir_all(&root).map_err(|e| {
-                    invalid(&format!("cannot create directory {}: {e}", root.display()))
-                })?;
-                let local = object_store::local::LocalFileSystem::new_with_prefix(&root)
-                    .map_err(|e| invalid(&e.to_string()))?;
-                (Arc::new(local), Backend::Local { root }, String::new())
-            };
+        let (inner, backend, prefix): (Arc<dyn ObjectStore>, Backend, String) = if url
+            == "memory://"
+            || url == "memory:"
+        {
+            (
+                Arc::new(object_store::memory::InMemory::new()),
+                Backend::Memory,
+                String::new(),
+            )
+        } else if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(invalid("no bucket name (expected s3://bucket/prefix)"));
+            }
+            let inner = aws::open_s3(bucket, options).await?;
+            (inner, Backend::S3, prefix.trim_matches('/').to_owned())
+        } else if url.contains("://") && !url.starts_with("file://") {
+            return Err(invalid(
+                "unknown scheme (expected s3://bucket/prefix, file:///path, a path, or memory://)",
+            ));
+        } else {
+            let path = url.strip_prefix("file://").unwrap_or(url);
+            if path.is_empty() {
+                return Err(invalid("empty path"));
+            }
+            let root = std::path::absolute(path).map_err(|e| invalid(&e.to_string()))?;
+            std::fs::create_dir_all(&root).map_err(|e| {
+                invalid(&format!("cannot create directory {}: {e}", root.display()))
+            })?;
+            let local = object_store::local::LocalFileSystem::new_with_prefix(&root)
+                .map_err(|e| invalid(&e.to_string()))?;
+            (Arc::new(local), Backend::Local { root }, String::new())
+        };
         let store = Store::from_parts(inner, backend, url, &prefix, options.retry, clock);
         if !options.skip_probe {
             store.probe_once().await?;
@@ -339,7 +345,12 @@ impl Store {
     }
 
     /// Runs `attempt` with retries of transient errors and a per-attempt deadline.
-    async fn retrying<T, F, Fut>(&self, op: &'static str, key: &str, attempt: F) -> Result<T, StoreError>
+    async fn retrying<T, F, Fut>(
+        &self,
+        op: &'static str,
+        key: &str,
+        attempt: F,
+    ) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, StoreError>>,
@@ -430,7 +441,7 @@ impl Store {
             let _lock = local_lock(root, key).await?;
             return match self.read_once(key).await? {
                 Some(current) if current.etag == *expected => {
-                    self.put_once(key, bytes, PutMode::Overwrite).await
+                    self.put_once(key, bytes, PutMode::Overwrite, true).await
                 }
                 _ => Err(StoreError::Changed {
                     key: key.to_owned(),
@@ -441,7 +452,7 @@ impl Store {
             e_tag: Some(expected.0.clone()),
             version: None,
         });
-        match self.put_once(key, bytes.clone(), mode).await {
+        match self.put_once(key, bytes.clone(), mode, true).await {
             Err(StoreError::Changed { .. }) => match self.read_once(key).await? {
                 Some(current) if current.bytes == bytes => Ok(current.etag),
                 // Still the expected version: the refusal was a transient conflict.
@@ -464,17 +475,29 @@ impl Store {
         self.retrying("put", key, || async {
             if let Backend::Local { root } = &self.backend {
                 let _lock = local_lock(root, key).await?;
-                return self.put_once(key, bytes.clone(), PutMode::Overwrite).await;
+                return self
+                    .put_once(key, bytes.clone(), PutMode::Overwrite, false)
+                    .await;
             }
-            self.put_once(key, bytes.clone(), PutMode::Overwrite).await
+            self.put_once(key, bytes.clone(), PutMode::Overwrite, false)
+                .await
         })
         .await
     }
 
-    async fn put_once(&self, key: &str, bytes: Bytes, mode: PutMode) -> Result<ETag, StoreError> {
-        let counter = match mode {
-            PutMode::Overwrite => &self.metrics.put,
-            _ => &self.metrics.conditional_put,
+    /// One PUT attempt; `conditional` says how it counts (the local backend's
+    /// compare-and-swap is a conditional write done as a locked overwrite).
+    async fn put_once(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        mode: PutMode,
+        conditional: bool,
+    ) -> Result<ETag, StoreError> {
+        let counter = if conditional {
+            &self.metrics.conditional_put
+        } else {
+            &self.metrics.put
         };
         bump(counter, 1);
         bump(&self.metrics.bytes_written, bytes.len() as u64);
@@ -488,11 +511,11 @@ impl Store {
             .await
         {
             Ok(put) => Ok(etag_of(put.e_tag, key)),
-            Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
-                Err(StoreError::Changed {
-                    key: key.to_owned(),
-                })
-            }
+            Err(
+                object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. },
+            ) => Err(StoreError::Changed {
+                key: key.to_owned(),
+            }),
             Err(error) => Err(classify("put", key, error)),
         }
     }
@@ -504,7 +527,11 @@ impl Store {
 
     async fn read_once(&self, key: &str) -> Result<Option<Object>, StoreError> {
         bump(&self.metrics.get, 1);
-        let result = match self.inner.get_opts(&self.path(key), GetOptions::default()).await {
+        let result = match self
+            .inner
+            .get_opts(&self.path(key), GetOptions::default())
+            .await
+        {
             Ok(result) => result,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(classify("read", key, error)),
@@ -570,7 +597,7 @@ impl Store {
                 match stream.next().await {
                     Some(Ok(meta)) => {
                         // Pages hold up to 1000 keys; count each further page as a request.
-                        if !listed.is_empty() && listed.len() % 1000 == 0 {
+                        if !listed.is_empty() && listed.len().is_multiple_of(1000) {
                             bump(&self.metrics.list, 1);
                         }
                         listed.push(Listed {
@@ -711,13 +738,12 @@ fn classify(op: &'static str, key: &str, error: object_store::Error) -> StoreErr
         object_store::Error::Precondition { .. } => StoreError::Changed {
             key: key.to_owned(),
         },
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
-            StoreError::Denied {
-                op,
-                key: key.to_owned(),
-                message,
-            }
-        }
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => StoreError::Denied {
+            op,
+            key: key.to_owned(),
+            message,
+        },
         // Generic covers server errors, throttling (503 SlowDown), timeouts and broken
         // connections: all worth a bounded retry.
         object_store::Error::Generic { .. } | object_store::Error::JoinError { .. } => {
@@ -757,7 +783,8 @@ async fn local_lock(root: &std::path::Path, key: &str) -> Result<std::fs::File, 
             .write(true)
             .open(&path)
             .map_err(|e| format!("open {}: {e}", path.display()))?;
-        file.lock().map_err(|e| format!("lock {}: {e}", path.display()))?;
+        file.lock()
+            .map_err(|e| format!("lock {}: {e}", path.display()))?;
         Ok(file)
     })
     .await

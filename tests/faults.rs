@@ -29,10 +29,19 @@ async fn probe_refuses_a_store_that_ignores_conditions() {
     let (store, _) = common::faulty_memory(plan, 1);
     let error = store.probe().await.unwrap_err();
     assert!(
-        matches!(error, StoreError::ProbeFailed { check: "create-if-absent", .. }),
+        matches!(
+            error,
+            StoreError::ProbeFailed {
+                check: "create-if-absent",
+                ..
+            }
+        ),
         "{error}"
     );
-    assert!(error.to_string().contains("ignores If-None-Match"), "{error}");
+    assert!(
+        error.to_string().contains("ignores If-None-Match"),
+        "{error}"
+    );
 }
 
 // Proves the probe refuses a store whose conditional writes are not atomic.
@@ -45,7 +54,13 @@ async fn probe_refuses_a_store_with_racy_conditions() {
     let (store, _) = common::faulty_memory(plan, 2);
     let error = store.probe().await.unwrap_err();
     assert!(
-        matches!(error, StoreError::ProbeFailed { check: "atomic create race", .. }),
+        matches!(
+            error,
+            StoreError::ProbeFailed {
+                check: "atomic create race",
+                ..
+            }
+        ),
         "{error}"
     );
 }
@@ -69,8 +84,16 @@ async fn lost_responses_are_adopted() {
     let holder = Holder::new(&store, "w", Duration::from_secs(10));
     let held = holder.acquire(&RunId::new("lost")).await.unwrap();
     holder.release(&held).await.unwrap();
-    assert!(faulty.counts.lost_responses.load(std::sync::atomic::Ordering::Relaxed) > 20);
-    let loaded = generation::load(&store, &RunId::new("lost"), None).await.unwrap();
+    assert!(
+        faulty
+            .counts
+            .lost_responses
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 20
+    );
+    let loaded = generation::load(&store, &RunId::new("lost"), None)
+        .await
+        .unwrap();
     assert_eq!(loaded.state.facts(), &facts[..]);
 }
 
@@ -109,7 +132,10 @@ async fn real_conflicts_are_not_retried() {
     let store = common::memory();
     store.create("k", Bytes::from_static(b"a")).await.unwrap();
     let before = store.metrics();
-    let error = store.create("k", Bytes::from_static(b"b")).await.unwrap_err();
+    let error = store
+        .create("k", Bytes::from_static(b"b"))
+        .await
+        .unwrap_err();
     assert!(matches!(error, StoreError::AlreadyExists { .. }));
     let spent = store.metrics().since(&before);
     assert_eq!((spent.conditional_put, spent.get), (1, 1), "{spent:?}");
@@ -158,13 +184,18 @@ async fn partition_then_reconnect_loses_nothing() {
     faulty.set_partitioned(true);
     let error = writer.commit(facts[5..8].to_vec()).await.unwrap_err();
     assert!(
-        matches!(error, GenerationError::Store(StoreError::Unavailable { .. })),
+        matches!(
+            error,
+            GenerationError::Store(StoreError::Unavailable { .. })
+        ),
         "{error}"
     );
     assert_eq!(writer.committed().0, 5);
     faulty.set_partitioned(false);
     writer.commit(facts[5..].to_vec()).await.unwrap();
-    let loaded = generation::load(&store, &RunId::new("cut"), None).await.unwrap();
+    let loaded = generation::load(&store, &RunId::new("cut"), None)
+        .await
+        .unwrap();
     assert_eq!(loaded.state.facts(), &facts[..]);
 }
 
@@ -176,14 +207,21 @@ async fn cas_child_or_single_increment() {
     let temp = tempfile::tempdir().unwrap();
     let path = dir.map_or_else(|| temp.path().to_owned(), std::path::PathBuf::from);
     let store = common::local(&path).await;
-    let rounds = if std::env::var_os(CAS_CHILD).is_some() { 25 } else { 1 };
+    let rounds = if std::env::var_os(CAS_CHILD).is_some() {
+        25
+    } else {
+        1
+    };
     if store.read("counter").await.unwrap().is_none() {
         let _ = store.create("counter", Bytes::from_static(b"0")).await;
     }
     for _ in 0..rounds {
         loop {
             let current = store.read("counter").await.unwrap().unwrap();
-            let value: u64 = std::str::from_utf8(&current.bytes).unwrap().parse().unwrap();
+            let value: u64 = std::str::from_utf8(&current.bytes)
+                .unwrap()
+                .parse()
+                .unwrap();
             let next = Bytes::from((value + 1).to_string());
             match store.swap("counter", next, &current.etag).await {
                 Ok(_) => break,
@@ -204,7 +242,10 @@ async fn cas_child_or_single_increment() {
 async fn local_compare_and_swap_across_processes() {
     let dir = tempfile::tempdir().unwrap();
     let store = common::local(dir.path()).await;
-    store.create("counter", Bytes::from_static(b"0")).await.unwrap();
+    store
+        .create("counter", Bytes::from_static(b"0"))
+        .await
+        .unwrap();
     let children: Vec<_> = (0..4)
         .map(|_| {
             Command::new(std::env::current_exe().unwrap())
@@ -228,7 +269,9 @@ async fn local_compare_and_swap_across_processes() {
 async fn lease_child_or_exclusive_in_process() {
     let temp = tempfile::tempdir().unwrap();
     let dir = std::env::var_os(LEASE_CHILD);
-    let path = dir.clone().map_or_else(|| temp.path().to_owned(), std::path::PathBuf::from);
+    let path = dir
+        .clone()
+        .map_or_else(|| temp.path().to_owned(), std::path::PathBuf::from);
     let store = common::local(&path).await;
     let holder = Holder::new(&store, "child", Duration::from_millis(400));
     holder.beat().await.unwrap();
@@ -254,7 +297,11 @@ async fn lease_child_or_exclusive_in_process() {
 async fn local_lease_across_processes() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "lease_child_or_exclusive_in_process", "--nocapture"])
+        .args([
+            "--exact",
+            "lease_child_or_exclusive_in_process",
+            "--nocapture",
+        ])
         .env(LEASE_CHILD, dir.path())
         .stdout(Stdio::piped())
         .spawn()

@@ -17,12 +17,18 @@ use rekindle::store::{Store, StoreError};
 /// Create-if-absent: one create wins; a different second create is refused; repeating our own
 /// identical bytes (a retry after a lost response) is adopted.
 async fn create_if_absent(store: Store) {
-    let etag = store.create("t/a", Bytes::from_static(b"one")).await.unwrap();
+    let etag = store
+        .create("t/a", Bytes::from_static(b"one"))
+        .await
+        .unwrap();
     assert!(matches!(
         store.create("t/a", Bytes::from_static(b"two")).await,
         Err(StoreError::AlreadyExists { .. })
     ));
-    let again = store.create("t/a", Bytes::from_static(b"one")).await.unwrap();
+    let again = store
+        .create("t/a", Bytes::from_static(b"one"))
+        .await
+        .unwrap();
     assert_eq!(again, etag);
     let read = store.read("t/a").await.unwrap().unwrap();
     assert_eq!(read.bytes, Bytes::from_static(b"one"));
@@ -31,15 +37,23 @@ async fn create_if_absent(store: Store) {
 
 /// Compare-and-swap succeeds on the current version only; a missing key is "changed".
 async fn compare_and_swap(store: Store) {
-    let first = store.create("t/b", Bytes::from_static(b"v1")).await.unwrap();
-    let second = store.swap("t/b", Bytes::from_static(b"v2"), &first).await.unwrap();
+    let first = store
+        .create("t/b", Bytes::from_static(b"v1"))
+        .await
+        .unwrap();
+    let second = store
+        .swap("t/b", Bytes::from_static(b"v2"), &first)
+        .await
+        .unwrap();
     assert_ne!(first, second);
     assert!(matches!(
         store.swap("t/b", Bytes::from_static(b"v3"), &first).await,
         Err(StoreError::Changed { .. })
     ));
     assert!(matches!(
-        store.swap("t/missing", Bytes::from_static(b"v1"), &first).await,
+        store
+            .swap("t/missing", Bytes::from_static(b"v1"), &first)
+            .await,
         Err(StoreError::Changed { .. })
     ));
     assert_eq!(
@@ -93,7 +107,10 @@ async fn create_race_has_one_winner(store: Store) {
 
 /// Concurrent compare-and-swaps on one version: exactly one wins each round.
 async fn swap_race_has_one_winner(store: Store) {
-    let mut etag = store.create("t/cas", Bytes::from_static(b"0")).await.unwrap();
+    let mut etag = store
+        .create("t/cas", Bytes::from_static(b"0"))
+        .await
+        .unwrap();
     for round in 0..3 {
         let results = futures::future::join_all((0..8).map(|i| {
             let store = store.clone();
@@ -156,7 +173,14 @@ async fn takeover_fences_the_old_writer(store: Store) {
     assert_eq!(new.state().last_seq(), Seq(6));
     let error = old.commit(vec![facts[6].clone()]).await.unwrap_err();
     assert!(
-        matches!(error, GenerationError::Fenced { epoch: 1, by_epoch: 2, .. }),
+        matches!(
+            error,
+            GenerationError::Fenced {
+                epoch: 1,
+                by_epoch: 2,
+                ..
+            }
+        ),
         "{error}"
     );
     new.commit(facts[6..10].to_vec()).await.unwrap();
@@ -192,7 +216,10 @@ async fn leases(store: Store) {
     a.release(&held_a).await.unwrap();
     let held_b = b.acquire(&run).await.unwrap();
     assert_eq!(held_b.epoch, 2);
-    assert!(matches!(a.check(&held_a).await, Err(LeaseError::Lost { .. })));
+    assert!(matches!(
+        a.check(&held_a).await,
+        Err(LeaseError::Lost { .. })
+    ));
 
     // b stops beating (it never beat at all): a takes over after one TTL.
     let poll = Duration::from_millis(50);
@@ -201,7 +228,10 @@ async fn leases(store: Store) {
         .await
         .unwrap();
     assert_eq!(taken.epoch, 3);
-    assert!(matches!(b.check(&held_b).await, Err(LeaseError::Lost { epoch: 3, .. })));
+    assert!(matches!(
+        b.check(&held_b).await,
+        Err(LeaseError::Lost { epoch: 3, .. })
+    ));
 
     // While a keeps beating, b cannot take over.
     let beating = {
@@ -242,7 +272,9 @@ async fn recovery_records(store: Store) {
     let replay = recovery::admit(&store, &source, &id, false).await.unwrap();
     assert!(!replay.created);
     assert_eq!(replay.record, first.record);
-    let error = recovery::admit(&store, &other, &id, false).await.unwrap_err();
+    let error = recovery::admit(&store, &other, &id, false)
+        .await
+        .unwrap_err();
     assert!(matches!(error, RecoveryError::IdInUse { .. }), "{error}");
     let error = recovery::admit(&store, &source, &RecoveryId::new("rec-2"), false)
         .await
@@ -266,7 +298,9 @@ async fn recovery_records(store: Store) {
 
     // A finished run has nothing to recover.
     let facts = sample::run("done-run", 20, 2);
-    RunWriter::create(&store, facts.clone(), 1, policy).await.unwrap();
+    RunWriter::create(&store, facts.clone(), 1, policy)
+        .await
+        .unwrap();
     let done = RunId::new("done-run");
     assert!(matches!(
         recovery::admit(&store, &done, &RecoveryId::new("rec-3"), false).await,
@@ -278,7 +312,9 @@ async fn recovery_records(store: Store) {
 async fn bad_objects_are_named(store: Store) {
     let policy = SnapshotPolicy::default();
     let good = sample::run("good", 20, 3);
-    RunWriter::create(&store, good.clone(), 1, policy).await.unwrap();
+    RunWriter::create(&store, good.clone(), 1, policy)
+        .await
+        .unwrap();
     let victim = sample::run("victim", 20, 3);
     RunWriter::create(&store, victim[..4].to_vec(), 1, policy)
         .await
@@ -286,24 +322,42 @@ async fn bad_objects_are_named(store: Store) {
     let victim_run = RunId::new("victim");
     let key2 = layout::generation(&layout::run_base("victim"), 2);
 
-    store.create(&key2, Bytes::from_static(b"{\"oops\"")).await.unwrap();
-    let error = generation::load(&store, &victim_run, None).await.unwrap_err();
-    assert!(error.to_string().contains(&format!("'{key2}' is corrupt")), "{error}");
+    store
+        .create(&key2, Bytes::from_static(b"{\"oops\""))
+        .await
+        .unwrap();
+    let error = generation::load(&store, &victim_run, None)
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains(&format!("'{key2}' is corrupt")),
+        "{error}"
+    );
 
     // A generation copied from another run is refused as foreign.
     let other_key = layout::generation(&layout::run_base("good"), 1);
     let foreign = store.read(&other_key).await.unwrap().unwrap().bytes;
     store.delete(&key2).await.unwrap();
     store.create(&key2, foreign).await.unwrap();
-    let error = generation::load(&store, &victim_run, None).await.unwrap_err();
-    assert!(matches!(error, GenerationError::ForeignRun { .. }), "{error}");
+    let error = generation::load(&store, &victim_run, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, GenerationError::ForeignRun { .. }),
+        "{error}"
+    );
 
     store.delete(&key2).await.unwrap();
     store
-        .create(&key2, Bytes::from_static(br#"{"format":99,"kind":"run.generation"}"#))
+        .create(
+            &key2,
+            Bytes::from_static(br#"{"format":99,"kind":"run.generation"}"#),
+        )
         .await
         .unwrap();
-    let error = generation::load(&store, &victim_run, None).await.unwrap_err();
+    let error = generation::load(&store, &victim_run, None)
+        .await
+        .unwrap_err();
     assert!(
         error
             .to_string()
@@ -313,13 +367,276 @@ async fn bad_objects_are_named(store: Store) {
 
     // A lease object with garbage is refused naming its key.
     let lease_key = layout::lease("victim");
-    store.create(&lease_key, Bytes::from_static(b"garbage")).await.unwrap();
+    store
+        .create(&lease_key, Bytes::from_static(b"garbage"))
+        .await
+        .unwrap();
     let error = lease::read_lease(&store, &victim_run).await.unwrap_err();
     assert!(error.to_string().contains(&lease_key), "{error}");
 
     // The healthy run is unaffected.
-    let loaded = generation::load(&store, &RunId::new("good"), None).await.unwrap();
+    let loaded = generation::load(&store, &RunId::new("good"), None)
+        .await
+        .unwrap();
     assert_eq!(loaded.state.facts(), &good[..]);
+}
+
+/// Session snapshots are whole envelopes saved by compare-and-swap on the last digest.
+async fn session_snapshots(store: Store) {
+    use rekindle::checkpoint::{self, CheckpointError, SessionData};
+    use rekindle::fact::SessionId;
+    let session = SessionId::new("sess-1");
+    assert!(
+        checkpoint::load_session(&store, &session)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let data = |n: u64| SessionData {
+        data: serde_json::json!({"n": n}),
+        artifacts: serde_json::json!(["a.txt"]),
+        ..SessionData::default()
+    };
+    let first = checkpoint::save_session(&store, &session, data(1), None)
+        .await
+        .unwrap();
+    let second = checkpoint::save_session(&store, &session, data(2), Some(&first.digest))
+        .await
+        .unwrap();
+    // A saver that read the first envelope lost the race: refused, nothing mixed.
+    let error = checkpoint::save_session(&store, &session, data(3), Some(&first.digest))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CheckpointError::Conflict { .. }), "{error}");
+    let (envelope, saved) = checkpoint::load_session(&store, &session)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(saved, second);
+    assert_eq!(envelope.contents, data(2));
+    for n in 3..12 {
+        let (_, saved) = checkpoint::load_session(&store, &session)
+            .await
+            .unwrap()
+            .unwrap();
+        checkpoint::save_session(&store, &session, data(n), Some(&saved.digest))
+            .await
+            .unwrap();
+    }
+    let (envelope, saved) = checkpoint::load_session(&store, &session)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((envelope.contents, saved.generation), (data(11), 11));
+}
+
+/// Loop and workflow checkpoints round-trip and refuse another run's or session's.
+async fn loop_and_workflow_checkpoints(store: Store) {
+    use rekindle::checkpoint::{self, CheckpointError, LoopCheckpoint, StepOutcome};
+    use rekindle::fact::{Outcome, SessionId};
+    let facts = sample::run("loop-run", 30, 8);
+    let state = rekindle::fold::fold(facts).unwrap();
+    let saved = LoopCheckpoint::of(&state, 77).unwrap();
+    checkpoint::save_loop(&store, &saved).await.unwrap();
+    let run = RunId::new("loop-run");
+    let session = SessionId::new("sample-session");
+    let loaded = checkpoint::load_loop(&store, &run, Some(&session))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(loaded, saved);
+    let error = checkpoint::load_loop(&store, &run, Some(&SessionId::new("other")))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CheckpointError::Refused { .. }));
+    assert!(
+        error
+            .to_string()
+            .starts_with("refusing to resume checkpoint '"),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("it belongs to session"),
+        "{error}"
+    );
+
+    // A loop checkpoint planted under another run's key is refused, naming both runs.
+    let mut foreign = saved.clone();
+    foreign.run_id = RunId::new("someone-else");
+    let key = layout::generation(&layout::loop_base("loop-run"), 2);
+    store
+        .create(&key, Bytes::from(serde_json::to_vec(&foreign).unwrap()))
+        .await
+        .unwrap();
+    let error = checkpoint::load_loop(&store, &run, None).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "refusing to resume checkpoint '{key}': it belongs to run \"someone-else\", not \"loop-run\""
+        )
+    );
+
+    let step = |name: &str| StepOutcome {
+        step: name.into(),
+        run_id: RunId::new(format!("wf-{name}")),
+        outcome: Outcome::Completed,
+        message: String::new(),
+    };
+    let n = checkpoint::save_workflow(&store, "wf", vec![step("a")], None)
+        .await
+        .unwrap();
+    checkpoint::save_workflow(&store, "wf", vec![step("a"), step("b")], Some(n))
+        .await
+        .unwrap();
+    assert!(
+        checkpoint::save_workflow(&store, "wf", vec![step("x")], Some(n))
+            .await
+            .is_err()
+    );
+    let (loaded, generation) = checkpoint::load_workflow(&store, "wf")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(generation, 2);
+    assert_eq!(loaded.completed, vec![step("a"), step("b")]);
+
+    let future =
+        br#"{"format":2,"kind":"workflow.checkpoint","workflow_id":"wf","completed":[],"at_ms":0}"#;
+    store
+        .create(
+            &layout::generation(&layout::workflow_base("wf"), 3),
+            Bytes::from_static(future),
+        )
+        .await
+        .unwrap();
+    let error = checkpoint::load_workflow(&store, "wf").await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .ends_with("has format 2, this build reads up to 1"),
+        "{error}"
+    );
+}
+
+/// The index lists runs without scanning the bucket, re-reads only changed entries, and a
+/// foreign object in it is reported without hiding the others.
+async fn index_scans(store: Store) {
+    use rekindle::index::{self, IndexEntry, IndexScan, Phase};
+    for i in 0..5 {
+        let entry = IndexEntry::new(
+            RunId::new(format!("r{i}")),
+            None,
+            Phase::Running,
+            "fp".into(),
+            1,
+        );
+        index::put(&store, &entry).await.unwrap();
+    }
+    let mut scan = IndexScan::default();
+    let (entries, bad) = scan.scan(&store).await.unwrap();
+    assert_eq!((entries.len(), bad.len()), (5, 0));
+    let before = store.metrics();
+    let (entries, _) = scan.scan(&store).await.unwrap();
+    let spent = store.metrics().since(&before);
+    assert_eq!(entries.len(), 5);
+    assert_eq!(
+        (spent.list, spent.get),
+        (1, 0),
+        "an unchanged index costs one LIST"
+    );
+
+    let parked = IndexEntry::new(RunId::new("r2"), None, Phase::Parked, "fp".into(), 2);
+    index::put(&store, &parked).await.unwrap();
+    index::remove(&store, &RunId::new("r4")).await.unwrap();
+    store
+        .put(
+            &layout::index_entry("intruder"),
+            Bytes::from_static(b"not ours"),
+        )
+        .await
+        .unwrap();
+    let before = store.metrics();
+    let (entries, bad) = scan.scan(&store).await.unwrap();
+    let spent = store.metrics().since(&before);
+    assert_eq!(entries.len(), 4);
+    assert_eq!(entries[2].phase, Phase::Parked);
+    assert_eq!(bad.len(), 1);
+    assert!(
+        bad[0]
+            .error
+            .to_string()
+            .contains(&layout::index_entry("intruder"))
+    );
+    assert_eq!(spent.get, 2, "only the changed and the new entry are read");
+}
+
+/// gc deletes superseded generations but keeps every epoch's first one, so a zombie is still
+/// fenced afterwards and the run still loads.
+async fn gc_keeps_fences(store: Store) {
+    use rekindle::gc;
+    let facts = sample::run("gc-run", 200, 12);
+    let run = RunId::new("gc-run");
+    let policy = SnapshotPolicy {
+        max_deltas: 6,
+        min_deltas: 6,
+    };
+    let mut zombie = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+        .await
+        .unwrap();
+    zombie.commit(facts[2..4].to_vec()).await.unwrap();
+    let mut writer = RunWriter::resume(&store, &run, 2, policy).await.unwrap();
+    let fence = writer.generation();
+    for fact in &facts[4..60] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let report = gc::collect(&store, Duration::from_secs(3600), 0)
+        .await
+        .unwrap();
+    assert!(report.generations_deleted > 40, "{report:?}");
+    assert!(
+        store
+            .head(&layout::generation(&layout::run_base("gc-run"), fence))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(matches!(
+        zombie.commit(vec![facts[4].clone()]).await,
+        Err(GenerationError::Fenced { .. })
+    ));
+    let loaded = generation::load(&store, &run, None).await.unwrap();
+    assert_eq!(loaded.state.facts(), &facts[..60]);
+    let again = gc::collect(&store, Duration::from_secs(3600), 0)
+        .await
+        .unwrap();
+    assert_eq!(again.generations_deleted, 0);
+}
+
+/// The cost model: a commit is one conditional PUT (snapshots add one hint write), and
+/// loading needs no LIST.
+async fn commit_costs_one_put(store: Store) {
+    let facts = sample::run("cost", 60, 13);
+    let policy = SnapshotPolicy::default();
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+        .await
+        .unwrap();
+    for fact in &facts[2..40] {
+        let before = store.metrics();
+        writer.commit(vec![fact.clone()]).await.unwrap();
+        let spent = store.metrics().since(&before);
+        // A snapshot also moves the head hint forward: a read and a conditional write (on
+        // the local directory, whose swap reads under its lock, one more read).
+        let snapshot = u64::from(writer.base() == writer.generation());
+        assert_eq!(spent.conditional_put, 1 + snapshot, "{spent:?}");
+        assert!(spent.requests() <= 1 + 3 * snapshot, "{spent:?}");
+        assert_eq!(spent.list, 0);
+    }
+    let before = store.metrics();
+    generation::load(&store, &RunId::new("cost"), None)
+        .await
+        .unwrap();
+    let spent = store.metrics().since(&before);
+    assert_eq!(spent.list, 0, "{spent:?}");
 }
 
 macro_rules! conformance {
@@ -338,6 +655,11 @@ macro_rules! conformance {
             conformance!(@case $open, leases);
             conformance!(@case $open, recovery_records);
             conformance!(@case $open, bad_objects_are_named);
+            conformance!(@case $open, session_snapshots);
+            conformance!(@case $open, loop_and_workflow_checkpoints);
+            conformance!(@case $open, index_scans);
+            conformance!(@case $open, gc_keeps_fences);
+            conformance!(@case $open, commit_costs_one_put);
         }
     };
     (@case $open:expr, $case:ident) => {

@@ -67,7 +67,11 @@ pub fn s3_url() -> String {
 /// A fresh prefix in the S3 test bucket, so tests never see each other's objects.
 pub async fn s3(name: &str) -> Store {
     let clock: Arc<dyn Clock> = SystemClock::shared();
-    let url = format!("{}/{name}-{}", s3_url().trim_end_matches('/'), clock.nonce());
+    let url = format!(
+        "{}/{name}-{}",
+        s3_url().trim_end_matches('/'),
+        clock.nonce()
+    );
     let options = StoreOptions {
         retry: fast_retry(),
         ..StoreOptions::default()

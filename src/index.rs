@@ -1,0 +1,154 @@
+//! The index of runs that are not done: one small object per run under `index/`, so the
+//! coordinator finds interrupted runs by listing the index, never the whole bucket.
+//!
+//! A host writes its run's entry when the run starts and updates it when the run parks or its
+//! holder changes; the entry is deleted once the run has ended (and any recovery finished).
+//! [`IndexScan`] lists the index and fetches only entries whose ETag changed since the last
+//! scan, so a steady fleet costs one LIST per page per scan. Never decides what a run needs.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::fact::{RunId, SessionId};
+use crate::layout::{self, FORMAT_VERSION, ObjectError};
+use crate::store::{ETag, Store, StoreError};
+
+const KIND: &str = "index.entry";
+/// Keys per listing page.
+const PAGE: usize = 1000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Running,
+    Parked,
+    Recovering,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexEntry {
+    pub format: u32,
+    pub kind: String,
+    pub run_id: RunId,
+    #[serde(default)]
+    pub session_id: Option<SessionId>,
+    pub phase: Phase,
+    /// SHA-256 of the run's fingerprint, so work goes only to matching workers.
+    pub fingerprint_sha256: String,
+    pub updated_at_ms: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Object(#[from] ObjectError),
+}
+
+impl IndexEntry {
+    pub fn new(
+        run_id: RunId,
+        session_id: Option<SessionId>,
+        phase: Phase,
+        fingerprint_sha256: String,
+        now_ms: u64,
+    ) -> Self {
+        IndexEntry {
+            format: FORMAT_VERSION,
+            kind: KIND.into(),
+            run_id,
+            session_id,
+            phase,
+            fingerprint_sha256,
+            updated_at_ms: now_ms,
+        }
+    }
+}
+
+/// Writes (or replaces) a run's entry.
+pub async fn put(store: &Store, entry: &IndexEntry) -> Result<(), IndexError> {
+    let bytes = Bytes::from(serde_json::to_vec(entry).unwrap_or_default());
+    store
+        .put(&layout::index_entry(entry.run_id.as_str()), bytes)
+        .await?;
+    Ok(())
+}
+
+/// Removes a run's entry (idempotent).
+pub async fn remove(store: &Store, run: &RunId) -> Result<(), IndexError> {
+    store.delete(&layout::index_entry(run.as_str())).await?;
+    Ok(())
+}
+
+/// An entry that could not be read: reported, never fatal to the scan.
+#[derive(Debug)]
+pub struct BadEntry {
+    pub key: String,
+    pub error: IndexError,
+}
+
+/// Incremental scans of the index, caching entries by ETag.
+#[derive(Debug, Default)]
+pub struct IndexScan {
+    cache: HashMap<String, (ETag, IndexEntry)>,
+}
+
+impl IndexScan {
+    /// Lists the whole index, fetching only new or changed entries. Returns the live
+    /// entries, and the keys that could not be read (a foreign or corrupt object does not
+    /// hide the others).
+    pub async fn scan(
+        &mut self,
+        store: &Store,
+    ) -> Result<(Vec<IndexEntry>, Vec<BadEntry>), StoreError> {
+        let mut seen = HashMap::new();
+        let mut bad = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = store
+                .list(layout::index_prefix(), after.as_deref(), PAGE)
+                .await?;
+            let full = page.len() == PAGE;
+            for listed in &page {
+                let cached = self
+                    .cache
+                    .remove(&listed.key)
+                    .filter(|(etag, _)| Some(etag) == listed.etag.as_ref());
+                let entry = match cached {
+                    Some(hit) => hit,
+                    None => match store.read(&listed.key).await? {
+                        None => continue,
+                        Some(object) => {
+                            match layout::decode_object::<IndexEntry>(
+                                &listed.key,
+                                KIND,
+                                &object.bytes,
+                            ) {
+                                Ok(entry) => (object.etag, entry),
+                                Err(error) => {
+                                    bad.push(BadEntry {
+                                        key: listed.key.clone(),
+                                        error: error.into(),
+                                    });
+                                    continue;
+                                }
+                            }
+                        }
+                    },
+                };
+                seen.insert(listed.key.clone(), entry);
+            }
+            after = page.last().map(|listed| listed.key.clone());
+            if !full {
+                break;
+            }
+        }
+        self.cache = seen;
+        let mut entries: Vec<IndexEntry> = self.cache.values().map(|(_, e)| e.clone()).collect();
+        entries.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        Ok((entries, bad))
+    }
+}
