@@ -124,15 +124,18 @@ pub struct SnapshotPolicy {
     /// Always snapshot after this many deltas, bounding load cost to one snapshot plus this
     /// many deltas.
     pub max_deltas: u32,
-    /// Snapshot earlier, once at least `min_deltas` deltas have accumulated as many bytes as
-    /// the last snapshot: total bytes written stay within a small factor of the fact bytes.
+    /// Snapshot earlier, once at least `min_deltas` deltas have accumulated twice the bytes of
+    /// the last snapshot. Snapshot sizes then grow geometrically, so until `max_deltas` forces
+    /// one, snapshots add at most about half the fact bytes again. Past that point a commit
+    /// costs its new facts plus, amortized, 1/`max_deltas` of the run: the price of bounded
+    /// loads.
     pub min_deltas: u32,
 }
 
 impl Default for SnapshotPolicy {
     fn default() -> Self {
         SnapshotPolicy {
-            max_deltas: 32,
+            max_deltas: 64,
             min_deltas: 8,
         }
     }
@@ -656,7 +659,7 @@ impl RunWriter {
         let snapshot = first
             || self.delta_count + 1 >= self.policy.max_deltas
             || (self.delta_count + 1 >= self.policy.min_deltas
-                && self.delta_bytes + new_lines.len() as u64 >= self.snapshot_bytes);
+                && self.delta_bytes + new_lines.len() as u64 >= 2 * self.snapshot_bytes);
         let mut epoch_starts = self.epoch_starts.clone();
         if epoch_starts
             .last()

@@ -34,6 +34,7 @@ pub mod index;
 pub mod layout;
 pub mod lease;
 pub mod log;
+pub mod measure;
 pub mod recovery;
 pub mod sample;
 pub mod store;

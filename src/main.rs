@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rekindle::fold::{self, Step, Summary};
+use rekindle::clock::SystemClock;
 use rekindle::log;
+use rekindle::store::{Store, StoreOptions};
 
 /// Rekindle recovers interrupted AI-agent runs from checkpoints in object storage.
 #[derive(Parser)]
@@ -14,6 +16,43 @@ use rekindle::log;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// Where the bucket is, and how to reach it.
+#[derive(clap::Args, Clone, Debug)]
+struct StoreArgs {
+    /// Store URL: s3://bucket/prefix, file:///abs/path (or a plain path), or memory://.
+    /// S3 credentials, region and endpoint come from the standard AWS environment.
+    #[arg(long, env = "REKINDLE_STORE")]
+    store: String,
+    /// S3 endpoint (e.g. http://127.0.0.1:9000 for MinIO); overrides AWS_ENDPOINT_URL.
+    #[arg(long, env = "REKINDLE_S3_ENDPOINT")]
+    endpoint: Option<String>,
+    /// Allow plain-HTTP S3 endpoints (also AWS_ALLOW_HTTP=true).
+    #[arg(long)]
+    allow_http: bool,
+    /// Use virtual-hosted-style S3 requests instead of path-style.
+    #[arg(long)]
+    virtual_hosted_style: bool,
+    /// S3 region (default: from the AWS environment or profile).
+    #[arg(long)]
+    region: Option<String>,
+}
+
+impl StoreArgs {
+    async fn open(&self, skip_probe: bool) -> anyhow::Result<Store> {
+        let options = StoreOptions {
+            endpoint: self.endpoint.clone(),
+            allow_http: self.allow_http,
+            virtual_hosted_style: self.virtual_hosted_style,
+            region: self.region.clone(),
+            skip_probe,
+            ..StoreOptions::default()
+        };
+        Store::open(&self.store, &options, SystemClock::shared())
+            .await
+            .with_context(|| format!("open the store {}", self.store))
+    }
 }
 
 #[derive(Subcommand)]
@@ -27,6 +66,38 @@ enum Command {
         /// Path to a run's fact log (JSONL, one fact per line).
         path: PathBuf,
         /// Print the state as one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that the store enforces conditional writes atomically (create-if-absent, stale
+    /// compare-and-swap refused, one winner of a concurrent create race). Every command that
+    /// writes runs this check first; this command only reports it.
+    Probe {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Delete superseded run generations (keeping every epoch's first one, so stale writers
+    /// stay fenced) and recovery records finished longer ago than the retention period.
+    Gc {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Keep finished recovery records this many hours.
+        #[arg(long, default_value_t = 168)]
+        retention_hours: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure store costs: requests and bytes per commit of a run, and what loading a long
+    /// run costs (requests and median time).
+    BenchStore {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Steps of the committed run (one commit per fact).
+        #[arg(long, default_value_t = 50)]
+        steps: u64,
+        /// Facts in the run that is loaded.
+        #[arg(long, default_value_t = 10_000)]
+        facts: usize,
         #[arg(long)]
         json: bool,
     },
@@ -46,7 +117,84 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Fold { path, json } => fold_command(&path, json),
+        Command::Probe { store } => block_on(async move {
+            let opened = store.open(true).await?;
+            opened.probe().await.context("probe the store")?;
+            println!(
+                "store {}: conditional writes are enforced and atomic (create-if-absent, compare-and-swap, 8-way create race)",
+                store.store
+            );
+            Ok(())
+        }),
+        Command::Gc {
+            store,
+            retention_hours,
+            json,
+        } => block_on(async move {
+            let opened = store.open(false).await?;
+            let now = opened.clock().wall_ms();
+            let retention = std::time::Duration::from_secs(retention_hours * 3600);
+            let report = rekindle::gc::collect(&opened, retention, now)
+                .await
+                .context("collect garbage")?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                println!(
+                    "gc: {} runs scanned, {} superseded generations and {} finished recovery records deleted",
+                    report.runs_scanned, report.generations_deleted, report.recoveries_deleted
+                );
+                for skipped in &report.skipped {
+                    eprintln!("skipped: {skipped}");
+                }
+            }
+            Ok(())
+        }),
+        Command::BenchStore {
+            store,
+            steps,
+            facts,
+            json,
+        } => block_on(async move {
+            let opened = store.open(false).await?;
+            let nonce = opened.clock().nonce();
+            let commit = rekindle::measure::commit_cost(&opened, &format!("bench-commit-{nonce}"), steps)
+                .await
+                .context("measure commits")?;
+            let load = rekindle::measure::load_cost(&opened, &format!("bench-load-{nonce}"), facts, 10, 5)
+                .await
+                .context("measure loads")?;
+            if json {
+                println!("{}", serde_json::json!({"commit": commit, "load": load}));
+                return Ok(());
+            }
+            let r = &commit.requests;
+            println!("store {}", store.store);
+            println!(
+                "commit: {}-step run, {} commits: {:.2} requests/commit ({:.2} conditional PUTs), {} GET, {} HEAD, {} PUT, {} LIST",
+                commit.steps, commit.commits, commit.requests_per_commit, commit.conditional_puts_per_commit, r.get, r.head, r.put, r.list
+            );
+            println!(
+                "        {} bytes written for {} bytes of facts ({:.2}x)",
+                r.bytes_written, commit.fact_bytes, commit.write_amplification
+            );
+            let l = &load.requests;
+            println!(
+                "load:   {} facts in {} generations: {} requests ({} GET, {} HEAD, {} LIST), {} bytes read, median {:.1} ms of {} loads",
+                load.facts, load.generations, l.requests(), l.get, l.head, l.list, l.bytes_read, load.median_ms, load.loads
+            );
+            Ok(())
+        }),
     }
+}
+
+fn block_on(future: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("start the async runtime")?
+        .block_on(future)
 }
 
 fn fold_command(path: &std::path::Path, json: bool) -> anyhow::Result<()> {

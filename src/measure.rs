@@ -1,0 +1,101 @@
+//! Store cost measurements: requests and bytes per commit, and the cost of loading a long run.
+//!
+//! Used by `rekindle bench-store`. Runs sample runs through the real generation writer and
+//! loader against any store and reads the store's own request counters.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::fact::{self, RunId};
+use crate::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
+use crate::sample::{self, Builder, SplitMix};
+use crate::store::{MetricsSnapshot, Store};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CommitCost {
+    pub steps: u64,
+    pub commits: u64,
+    pub requests: MetricsSnapshot,
+    pub requests_per_commit: f64,
+    pub conditional_puts_per_commit: f64,
+    pub fact_bytes: u64,
+    /// Bytes written to the store divided by the encoded size of the facts.
+    pub write_amplification: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadCost {
+    pub facts: u64,
+    pub generations: u64,
+    pub requests: MetricsSnapshot,
+    /// Median wall time of the loads, in milliseconds.
+    pub median_ms: f64,
+    pub loads: usize,
+}
+
+/// Commits a run of `steps` facts after the meta and prompt, one commit per fact (as a host
+/// commits after every model turn and tool result).
+pub async fn commit_cost(store: &Store, run: &str, steps: u64) -> Result<CommitCost, GenerationError> {
+    let mut random = SplitMix::new(7);
+    let mut builder = Builder::new(run);
+    for _ in 0..steps {
+        builder.step(&mut |bound| random.below(bound), true);
+    }
+    let facts = builder.into_facts();
+    let fact_bytes: u64 = facts
+        .iter()
+        .map(|f| fact::encode(f).map_or(0, |b| b.len() as u64 + 1))
+        .sum();
+    let before = store.metrics();
+    let mut writer = RunWriter::create(store, facts[..2].to_vec(), 1, SnapshotPolicy::default()).await?;
+    for fact in &facts[2..] {
+        writer.commit(vec![fact.clone()]).await?;
+    }
+    let requests = store.metrics().since(&before);
+    let commits = facts.len() as u64 - 1;
+    Ok(CommitCost {
+        steps,
+        commits,
+        requests,
+        requests_per_commit: requests.requests() as f64 / commits as f64,
+        conditional_puts_per_commit: requests.conditional_put as f64 / commits as f64,
+        fact_bytes,
+        write_amplification: requests.bytes_written as f64 / fact_bytes as f64,
+    })
+}
+
+/// Writes a run of `facts` facts (committed `per_commit` at a time), then loads it `loads`
+/// times and reports the requests of one load and the median time.
+pub async fn load_cost(
+    store: &Store,
+    run: &str,
+    facts: usize,
+    per_commit: usize,
+    loads: usize,
+) -> Result<LoadCost, GenerationError> {
+    let all = sample::run(run, facts, 11);
+    let mut writer = RunWriter::create(store, all[..2].to_vec(), 1, SnapshotPolicy::default()).await?;
+    for chunk in all[2..].chunks(per_commit.max(1)) {
+        writer.commit(chunk.to_vec()).await?;
+    }
+    let run_id = RunId::new(run);
+    let mut times = Vec::with_capacity(loads);
+    let mut requests = MetricsSnapshot::default();
+    for _ in 0..loads.max(1) {
+        let before = store.metrics();
+        let started = Instant::now();
+        let loaded = generation::load(store, &run_id, None).await?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        requests = store.metrics().since(&before);
+        debug_assert_eq!(loaded.state.facts().len(), all.len());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(LoadCost {
+        facts: all.len() as u64,
+        generations: writer.generation(),
+        requests,
+        median_ms: times[times.len() / 2],
+        loads: times.len(),
+    })
+}
