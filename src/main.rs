@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use rekindle::fold::{self, Step, Summary};
 use rekindle::clock::SystemClock;
+use rekindle::fold::{self, Step, Summary};
 use rekindle::log;
 use rekindle::store::{Store, StoreOptions};
 
@@ -158,12 +158,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => block_on(async move {
             let opened = store.open(false).await?;
             let nonce = opened.clock().nonce();
-            let commit = rekindle::measure::commit_cost(&opened, &format!("bench-commit-{nonce}"), steps)
-                .await
-                .context("measure commits")?;
-            let load = rekindle::measure::load_cost(&opened, &format!("bench-load-{nonce}"), facts, 10, 5)
-                .await
-                .context("measure loads")?;
+            let commit =
+                rekindle::measure::commit_cost(&opened, &format!("bench-commit-{nonce}"), steps)
+                    .await
+                    .context("measure commits")?;
+            let load =
+                rekindle::measure::load_cost(&opened, &format!("bench-load-{nonce}"), facts, 10, 5)
+                    .await
+                    .context("measure loads")?;
             if json {
                 println!("{}", serde_json::json!({"commit": commit, "load": load}));
                 return Ok(());
@@ -172,7 +174,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("store {}", store.store);
             println!(
                 "commit: {}-step run, {} commits: {:.2} requests/commit ({:.2} conditional PUTs), {} GET, {} HEAD, {} PUT, {} LIST",
-                commit.steps, commit.commits, commit.requests_per_commit, commit.conditional_puts_per_commit, r.get, r.head, r.put, r.list
+                commit.steps,
+                commit.commits,
+                commit.requests_per_commit,
+                commit.conditional_puts_per_commit,
+                r.get,
+                r.head,
+                r.put,
+                r.list
             );
             println!(
                 "        {} bytes written for {} bytes of facts ({:.2}x)",
@@ -181,7 +190,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let l = &load.requests;
             println!(
                 "load:   {} facts in {} generations: {} requests ({} GET, {} HEAD, {} LIST), {} bytes read, median {:.1} ms of {} loads",
-                load.facts, load.generations, l.requests(), l.get, l.head, l.list, l.bytes_read, load.median_ms, load.loads
+                load.facts,
+                load.generations,
+                l.requests(),
+                l.get,
+                l.head,
+                l.list,
+                l.bytes_read,
+                load.median_ms,
+                load.loads
             );
             Ok(())
         }),

@@ -36,7 +36,11 @@ pub struct LoadCost {
 
 /// Commits a run of `steps` facts after the meta and prompt, one commit per fact (as a host
 /// commits after every model turn and tool result).
-pub async fn commit_cost(store: &Store, run: &str, steps: u64) -> Result<CommitCost, GenerationError> {
+pub async fn commit_cost(
+    store: &Store,
+    run: &str,
+    steps: u64,
+) -> Result<CommitCost, GenerationError> {
     let mut random = SplitMix::new(7);
     let mut builder = Builder::new(run);
     for _ in 0..steps {
@@ -48,7 +52,8 @@ pub async fn commit_cost(store: &Store, run: &str, steps: u64) -> Result<CommitC
         .map(|f| fact::encode(f).map_or(0, |b| b.len() as u64 + 1))
         .sum();
     let before = store.metrics();
-    let mut writer = RunWriter::create(store, facts[..2].to_vec(), 1, SnapshotPolicy::default()).await?;
+    let mut writer =
+        RunWriter::create(store, facts[..2].to_vec(), 1, SnapshotPolicy::default()).await?;
     for fact in &facts[2..] {
         writer.commit(vec![fact.clone()]).await?;
     }
@@ -75,7 +80,8 @@ pub async fn load_cost(
     loads: usize,
 ) -> Result<LoadCost, GenerationError> {
     let all = sample::run(run, facts, 11);
-    let mut writer = RunWriter::create(store, all[..2].to_vec(), 1, SnapshotPolicy::default()).await?;
+    let mut writer =
+        RunWriter::create(store, all[..2].to_vec(), 1, SnapshotPolicy::default()).await?;
     for chunk in all[2..].chunks(per_commit.max(1)) {
         writer.commit(chunk.to_vec()).await?;
     }

@@ -285,8 +285,49 @@ impl Store {
         let store = Store::from_parts(inner, backend, url, &prefix, options.retry, clock);
         if !options.skip_probe {
             store.probe_once().await?;
+            store.check_format().await?;
         }
         Ok(store)
+    }
+
+    /// Writes the layout's format marker on first use, and refuses a bucket laid out by a
+    /// newer build.
+    pub async fn check_format(&self) -> Result<(), StoreError> {
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct Marker {
+            format: u32,
+            kind: String,
+        }
+        let key = crate::layout::format_marker();
+        let ours = Marker {
+            format: crate::layout::FORMAT_VERSION,
+            kind: "rekindle.format".into(),
+        };
+        let bytes = Bytes::from(serde_json::to_vec(&ours).unwrap_or_default());
+        let existing = match self.create(key, bytes).await {
+            Ok(_) => return Ok(()),
+            Err(StoreError::AlreadyExists { .. }) => self.read(key).await?,
+            Err(other) => return Err(other),
+        };
+        let found = existing
+            .and_then(|object| serde_json::from_slice::<Marker>(&object.bytes).ok())
+            .map(|marker| marker.format);
+        match found {
+            Some(found) if found <= crate::layout::FORMAT_VERSION => Ok(()),
+            Some(found) => Err(StoreError::Failed {
+                op: "open",
+                key: key.to_owned(),
+                message: format!(
+                    "the bucket has layout format {found}, this build reads up to {}",
+                    crate::layout::FORMAT_VERSION
+                ),
+            }),
+            None => Err(StoreError::Failed {
+                op: "open",
+                key: key.to_owned(),
+                message: "the format marker is not a Rekindle object".into(),
+            }),
+        }
     }
 
     /// Builds a store over an existing `ObjectStore` (tests wrap one in a fault injector).

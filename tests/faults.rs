@@ -126,6 +126,35 @@ async fn seeded_transient_faults_lose_nothing() {
     }
 }
 
+// Proves a 409 ConditionalRequestConflict on a create (nothing written) is retried, not
+// mistaken for a lost race: every commit lands exactly once.
+#[tokio::test]
+async fn conditional_request_conflicts_are_retried() {
+    let plan = FaultPlan {
+        conflict_409_per_mille: 400,
+        ..FaultPlan::default()
+    };
+    let (store, faulty) = common::faulty_memory(plan, 8);
+    let facts = sample::run("conflicts", 30, 8);
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
+        .await
+        .unwrap();
+    for fact in &facts[2..] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    assert!(
+        faulty
+            .counts
+            .errors
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 5
+    );
+    let loaded = generation::load(&store, &RunId::new("conflicts"), None)
+        .await
+        .unwrap();
+    assert_eq!(loaded.state.facts(), &facts[..]);
+}
+
 // Proves a real conflict (412 / existing key) is answered at once, never retried.
 #[tokio::test]
 async fn real_conflicts_are_not_retried() {
@@ -332,4 +361,24 @@ async fn local_lease_across_processes() {
         .await
         .unwrap();
     assert_eq!(held.epoch, 2);
+}
+
+// Proves a bucket laid out by a newer build is refused at open, naming both formats.
+#[tokio::test]
+async fn newer_bucket_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::local(dir.path()).await;
+    store.delete("rekindle-format").await.unwrap();
+    store
+        .create(
+            "rekindle-format",
+            Bytes::from_static(br#"{"format":7,"kind":"rekindle.format"}"#),
+        )
+        .await
+        .unwrap();
+    let error = store.check_format().await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "open of 'rekindle-format' failed: the bucket has layout format 7, this build reads up to 1"
+    );
 }

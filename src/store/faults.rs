@@ -36,6 +36,9 @@ pub struct FaultPlan {
     pub stall: Duration,
     /// Latency added to every request.
     pub latency: Duration,
+    /// A conditional create is refused with 409 ConditionalRequestConflict (surfacing as
+    /// "already exists") although nothing was written.
+    pub conflict_409_per_mille: u32,
     /// Behave like a server that accepts conditional headers and ignores them.
     pub ignore_conditions: bool,
     /// Behave like a server that checks conditions, then writes without a lock.
@@ -164,6 +167,13 @@ impl ObjectStore for FaultyStore {
     ) -> Result<PutResult> {
         let fault = self.before(true).await?;
         let plan = self.plan();
+        if opts.mode == PutMode::Create && self.roll(plan.conflict_409_per_mille) {
+            self.counts.errors.fetch_add(1, Ordering::Relaxed);
+            return Err(object_store::Error::AlreadyExists {
+                path: location.to_string(),
+                source: "409 ConditionalRequestConflict (injected)".into(),
+            });
+        }
         let mut opts = opts;
         if plan.ignore_conditions {
             opts.mode = PutMode::Overwrite;
