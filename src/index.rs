@@ -116,7 +116,7 @@ impl IndexScan {
                 let cached = self
                     .cache
                     .remove(&listed.key)
-                    .filter(|(etag, _)| Some(etag) == listed.etag.as_ref());
+                    .filter(|(etag, _)| listed.etag.as_ref() == Some(etag));
                 let entry = match cached {
                     Some(hit) => hit,
                     None => match store.read(&listed.key).await? {
@@ -127,7 +127,9 @@ impl IndexScan {
                                 KIND,
                                 &object.bytes,
                             ) {
-                                Ok(entry) => (object.etag, entry),
+                                // Cached under the listing's ETag, which the next listing
+                                // reports again if the entry is unchanged.
+                                Ok(entry) => (listed.etag.clone().unwrap_or(object.etag), entry),
                                 Err(error) => {
                                     bad.push(BadEntry {
                                         key: listed.key.clone(),

@@ -455,3 +455,50 @@ impl ExpiryWatch {
         self.observed.remove(run);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves expiry depends only on ETags observed over the observer's own monotonic time:
+    // a lease is alive while its heartbeat keeps changing, expires a full TTL after the last
+    // change seen, and any change to the lease restarts the observation.
+    #[test]
+    fn expiry_is_judged_on_the_observers_clock() {
+        let run = RunId::new("r");
+        let ttl = Duration::from_secs(10);
+        let lease = ETag("l1".into());
+        let mut watch = ExpiryWatch::default();
+        let at = Duration::from_secs;
+        for (i, second) in [0, 4, 8, 12, 16].into_iter().enumerate() {
+            let beat = ETag(format!("b{i}"));
+            assert_eq!(
+                watch.observe(&run, &lease, Some(&beat), ttl, at(second)),
+                Verdict::Alive
+            );
+        }
+        let last = ETag("b4".into());
+        assert_eq!(
+            watch.observe(&run, &lease, Some(&last), ttl, at(25)),
+            Verdict::Alive
+        );
+        assert_eq!(
+            watch.observe(&run, &lease, Some(&last), ttl, at(26)),
+            Verdict::Expired
+        );
+        // A new lease version (a takeover or release by someone else) starts over.
+        let moved = ETag("l2".into());
+        assert_eq!(
+            watch.observe(&run, &moved, Some(&last), ttl, at(27)),
+            Verdict::Alive
+        );
+        assert_eq!(
+            watch.observe(&run, &moved, None, ttl, at(36)),
+            Verdict::Alive
+        );
+        assert_eq!(
+            watch.observe(&run, &moved, None, ttl, at(46)),
+            Verdict::Expired
+        );
+    }
+}

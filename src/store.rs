@@ -49,6 +49,8 @@ pub struct Object {
 pub struct Listed {
     /// Key relative to the store's prefix.
     pub key: String,
+    /// The backend's own ETag, good for noticing change between listings; on the local
+    /// backend it is not the version `read` and `swap` use.
     pub etag: Option<ETag>,
     pub size: u64,
 }
@@ -452,7 +454,7 @@ impl Store {
             .put_opts(&self.path(key), PutPayload::from(bytes.clone()), options)
             .await;
         match result {
-            Ok(put) => Ok(etag_of(put.e_tag, key)),
+            Ok(put) => Ok(self.version(put.e_tag, &bytes, key)),
             Err(object_store::Error::AlreadyExists { .. }) => match self.read_once(key).await? {
                 Some(existing) if existing.bytes == bytes => Ok(existing.etag),
                 Some(_) => Err(StoreError::AlreadyExists {
@@ -548,10 +550,10 @@ impl Store {
         };
         match self
             .inner
-            .put_opts(&self.path(key), PutPayload::from(bytes), options)
+            .put_opts(&self.path(key), PutPayload::from(bytes.clone()), options)
             .await
         {
-            Ok(put) => Ok(etag_of(put.e_tag, key)),
+            Ok(put) => Ok(self.version(put.e_tag, &bytes, key)),
             Err(
                 object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. },
             ) => Err(StoreError::Changed {
@@ -577,18 +579,23 @@ impl Store {
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(classify("read", key, error)),
         };
-        let etag = etag_of(result.meta.e_tag.clone(), key);
+        let store_etag = result.meta.e_tag.clone();
         let bytes = match result.bytes().await {
             Ok(bytes) => bytes,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(classify("read", key, error)),
         };
+        let etag = self.version(store_etag, &bytes, key);
         bump(&self.metrics.bytes_read, bytes.len() as u64);
         Ok(Some(Object { bytes, etag }))
     }
 
     /// The current version of `key`, without its bytes; `None` if it does not exist.
     pub async fn head(&self, key: &str) -> Result<Option<ETag>, StoreError> {
+        if let Backend::Local { .. } = self.backend {
+            // Local versions are content hashes (see `version`), so a head is a read.
+            return Ok(self.read(key).await?.map(|object| object.etag));
+        }
         self.retrying("head", key, || async {
             bump(&self.metrics.head, 1);
             match self.inner.head(&self.path(key)).await {
@@ -760,6 +767,23 @@ impl Store {
             let _ = std::fs::remove_dir_all(root.join("probe").join(&run));
         }
         result
+    }
+}
+
+impl Store {
+    /// The version of an object as compare-and-swap sees it. S3 and memory report ETags that
+    /// change with every write. The local backend's ETag is inode, mtime and size; with
+    /// coarse file timestamps and inodes reused after a rename, two different writes in quick
+    /// succession can share one, which would let a stale swap through. Local versions are
+    /// therefore the SHA-256 of the content: every payload carries a nonce or counter, so two
+    /// writes share a version only if they wrote the same state.
+    fn version(&self, store_etag: Option<String>, bytes: &Bytes, key: &str) -> ETag {
+        match self.backend {
+            Backend::Local { .. } => {
+                ETag(format!("sha256:{}", crate::fingerprint::sha256_hex(bytes)))
+            }
+            _ => etag_of(store_etag, key),
+        }
     }
 }
 

@@ -639,6 +639,24 @@ async fn commit_costs_one_put(store: Store) {
     assert_eq!(spent.list, 0, "{spent:?}");
 }
 
+/// Regression: a stale version never matches again, however fast same-sized rewrites come
+/// (the local backend's inode/mtime/size ETags could repeat after inode reuse).
+async fn stale_versions_never_match_again(store: Store) {
+    let stale = store.create("t/aba", Bytes::from_static(b"value-00000")).await.unwrap();
+    let mut current = stale.clone();
+    for i in 1..200 {
+        current = store
+            .swap("t/aba", Bytes::from(format!("value-{i:05}")), &current)
+            .await
+            .unwrap();
+        assert_ne!(current, stale, "write {i} reused the first version");
+        assert!(matches!(
+            store.swap("t/aba", Bytes::from_static(b"stale-write"), &stale).await,
+            Err(StoreError::Changed { .. })
+        ));
+    }
+}
+
 macro_rules! conformance {
     ($backend:ident, $open:expr) => {
         mod $backend {
@@ -660,6 +678,7 @@ macro_rules! conformance {
             conformance!(@case $open, index_scans);
             conformance!(@case $open, gc_keeps_fences);
             conformance!(@case $open, commit_costs_one_put);
+            conformance!(@case $open, stale_versions_never_match_again);
         }
     };
     (@case $open:expr, $case:ident) => {
