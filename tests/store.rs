@@ -639,10 +639,14 @@ async fn commit_costs_one_put(store: Store) {
     assert_eq!(spent.list, 0, "{spent:?}");
 }
 
-/// Regression: a stale version never matches again, however fast same-sized rewrites come
-/// (the local backend's inode/mtime/size ETags could repeat after inode reuse).
+/// A stale version never matches again, however fast same-sized rewrites come. (The local
+/// backend's own inode/mtime/size ETags could repeat after inode reuse within one timestamp
+/// tick; this machine's filesystem did not show it, but content-hash versions rule it out.)
 async fn stale_versions_never_match_again(store: Store) {
-    let stale = store.create("t/aba", Bytes::from_static(b"value-00000")).await.unwrap();
+    let stale = store
+        .create("t/aba", Bytes::from_static(b"value-00000"))
+        .await
+        .unwrap();
     let mut current = stale.clone();
     for i in 1..200 {
         current = store
@@ -651,7 +655,9 @@ async fn stale_versions_never_match_again(store: Store) {
             .unwrap();
         assert_ne!(current, stale, "write {i} reused the first version");
         assert!(matches!(
-            store.swap("t/aba", Bytes::from_static(b"stale-write"), &stale).await,
+            store
+                .swap("t/aba", Bytes::from_static(b"stale-write"), &stale)
+                .await,
             Err(StoreError::Changed { .. })
         ));
     }
