@@ -119,3 +119,61 @@ impl CredentialProvider for CachedAwsCredentials {
         Ok(credential)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_credential_types::Credentials;
+    use aws_credential_types::provider::future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A credential source that counts how often it is asked.
+    #[derive(Debug)]
+    struct Counting {
+        calls: Arc<AtomicUsize>,
+        lifetime: Option<Duration>,
+    }
+
+    impl ProvideCredentials for Counting {
+        #[allow(clippy::disallowed_methods)] // Expiry is an absolute wall time.
+        fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let expiry = self.lifetime.map(|lifetime| SystemTime::now() + lifetime);
+            future::ProvideCredentials::ready(Ok(Credentials::new(
+                "AKIDEXAMPLE",
+                "secret-that-must-not-leak",
+                Some("token".into()),
+                expiry,
+                "counting",
+            )))
+        }
+    }
+
+    async fn calls_for(lifetime: Option<Duration>, requests: usize) -> usize {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let provider = SharedCredentialsProvider::new(Counting {
+            calls: calls.clone(),
+            lifetime,
+        });
+        let cached = CachedAwsCredentials::new(provider);
+        for _ in 0..requests {
+            let credential = cached.get_credential().await.unwrap();
+            assert_eq!(credential.key_id, "AKIDEXAMPLE");
+            assert!(!format!("{credential:?}").contains("secret-that-must-not-leak"));
+        }
+        calls.load(Ordering::SeqCst)
+    }
+
+    // Proves credentials are fetched once and reused until shortly before they expire, so
+    // object_store's per-request lookups do not turn into per-request STS or IMDS calls.
+    #[tokio::test]
+    async fn credentials_are_cached_until_near_expiry() {
+        assert_eq!(calls_for(Some(Duration::from_secs(3600)), 50).await, 1);
+        assert_eq!(calls_for(None, 50).await, 1);
+        // Expiring within the refresh margin: fetched again on every request.
+        assert_eq!(calls_for(Some(Duration::from_secs(60)), 5).await, 5);
+    }
+}
