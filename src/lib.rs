@@ -24,11 +24,13 @@
 
 pub mod checkpoint;
 pub mod clock;
+pub mod config;
 pub mod error;
 pub mod fact;
 pub mod fingerprint;
 pub mod fold;
 pub mod gc;
+pub mod host;
 pub mod generation;
 pub mod index;
 pub mod layout;
