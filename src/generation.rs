@@ -508,17 +508,31 @@ impl RunWriter {
         epoch: u64,
         policy: SnapshotPolicy,
     ) -> Result<RunWriter, GenerationError> {
+        let run = match facts.first().map(|f| &f.body) {
+            Some(crate::fact::FactBody::Meta(meta)) => meta.run_id.clone(),
+            _ => {
+                return Err(GenerationError::Corrupt {
+                    key: "(new run)".into(),
+                    reason: "a new run needs its meta fact first".into(),
+                });
+            }
+        };
+        Self::create_as(store, run, facts, epoch, policy).await
+    }
+
+    /// Starts run `run` from `facts`. A recovery run starts this way from its source's
+    /// facts: its own ID, the source's history (whose meta names the source).
+    pub async fn create_as(
+        store: &Store,
+        run: RunId,
+        facts: Vec<Fact>,
+        epoch: u64,
+        policy: SnapshotPolicy,
+    ) -> Result<RunWriter, GenerationError> {
         let state = crate::fold::fold(facts).map_err(|source| GenerationError::Fold {
             key: "(new run)".into(),
             source,
         })?;
-        let run = state
-            .run_id()
-            .cloned()
-            .ok_or_else(|| GenerationError::Corrupt {
-                key: "(new run)".into(),
-                reason: "a new run needs its meta fact".into(),
-            })?;
         let mut writer = RunWriter {
             chain: Chain::new(store, layout::run_base(run.as_str())),
             run,

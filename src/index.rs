@@ -19,12 +19,14 @@ const KIND: &str = "index.entry";
 /// Keys per listing page.
 const PAGE: usize = 1000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     Running,
     Parked,
     Recovering,
+    /// Recovery failed too often; set aside with its last error.
+    Dead,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +37,13 @@ pub struct IndexEntry {
     #[serde(default)]
     pub session_id: Option<SessionId>,
     pub phase: Phase,
+    /// Heartbeat key of the process running the run; when it stops beating for a TTL, the
+    /// run is interrupted.
+    #[serde(default)]
+    pub holder: Option<String>,
+    /// The recovery that continues this run, once admitted.
+    #[serde(default)]
+    pub recovery_id: Option<crate::fact::RecoveryId>,
     /// SHA-256 of the run's fingerprint, so work goes only to matching workers.
     pub fingerprint_sha256: String,
     pub updated_at_ms: u64,
@@ -62,6 +71,8 @@ impl IndexEntry {
             run_id,
             session_id,
             phase,
+            holder: None,
+            recovery_id: None,
             fingerprint_sha256,
             updated_at_ms: now_ms,
         }

@@ -8,6 +8,8 @@
 //! runs/<shard>/<run>/recovered-by                  which recovery ID claimed this source run (create-if-absent)
 //! runs/<shard>/<run>/loop/gen/<n:020>              loop checkpoints (immutable)
 //! heartbeats/<shard>/<holder>                      one liveness object per process (overwritten)
+//! workers/<shard>/<worker>                         worker registration: capacity, fingerprint
+//! inbox/<shard>/<worker>                           a worker's assigned recoveries (written by the coordinator)
 //! recoveries/<shard>/<recovery>                    recovery records (create-if-absent, then CAS)
 //! index/<shard>/<run>                              active-run index entry (one per run not yet done)
 //! sessions/<shard>/<session>/gen/<n:020>           session snapshot envelopes (immutable)
@@ -77,6 +79,25 @@ pub fn loop_base(run_id: &str) -> String {
 pub fn heartbeat(holder: &str) -> String {
     spread("heartbeats", holder)
 }
+
+pub fn worker(worker_id: &str) -> String {
+    spread("workers", worker_id)
+}
+
+pub fn inbox(worker_id: &str) -> String {
+    spread("inbox", worker_id)
+}
+
+pub fn workers_prefix() -> &'static str {
+    "workers/"
+}
+
+pub fn heartbeats_prefix() -> &'static str {
+    "heartbeats/"
+}
+
+/// The lease the leading coordinator holds (a reserved run ID).
+pub const COORDINATOR_LEASE_RUN: &str = "_rekindle-coordinator";
 
 pub fn recovery(recovery_id: &str) -> String {
     spread("recoveries", recovery_id)

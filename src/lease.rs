@@ -56,6 +56,9 @@ pub struct Heartbeat {
     pub holder_nonce: String,
     /// Grows with every beat, so every beat changes the object's ETag.
     pub beat: u64,
+    /// What the process is: "host", "worker" or "coordinator".
+    #[serde(default)]
+    pub role: String,
     pub ttl_ms: u64,
     pub at_ms: u64,
 }
@@ -160,16 +163,44 @@ pub struct Holder {
     nonce: String,
     ttl: Duration,
     beats: AtomicU64,
+    role: String,
 }
 
 impl Holder {
     pub fn new(store: &Store, id: impl Into<String>, ttl: Duration) -> Arc<Holder> {
+        Self::with_role(store, id, ttl, "host")
+    }
+
+    pub fn with_role(
+        store: &Store,
+        id: impl Into<String>,
+        ttl: Duration,
+        role: &str,
+    ) -> Arc<Holder> {
         Arc::new(Holder {
             store: store.clone(),
             id: id.into(),
             nonce: store.clock().nonce(),
             ttl,
             beats: AtomicU64::new(0),
+            role: role.to_owned(),
+        })
+    }
+
+    /// Beats every third of the TTL until `stop` is set; the task ends with the process.
+    pub fn spawn_heartbeat(
+        self: &Arc<Self>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let holder = Arc::clone(self);
+        tokio::spawn(async move {
+            let interval = holder.ttl / 3;
+            while !stop.load(Ordering::SeqCst) {
+                if let Err(error) = holder.beat().await {
+                    tracing::warn!(holder = %holder.id, %error, "heartbeat failed");
+                }
+                tokio::time::sleep(interval).await;
+            }
         })
     }
 
@@ -193,6 +224,7 @@ impl Holder {
             holder: self.id.clone(),
             holder_nonce: self.nonce.clone(),
             beat: self.beats.fetch_add(1, Ordering::SeqCst) + 1,
+            role: self.role.clone(),
             ttl_ms: self.ttl.as_millis() as u64,
             at_ms: self.store.clock().wall_ms(),
         };

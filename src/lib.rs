@@ -25,9 +25,11 @@
 pub mod checkpoint;
 pub mod clock;
 pub mod config;
+pub mod coordinator;
 pub mod error;
 pub mod fact;
 pub mod fingerprint;
+pub mod fleet;
 pub mod fold;
 pub mod gc;
 pub mod host;
@@ -38,7 +40,9 @@ pub mod lease;
 pub mod log;
 pub mod measure;
 pub mod recovery;
+pub mod runner;
 pub mod sample;
 pub mod store;
+pub mod worker;
 
 pub use error::{Error, ErrorKind, Result};

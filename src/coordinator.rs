@@ -1,0 +1,427 @@
+//! The coordinator: finds interrupted runs and assigns their recoveries to live workers.
+//!
+//! This module owns leadership (one active coordinator, by a lease; a standby takes over when
+//! the leader stops beating), observing the fleet through the bucket (the index, worker
+//! registrations, heartbeats, recovery records) and the pure [`decide`] that turns an
+//! observation into actions. Polling stays cheap: per tick, one LIST each of the index,
+//! registrations and heartbeats (liveness comes from the listed ETags), and GETs only for
+//! index entries that changed and for runs being recovered. It never executes a run.
+//!
+//! Architecture invariant: a coordinator restart never admits a run twice — recovery IDs are
+//! derived from the source run ([`recovery_id_for`]) and admission is idempotent.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::fact::{RecoveryId, RunId};
+use crate::index::{self, IndexEntry, IndexScan, Phase};
+use crate::layout::{self, FORMAT_VERSION};
+use crate::lease::{ExpiryWatch, Held, Holder, LeaseError, Verdict};
+use crate::recovery::{self, RecoveryRecord, RecoveryState};
+use crate::store::{ETag, Store, StoreError};
+
+/// Default number of failed attempts before a recovery is dead-lettered.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+
+/// The deterministic recovery ID of a source run.
+pub fn recovery_id_for(source: &RunId) -> RecoveryId {
+    RecoveryId::new(format!("recovery-of-{source}"))
+}
+
+/// A worker's registration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    pub format: u32,
+    pub kind: String,
+    pub worker: String,
+    pub heartbeat: String,
+    pub capacity: u32,
+    pub fingerprint_sha256: String,
+}
+
+impl Registration {
+    pub fn new(worker: &str, heartbeat: String, capacity: u32, fingerprint_sha256: String) -> Self {
+        Registration {
+            format: FORMAT_VERSION,
+            kind: "worker".into(),
+            worker: worker.to_owned(),
+            heartbeat,
+            capacity,
+            fingerprint_sha256,
+        }
+    }
+}
+
+/// The recoveries assigned to one worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inbox {
+    pub format: u32,
+    pub kind: String,
+    pub worker: String,
+    pub recoveries: Vec<RecoveryId>,
+}
+
+pub async fn read_inbox(store: &Store, worker: &str) -> Result<Vec<RecoveryId>, StoreError> {
+    let key = layout::inbox(worker);
+    Ok(match store.read(&key).await? {
+        Some(object) => layout::decode_object::<Inbox>(&key, "inbox", &object.bytes)
+            .map(|inbox| inbox.recoveries)
+            .unwrap_or_default(),
+        None => Vec::new(),
+    })
+}
+
+/// A worker as the coordinator sees it.
+#[derive(Clone, Debug)]
+pub struct WorkerView {
+    pub registration: Registration,
+    pub alive: bool,
+}
+
+/// A run being tracked, with its recovery record if it has one.
+#[derive(Clone, Debug)]
+pub struct RunView {
+    pub entry: IndexEntry,
+    pub holder_alive: bool,
+    pub recovery: Option<RecoveryRecord>,
+}
+
+/// What the coordinator does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Admit a recovery of an interrupted run.
+    Admit { source: RunId },
+    /// Give a recovery to a worker.
+    Assign { recovery: RecoveryId, worker: String },
+    /// Give up on a recovery after too many failed attempts.
+    DeadLetter { source: RunId, recovery: RecoveryId },
+    /// Forget a run whose recovery finished.
+    Forget { source: RunId },
+}
+
+/// Decides from one observation. Pure: the same observation gives the same actions.
+pub fn decide(workers: &[WorkerView], runs: &[RunView], max_attempts: u32) -> Vec<Action> {
+    let mut actions = Vec::new();
+    // Free capacity of each live worker, counting recoveries already assigned to it.
+    let mut free: BTreeMap<&str, i64> = workers
+        .iter()
+        .filter(|w| w.alive)
+        .map(|w| (w.registration.worker.as_str(), i64::from(w.registration.capacity)))
+        .collect();
+    for run in runs {
+        if let Some(record) = &run.recovery
+            && matches!(record.state, RecoveryState::Admitted | RecoveryState::Running)
+            && let Some(worker) = &record.assigned_to
+            && let Some(slots) = free.get_mut(worker.as_str())
+        {
+            *slots -= 1;
+        }
+    }
+    for run in runs {
+        match run.entry.phase {
+            Phase::Parked | Phase::Dead => {}
+            Phase::Running => {
+                if !run.holder_alive {
+                    actions.push(Action::Admit {
+                        source: run.entry.run_id.clone(),
+                    });
+                }
+            }
+            Phase::Recovering => {
+                let Some(record) = &run.recovery else {
+                    actions.push(Action::Admit {
+                        source: run.entry.run_id.clone(),
+                    });
+                    continue;
+                };
+                match record.state {
+                    RecoveryState::Finished => actions.push(Action::Forget {
+                        source: run.entry.run_id.clone(),
+                    }),
+                    RecoveryState::DeadLettered => {}
+                    RecoveryState::Admitted | RecoveryState::Running => {
+                        let failed_out = record.attempts >= max_attempts
+                            && record.state == RecoveryState::Admitted;
+                        if failed_out {
+                            actions.push(Action::DeadLetter {
+                                source: run.entry.run_id.clone(),
+                                recovery: record.recovery_id.clone(),
+                            });
+                            continue;
+                        }
+                        let assigned_alive = record
+                            .assigned_to
+                            .as_deref()
+                            .is_some_and(|w| free.contains_key(w));
+                        if assigned_alive {
+                            continue;
+                        }
+                        let eligible = workers.iter().filter(|w| {
+                            w.alive
+                                && (record.force
+                                    || w.registration.fingerprint_sha256 == run.entry.fingerprint_sha256)
+                        });
+                        let best = eligible
+                            .map(|w| (free.get(w.registration.worker.as_str()).copied().unwrap_or(0), &w.registration.worker))
+                            .filter(|(slots, _)| *slots > 0)
+                            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
+                        if let Some((_, worker)) = best {
+                            if let Some(slots) = free.get_mut(worker.as_str()) {
+                                *slots -= 1;
+                            }
+                            actions.push(Action::Assign {
+                                recovery: record.recovery_id.clone(),
+                                worker: worker.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    actions
+}
+
+#[derive(Clone, Debug)]
+pub struct CoordinatorOptions {
+    pub id: String,
+    pub ttl: Duration,
+    pub scan_interval: Duration,
+    pub max_attempts: u32,
+}
+
+/// The coordinator's memory between ticks: caches and liveness observations.
+#[derive(Default)]
+struct Observer {
+    index: IndexScan,
+    registrations: HashMap<String, (Option<ETag>, Registration)>,
+    liveness: ExpiryWatch,
+    inboxes: HashMap<String, Vec<RecoveryId>>,
+}
+
+/// Runs a coordinator until `stop` is set: stands by until it leads, then ticks.
+pub async fn run(store: Store, options: CoordinatorOptions, stop: Arc<AtomicBool>) -> Result<(), StoreError> {
+    let holder = Holder::with_role(&store, options.id.clone(), options.ttl, "coordinator");
+    let beating = holder.spawn_heartbeat(Arc::clone(&stop));
+    let lease_run = RunId::new(layout::COORDINATOR_LEASE_RUN);
+    let mut observer = Observer::default();
+    let mut leading: Option<Held> = None;
+    while !stop.load(Ordering::SeqCst) {
+        if leading.is_none() {
+            match holder
+                .acquire_or_wait(&lease_run, options.scan_interval / 2, options.scan_interval)
+                .await
+            {
+                Ok(held) => {
+                    tracing::info!(coordinator = %options.id, epoch = held.epoch, "leading");
+                    leading = Some(held);
+                }
+                Err(LeaseError::StillAlive { .. } | LeaseError::HeldByOther { .. } | LeaseError::Contended { .. }) => {
+                    continue;
+                }
+                Err(error) => tracing::warn!(%error, "cannot take the coordinator lease"),
+            }
+        }
+        if let Some(held) = &leading {
+            if let Err(error) = holder.check(held).await {
+                tracing::info!(coordinator = %options.id, %error, "no longer leading");
+                leading = None;
+                continue;
+            }
+            if let Err(error) = tick(&store, &options, &mut observer).await {
+                tracing::warn!(%error, "coordinator tick failed");
+            }
+        }
+        tokio::time::sleep(options.scan_interval).await;
+    }
+    if let Some(held) = &leading {
+        let _ = holder.release(held).await;
+    }
+    let _ = beating.await;
+    let _ = holder.retire().await;
+    Ok(())
+}
+
+/// One observation and its actions. Public so tests and the demo can drive it directly.
+pub async fn tick_once(store: &Store, options: &CoordinatorOptions) -> Result<Vec<Action>, StoreError> {
+    let mut observer = Observer::default();
+    tick(store, options, &mut observer).await
+}
+
+async fn tick(store: &Store, options: &CoordinatorOptions, observer: &mut Observer) -> Result<Vec<Action>, StoreError> {
+    let now = store.clock().monotonic();
+    // Liveness: a heartbeat whose listed ETag stays the same for a TTL is dead.
+    let mut alive: HashMap<String, bool> = HashMap::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.list(layout::heartbeats_prefix(), after.as_deref(), 1000).await?;
+        for listed in &page {
+            let etag = listed.etag.clone().unwrap_or_else(|| ETag(String::new()));
+            let verdict = observer.liveness.observe(
+                &RunId::new(listed.key.clone()),
+                &etag,
+                None,
+                options.ttl,
+                now,
+            );
+            alive.insert(listed.key.clone(), verdict == Verdict::Alive);
+        }
+        let full = page.len() == 1000;
+        after = page.last().map(|l| l.key.clone());
+        if !full {
+            break;
+        }
+    }
+    // Registrations, re-read only when changed.
+    let listed = store.list(layout::workers_prefix(), None, 10_000).await?;
+    let mut registrations = HashMap::new();
+    for entry in listed {
+        let cached = observer
+            .registrations
+            .remove(&entry.key)
+            .filter(|(etag, _)| *etag == entry.etag);
+        let registration = match cached {
+            Some((_, registration)) => registration,
+            None => match store.read(&entry.key).await? {
+                Some(object) => match layout::decode_object::<Registration>(&entry.key, "worker", &object.bytes) {
+                    Ok(registration) => registration,
+                    Err(error) => {
+                        tracing::warn!(%error, "ignoring a bad worker registration");
+                        continue;
+                    }
+                },
+                None => continue,
+            },
+        };
+        registrations.insert(entry.key.clone(), (entry.etag.clone(), registration));
+    }
+    observer.registrations = registrations;
+    let workers: Vec<WorkerView> = observer
+        .registrations
+        .values()
+        .map(|(_, registration)| WorkerView {
+            alive: alive.get(&registration.heartbeat).copied().unwrap_or(false),
+            registration: registration.clone(),
+        })
+        .collect();
+
+    let (entries, bad) = observer.index.scan(store).await?;
+    for bad in bad {
+        tracing::warn!(key = %bad.key, error = %bad.error, "ignoring a bad index entry");
+    }
+    let mut runs = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let holder_alive = entry
+            .holder
+            .as_ref()
+            .is_some_and(|key| alive.get(key).copied().unwrap_or(false));
+        let recovery = match (&entry.phase, &entry.recovery_id) {
+            (Phase::Recovering, Some(id)) => recovery::read(store, id).await.ok().flatten().map(|(r, _)| r),
+            _ => None,
+        };
+        runs.push(RunView {
+            entry,
+            holder_alive,
+            recovery,
+        });
+    }
+    let actions = decide(&workers, &runs, options.max_attempts);
+    for action in &actions {
+        if let Err(error) = execute(store, action, &runs).await {
+            tracing::warn!(?action, %error, "coordinator action failed");
+        }
+    }
+    // Each live worker's inbox: the recoveries assigned to it and not yet finished.
+    let mut inboxes: HashMap<String, Vec<RecoveryId>> = workers
+        .iter()
+        .map(|w| (w.registration.worker.clone(), Vec::new()))
+        .collect();
+    for run in &runs {
+        if let Some(record) = &run.recovery
+            && matches!(record.state, RecoveryState::Admitted | RecoveryState::Running)
+            && let Some(worker) = &record.assigned_to
+            && let Some(list) = inboxes.get_mut(worker)
+        {
+            list.push(record.recovery_id.clone());
+        }
+    }
+    for action in &actions {
+        if let Action::Assign { recovery, worker } = action
+            && let Some(list) = inboxes.get_mut(worker)
+            && !list.contains(recovery)
+        {
+            list.push(recovery.clone());
+        }
+    }
+    for (worker, recoveries) in inboxes {
+        if observer.inboxes.get(&worker) == Some(&recoveries) {
+            continue;
+        }
+        let inbox = Inbox {
+            format: FORMAT_VERSION,
+            kind: "inbox".into(),
+            worker: worker.clone(),
+            recoveries: recoveries.clone(),
+        };
+        store
+            .put(&layout::inbox(&worker), Bytes::from(serde_json::to_vec(&inbox).unwrap_or_default()))
+            .await?;
+        observer.inboxes.insert(worker, recoveries);
+    }
+    Ok(actions)
+}
+
+async fn execute(store: &Store, action: &Action, runs: &[RunView]) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    match action {
+        Action::Admit { source } => {
+            let id = recovery_id_for(source);
+            let admission = match recovery::admit(store, source, &id, false).await {
+                Ok(admission) => Some(admission),
+                Err(recovery::RecoveryError::NothingToRecover { .. }) => {
+                    index::remove(store, source).await?;
+                    return Ok(());
+                }
+                Err(other) => return Err(other.into()),
+            };
+            if let Some(run) = runs.iter().find(|r| r.entry.run_id == *source) {
+                let mut entry = run.entry.clone();
+                entry.phase = Phase::Recovering;
+                entry.recovery_id = Some(id.clone());
+                entry.holder = None;
+                entry.updated_at_ms = store.clock().wall_ms();
+                index::put(store, &entry).await?;
+            }
+            if let Some(admission) = admission {
+                tracing::info!(source_run = %source, recovery_id = %id, created = admission.created, "interrupted run admitted");
+            }
+        }
+        Action::Assign { recovery: id, worker } => {
+            if let Some((record, etag)) = recovery::read(store, id).await? {
+                recovery::update(store, &record, &etag, |r| {
+                    r.assigned_to = Some(worker.clone());
+                    r.state = RecoveryState::Admitted;
+                })
+                .await?;
+                tracing::info!(recovery_id = %id, worker = %worker, "assigned");
+            }
+        }
+        Action::DeadLetter { source, recovery: id } => {
+            if let Some((record, etag)) = recovery::read(store, id).await? {
+                recovery::update(store, &record, &etag, |r| r.state = RecoveryState::DeadLettered).await?;
+            }
+            if let Some(run) = runs.iter().find(|r| r.entry.run_id == *source) {
+                let mut entry = run.entry.clone();
+                entry.phase = Phase::Dead;
+                index::put(store, &entry).await?;
+            }
+            tracing::error!(source_run = %source, recovery_id = %id, "recovery dead-lettered");
+        }
+        Action::Forget { source } => index::remove(store, source).await?,
+    }
+    Ok(())
+}

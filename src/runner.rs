@@ -1,0 +1,182 @@
+//! The drive loop: executes a run's next steps, journaling and committing each fact.
+//!
+//! This module owns the order of effects for one step: decide from the folded state (pure),
+//! perform the effect (a model call or a tool call), append the resulting fact to the local
+//! log (fsync), commit it to the store (one conditional PUT). It never decides who may run a
+//! run: the caller holds the lease and hands in the writer at its epoch.
+//!
+//! Architecture invariant: a tool call whose result is committed is never executed again
+//! (brief, invariant 3), and a committed model turn is never sent again (invariant 4): the
+//! next step is always computed from the committed state, and a step's fact is committed
+//! before the next step is decided. Only a call whose side effect happened but whose result
+//! was not yet committed can run again after a crash — at most the calls in flight.
+//!
+//! Architecture invariant: a parked run takes no step (invariant 6): `drive` returns as soon
+//! as the folded state says parked.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::clock::Clock;
+use crate::fact::{
+    ConfirmationRequested, Fact, FactBody, Seq, Terminal, ToolResult,
+};
+use crate::fold::{Confirmation, Parked, Step};
+use crate::generation::{GenerationError, RunWriter};
+use crate::host::{Model, ModelError, ModelRequest, ToolContext, Tools};
+use crate::lease::{Held, Holder, LeaseError};
+use crate::log::{FactLog, LogError};
+
+/// Why `drive` returned.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stopped {
+    /// The run ended; its terminal fact is committed.
+    Finished(Terminal),
+    /// Waiting for a human's answer.
+    Parked(Parked),
+    /// The run has no prompt yet.
+    WaitingForInput,
+    /// The per-resume step cap was reached; everything is committed.
+    StepCap,
+    /// A graceful stop was requested; the current step finished and was committed.
+    StopRequested,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(transparent)]
+    Generation(#[from] GenerationError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+impl RunError {
+    /// Another holder owns the run now: stop, never retry.
+    pub fn is_fenced(&self) -> bool {
+        matches!(
+            self,
+            RunError::Generation(GenerationError::Fenced { .. })
+                | RunError::Lease(LeaseError::Lost { .. })
+        )
+    }
+}
+
+/// Everything one run's execution needs.
+pub struct Runner {
+    pub writer: RunWriter,
+    pub log: FactLog,
+    pub model: Arc<dyn Model>,
+    pub tools: Arc<dyn Tools>,
+    pub system_prompt: String,
+    pub steps_per_resume: u32,
+    pub clock: Arc<dyn Clock>,
+    /// The lease, checked (one GET) before each tool call so a holder that lost the run does
+    /// not start side effects; commits are fenced regardless.
+    pub lease: Option<(Arc<Holder>, Held)>,
+    /// Set to ask for a graceful stop after the current step.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Runner {
+    /// Takes steps until the run ends, parks, hits the step cap, or is asked to stop.
+    pub async fn drive(&mut self) -> Result<Stopped, RunError> {
+        let mut steps = 0u32;
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return Ok(Stopped::StopRequested);
+            }
+            if steps >= self.steps_per_resume {
+                return Ok(Stopped::StepCap);
+            }
+            match self.writer.state().next_step() {
+                Step::Done { terminal } => return Ok(Stopped::Finished(terminal)),
+                Step::Parked { parked } => return Ok(Stopped::Parked(parked)),
+                Step::WaitForInput => return Ok(Stopped::WaitingForInput),
+                Step::Finish { outcome, reason } => {
+                    let terminal = Terminal {
+                        outcome,
+                        message: reason,
+                    };
+                    self.record(FactBody::Terminal(terminal.clone())).await?;
+                    return Ok(Stopped::Finished(terminal));
+                }
+                Step::CallModel { with_tools, .. } => {
+                    let tools = if with_tools {
+                        self.tools.definitions()
+                    } else {
+                        Vec::new()
+                    };
+                    let turn = self
+                        .model
+                        .complete(ModelRequest {
+                            system_prompt: &self.system_prompt,
+                            state: self.writer.state(),
+                            tools: &tools,
+                        })
+                        .await?;
+                    self.record(FactBody::ModelTurn(turn)).await?;
+                }
+                Step::RunTools { calls } => {
+                    // One call per step, in the order the model made them.
+                    let pending = &calls[0];
+                    let call = pending.call.clone();
+                    let body = match pending.confirmation {
+                        Confirmation::NotRequested if self.tools.needs_confirmation(&call.name) => {
+                            FactBody::ConfirmationRequested(ConfirmationRequested {
+                                call_id: call.id.clone(),
+                                prompt: format!("Allow {} with {}?", call.name, call.arguments),
+                            })
+                        }
+                        Confirmation::Denied => FactBody::ToolResult(ToolResult {
+                            call_id: call.id.clone(),
+                            output: "The user denied this tool call.".into(),
+                            is_error: true,
+                            duration_ms: 0,
+                        }),
+                        _ => {
+                            if let Some((holder, held)) = &self.lease {
+                                holder.check(held).await?;
+                            }
+                            // The run's original ID (from its meta) stays the same across
+                            // recoveries, so (run, call) identifies one logical call downstream.
+                            let origin = self
+                                .writer
+                                .state()
+                                .run_id()
+                                .map_or_else(|| self.writer.run_id().to_string(), |id| id.to_string());
+                            let context = ToolContext {
+                                run_id: origin,
+                                epoch: self.writer.epoch(),
+                            };
+                            let output = self.tools.call(&call, &context).await;
+                            FactBody::ToolResult(ToolResult {
+                                call_id: call.id.clone(),
+                                output: output.output,
+                                is_error: output.is_error,
+                                duration_ms: output.duration_ms,
+                            })
+                        }
+                    };
+                    self.record(body).await?;
+                }
+            }
+            steps += 1;
+        }
+    }
+
+    /// Journals one fact locally, then commits it. Returns once it is in the store.
+    pub async fn record(&mut self, body: FactBody) -> Result<(), RunError> {
+        let fact = Fact {
+            seq: Seq(self.writer.state().last_seq().0 + 1),
+            at_ms: self.clock.wall_ms(),
+            body,
+        };
+        self.log.append(&fact)?;
+        self.writer.commit(vec![fact]).await?;
+        Ok(())
+    }
+}
