@@ -220,7 +220,11 @@ command = ["sh", "-c", "cat"]
         assert_eq!(config.tools[0].timeout_ms, 30_000);
         let fingerprint = config.fingerprint();
         assert_eq!(fingerprint.budgets.max_tool_rounds, Some(3));
-        assert!(!serde_json::to_string(&fingerprint).unwrap().contains("careful"));
+        assert!(
+            !serde_json::to_string(&fingerprint)
+                .unwrap()
+                .contains("careful")
+        );
     }
 
     // Proves bad configs are refused with a message naming the problem.
@@ -229,7 +233,11 @@ command = ["sh", "-c", "cat"]
         let unknown = SAMPLE.replace("kind = \"scripted\"", "kind = \"magic\"");
         assert!(Config::parse(&unknown).unwrap_err().contains("'magic'"));
         let twice = format!("{SAMPLE}\n[[tools]]\nname = \"shell\"\ncommand = [\"true\"]\n");
-        assert!(Config::parse(&twice).unwrap_err().contains("declared twice"));
+        assert!(
+            Config::parse(&twice)
+                .unwrap_err()
+                .contains("declared twice")
+        );
         let typo = SAMPLE.replace("max_tool_rounds", "max_tool_round");
         assert!(Config::parse(&typo).is_err());
     }

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::fact::{RecoveryId, RunId};
+use crate::generation::{GenerationError, RunWriter, SnapshotPolicy};
 use crate::index::{self, IndexEntry, IndexScan, Phase};
 use crate::layout::{self, FORMAT_VERSION};
 use crate::lease::{ExpiryWatch, Held, Holder, LeaseError, Verdict};
@@ -97,7 +98,10 @@ pub enum Action {
     /// Admit a recovery of an interrupted run.
     Admit { source: RunId },
     /// Give a recovery to a worker.
-    Assign { recovery: RecoveryId, worker: String },
+    Assign {
+        recovery: RecoveryId,
+        worker: String,
+    },
     /// Give up on a recovery after too many failed attempts.
     DeadLetter { source: RunId, recovery: RecoveryId },
     /// Forget a run whose recovery finished.
@@ -111,11 +115,19 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_attempts: u32) -> Ve
     let mut free: BTreeMap<&str, i64> = workers
         .iter()
         .filter(|w| w.alive)
-        .map(|w| (w.registration.worker.as_str(), i64::from(w.registration.capacity)))
+        .map(|w| {
+            (
+                w.registration.worker.as_str(),
+                i64::from(w.registration.capacity),
+            )
+        })
         .collect();
     for run in runs {
         if let Some(record) = &run.recovery
-            && matches!(record.state, RecoveryState::Admitted | RecoveryState::Running)
+            && matches!(
+                record.state,
+                RecoveryState::Admitted | RecoveryState::Running
+            )
             && let Some(worker) = &record.assigned_to
             && let Some(slots) = free.get_mut(worker.as_str())
         {
@@ -164,10 +176,18 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_attempts: u32) -> Ve
                         let eligible = workers.iter().filter(|w| {
                             w.alive
                                 && (record.force
-                                    || w.registration.fingerprint_sha256 == run.entry.fingerprint_sha256)
+                                    || w.registration.fingerprint_sha256
+                                        == run.entry.fingerprint_sha256)
                         });
                         let best = eligible
-                            .map(|w| (free.get(w.registration.worker.as_str()).copied().unwrap_or(0), &w.registration.worker))
+                            .map(|w| {
+                                (
+                                    free.get(w.registration.worker.as_str())
+                                        .copied()
+                                        .unwrap_or(0),
+                                    &w.registration.worker,
+                                )
+                            })
                             .filter(|(slots, _)| *slots > 0)
                             .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
                         if let Some((_, worker)) = best {
@@ -205,7 +225,11 @@ struct Observer {
 }
 
 /// Runs a coordinator until `stop` is set: stands by until it leads, then ticks.
-pub async fn run(store: Store, options: CoordinatorOptions, stop: Arc<AtomicBool>) -> Result<(), StoreError> {
+pub async fn run(
+    store: Store,
+    options: CoordinatorOptions,
+    stop: Arc<AtomicBool>,
+) -> Result<(), StoreError> {
     let holder = Holder::with_role(&store, options.id.clone(), options.ttl, "coordinator");
     let beating = holder.spawn_heartbeat(Arc::clone(&stop));
     let lease_run = RunId::new(layout::COORDINATOR_LEASE_RUN);
@@ -221,7 +245,11 @@ pub async fn run(store: Store, options: CoordinatorOptions, stop: Arc<AtomicBool
                     tracing::info!(coordinator = %options.id, epoch = held.epoch, "leading");
                     leading = Some(held);
                 }
-                Err(LeaseError::StillAlive { .. } | LeaseError::HeldByOther { .. } | LeaseError::Contended { .. }) => {
+                Err(
+                    LeaseError::StillAlive { .. }
+                    | LeaseError::HeldByOther { .. }
+                    | LeaseError::Contended { .. },
+                ) => {
                     continue;
                 }
                 Err(error) => tracing::warn!(%error, "cannot take the coordinator lease"),
@@ -233,7 +261,7 @@ pub async fn run(store: Store, options: CoordinatorOptions, stop: Arc<AtomicBool
                 leading = None;
                 continue;
             }
-            if let Err(error) = tick(&store, &options, &mut observer).await {
+            if let Err(error) = tick(&store, &holder, &options, &mut observer).await {
                 tracing::warn!(%error, "coordinator tick failed");
             }
         }
@@ -248,18 +276,36 @@ pub async fn run(store: Store, options: CoordinatorOptions, stop: Arc<AtomicBool
 }
 
 /// One observation and its actions. Public so tests and the demo can drive it directly.
-pub async fn tick_once(store: &Store, options: &CoordinatorOptions) -> Result<Vec<Action>, StoreError> {
+pub async fn tick_once(
+    store: &Store,
+    holder: &Arc<Holder>,
+    options: &CoordinatorOptions,
+) -> Result<Vec<Action>, StoreError> {
     let mut observer = Observer::default();
-    tick(store, options, &mut observer).await
+    tick(store, holder, options, &mut observer).await
 }
 
-async fn tick(store: &Store, options: &CoordinatorOptions, observer: &mut Observer) -> Result<Vec<Action>, StoreError> {
+async fn tick(
+    store: &Store,
+    holder: &Arc<Holder>,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+) -> Result<Vec<Action>, StoreError> {
+    // The index is read before the heartbeats: a host beats before it writes its entry, so
+    // every holder named by an entry seen here is in the heartbeat listing that follows, and
+    // a missing heartbeat really means the holder is gone.
+    let (entries, bad) = observer.index.scan(store).await?;
+    for bad in bad {
+        tracing::warn!(key = %bad.key, error = %bad.error, "ignoring a bad index entry");
+    }
     let now = store.clock().monotonic();
     // Liveness: a heartbeat whose listed ETag stays the same for a TTL is dead.
     let mut alive: HashMap<String, bool> = HashMap::new();
     let mut after: Option<String> = None;
     loop {
-        let page = store.list(layout::heartbeats_prefix(), after.as_deref(), 1000).await?;
+        let page = store
+            .list(layout::heartbeats_prefix(), after.as_deref(), 1000)
+            .await?;
         for listed in &page {
             let etag = listed.etag.clone().unwrap_or_else(|| ETag(String::new()));
             let verdict = observer.liveness.observe(
@@ -288,13 +334,16 @@ async fn tick(store: &Store, options: &CoordinatorOptions, observer: &mut Observ
         let registration = match cached {
             Some((_, registration)) => registration,
             None => match store.read(&entry.key).await? {
-                Some(object) => match layout::decode_object::<Registration>(&entry.key, "worker", &object.bytes) {
-                    Ok(registration) => registration,
-                    Err(error) => {
-                        tracing::warn!(%error, "ignoring a bad worker registration");
-                        continue;
+                Some(object) => {
+                    match layout::decode_object::<Registration>(&entry.key, "worker", &object.bytes)
+                    {
+                        Ok(registration) => registration,
+                        Err(error) => {
+                            tracing::warn!(%error, "ignoring a bad worker registration");
+                            continue;
+                        }
                     }
-                },
+                }
                 None => continue,
             },
         };
@@ -310,10 +359,6 @@ async fn tick(store: &Store, options: &CoordinatorOptions, observer: &mut Observ
         })
         .collect();
 
-    let (entries, bad) = observer.index.scan(store).await?;
-    for bad in bad {
-        tracing::warn!(key = %bad.key, error = %bad.error, "ignoring a bad index entry");
-    }
     let mut runs = Vec::with_capacity(entries.len());
     for entry in entries {
         let holder_alive = entry
@@ -321,7 +366,11 @@ async fn tick(store: &Store, options: &CoordinatorOptions, observer: &mut Observ
             .as_ref()
             .is_some_and(|key| alive.get(key).copied().unwrap_or(false));
         let recovery = match (&entry.phase, &entry.recovery_id) {
-            (Phase::Recovering, Some(id)) => recovery::read(store, id).await.ok().flatten().map(|(r, _)| r),
+            (Phase::Recovering, Some(id)) => recovery::read(store, id)
+                .await
+                .ok()
+                .flatten()
+                .map(|(r, _)| r),
             _ => None,
         };
         runs.push(RunView {
@@ -332,7 +381,7 @@ async fn tick(store: &Store, options: &CoordinatorOptions, observer: &mut Observ
     }
     let actions = decide(&workers, &runs, options.max_attempts);
     for action in &actions {
-        if let Err(error) = execute(store, action, &runs).await {
+        if let Err(error) = execute(store, holder, action, &runs).await {
             tracing::warn!(?action, %error, "coordinator action failed");
         }
     }
@@ -343,7 +392,10 @@ async fn tick(store: &Store, options: &CoordinatorOptions, observer: &mut Observ
         .collect();
     for run in &runs {
         if let Some(record) = &run.recovery
-            && matches!(record.state, RecoveryState::Admitted | RecoveryState::Running)
+            && matches!(
+                record.state,
+                RecoveryState::Admitted | RecoveryState::Running
+            )
             && let Some(worker) = &record.assigned_to
             && let Some(list) = inboxes.get_mut(worker)
         {
@@ -369,20 +421,61 @@ async fn tick(store: &Store, options: &CoordinatorOptions, observer: &mut Observ
             recoveries: recoveries.clone(),
         };
         store
-            .put(&layout::inbox(&worker), Bytes::from(serde_json::to_vec(&inbox).unwrap_or_default()))
+            .put(
+                &layout::inbox(&worker),
+                Bytes::from(serde_json::to_vec(&inbox).unwrap_or_default()),
+            )
             .await?;
         observer.inboxes.insert(worker, recoveries);
     }
     Ok(actions)
 }
 
-async fn execute(store: &Store, action: &Action, runs: &[RunView]) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// Fences an interrupted source run before its recovery is pinned: takes its lease over
+/// (epoch + 1) and writes the fence generation, so a host that only seemed dead can never
+/// commit to it again, and the pin covers everything it ever acknowledged.
+async fn fence_source(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let held = match crate::lease::read_lease(store, source).await? {
+        Some(view) if !view.lease.released => holder.take_over(&view).await?,
+        _ => holder.acquire(source).await?,
+    };
+    let fenced = RunWriter::resume(store, source, held.epoch, SnapshotPolicy::default()).await;
+    holder.release(&held).await?;
+    match fenced {
+        Ok(_) | Err(GenerationError::NotFound { .. }) => Ok(()),
+        Err(other) => Err(other.into()),
+    }
+}
+
+async fn execute(
+    store: &Store,
+    holder: &Arc<Holder>,
+    action: &Action,
+    runs: &[RunView],
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     match action {
         Action::Admit { source } => {
             let id = recovery_id_for(source);
+            if recovery::read(store, &id).await?.is_none() {
+                fence_source(store, holder, source).await?;
+            }
             let admission = match recovery::admit(store, source, &id, false).await {
                 Ok(admission) => Some(admission),
                 Err(recovery::RecoveryError::NothingToRecover { .. }) => {
+                    index::remove(store, source).await?;
+                    return Ok(());
+                }
+                Err(recovery::RecoveryError::Source {
+                    source: crate::generation::GenerationError::NotFound { .. },
+                    ..
+                }) => {
+                    // The host died before its first commit: nothing was acknowledged, so
+                    // there is nothing to recover.
+                    tracing::warn!(source_run = %source, "interrupted before its first commit; forgetting it");
                     index::remove(store, source).await?;
                     return Ok(());
                 }
@@ -400,7 +493,10 @@ async fn execute(store: &Store, action: &Action, runs: &[RunView]) -> Result<(),
                 tracing::info!(source_run = %source, recovery_id = %id, created = admission.created, "interrupted run admitted");
             }
         }
-        Action::Assign { recovery: id, worker } => {
+        Action::Assign {
+            recovery: id,
+            worker,
+        } => {
             if let Some((record, etag)) = recovery::read(store, id).await? {
                 recovery::update(store, &record, &etag, |r| {
                     r.assigned_to = Some(worker.clone());
@@ -410,9 +506,15 @@ async fn execute(store: &Store, action: &Action, runs: &[RunView]) -> Result<(),
                 tracing::info!(recovery_id = %id, worker = %worker, "assigned");
             }
         }
-        Action::DeadLetter { source, recovery: id } => {
+        Action::DeadLetter {
+            source,
+            recovery: id,
+        } => {
             if let Some((record, etag)) = recovery::read(store, id).await? {
-                recovery::update(store, &record, &etag, |r| r.state = RecoveryState::DeadLettered).await?;
+                recovery::update(store, &record, &etag, |r| {
+                    r.state = RecoveryState::DeadLettered
+                })
+                .await?;
             }
             if let Some(run) = runs.iter().find(|r| r.entry.run_id == *source) {
                 let mut entry = run.entry.clone();

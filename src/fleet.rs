@@ -36,20 +36,17 @@ impl Agent {
     pub fn from_config(config: Config) -> Result<Agent, ModelError> {
         let model: Arc<dyn Model> = match config.model.kind.as_str() {
             "scripted" => {
-                let script = config
-                    .model
-                    .script
-                    .as_ref()
-                    .ok_or_else(|| ModelError::Config("model.script is required for a scripted model".into()))?;
+                let script = config.model.script.as_ref().ok_or_else(|| {
+                    ModelError::Config("model.script is required for a scripted model".into())
+                })?;
                 Arc::new(ScriptedModel::load(&config.resolve(script))?)
             }
             _ => {
-                let base_url = config
-                    .model
-                    .base_url
-                    .as_deref()
-                    .ok_or_else(|| ModelError::Config("model.base_url is required for an openai model".into()))?;
-                let timeout = std::time::Duration::from_millis(config.model.timeout_ms.unwrap_or(120_000));
+                let base_url = config.model.base_url.as_deref().ok_or_else(|| {
+                    ModelError::Config("model.base_url is required for an openai model".into())
+                })?;
+                let timeout =
+                    std::time::Duration::from_millis(config.model.timeout_ms.unwrap_or(120_000));
                 Arc::new(OpenAiModel::new(
                     base_url,
                     &config.model.name,
@@ -91,7 +88,9 @@ pub enum FleetError {
         #[source]
         source: ResumeRefused,
     },
-    #[error("recovery '{recovery}': source run \"{source_run}\" generation {generation} has digest {found}, the record pinned {pinned}")]
+    #[error(
+        "recovery '{recovery}': source run \"{source_run}\" generation {generation} has digest {found}, the record pinned {pinned}"
+    )]
     PinMismatch {
         recovery: RecoveryId,
         source_run: RunId,
@@ -171,11 +170,22 @@ impl Node {
                 }),
             },
         ];
-        index::put(&self.store, &self.entry(run, session.clone(), Phase::Running)).await?;
+        index::put(
+            &self.store,
+            &self.entry(run, session.clone(), Phase::Running),
+        )
+        .await?;
         self.logs.remove_log(run.as_str())?;
         let (mut log, _) = self.logs.open_log(run.as_str())?;
         log.append_all(&facts)?;
-        let writer = RunWriter::create_as(&self.store, run.clone(), facts, held.epoch, SnapshotPolicy::default()).await?;
+        let writer = RunWriter::create_as(
+            &self.store,
+            run.clone(),
+            facts,
+            held.epoch,
+            SnapshotPolicy::default(),
+        )
+        .await?;
         let runner = self.runner(writer, log, held.clone());
         self.finish_drive(runner, held, session, None).await
     }
@@ -227,13 +237,23 @@ impl Node {
         let run = RunId::new(record.recovery_id.as_str());
         let held = self
             .holder
-            .acquire_or_wait(&run, self.holder.ttl() / 4, self.holder.ttl() * 3)
+            .acquire_or_wait_from(
+                &run,
+                record.source_epoch + 1,
+                self.holder.ttl() / 4,
+                self.holder.ttl() * 3,
+            )
             .await?;
         let policy = SnapshotPolicy::default();
         let writer = match generation::load(&self.store, &run, None).await {
             Ok(_) => RunWriter::resume(&self.store, &run, held.epoch, policy).await?,
             Err(GenerationError::NotFound { .. }) => {
-                let source = generation::load(&self.store, &record.source_run, Some(record.source_generation)).await?;
+                let source = generation::load(
+                    &self.store,
+                    &record.source_run,
+                    Some(record.source_generation),
+                )
+                .await?;
                 if source.digest != record.source_digest {
                     return Err(FleetError::PinMismatch {
                         recovery: record.recovery_id.clone(),
@@ -243,7 +263,15 @@ impl Node {
                         found: source.digest,
                     });
                 }
-                match RunWriter::create_as(&self.store, run.clone(), source.state.into_facts(), held.epoch, policy).await {
+                match RunWriter::create_as(
+                    &self.store,
+                    run.clone(),
+                    source.state.into_facts(),
+                    held.epoch,
+                    policy,
+                )
+                .await
+                {
                     Ok(writer) => writer,
                     Err(GenerationError::AlreadyExists { .. }) => {
                         RunWriter::resume(&self.store, &run, held.epoch, policy).await?
@@ -271,7 +299,10 @@ impl Node {
             .finish_drive(runner, held, session, Some((&record.source_run, record)))
             .await?;
         if let Stopped::Finished(terminal) = &stopped {
-            let final_generation = generation::load(&self.store, &run, None).await.map(|l| l.generation).unwrap_or(0);
+            let final_generation = generation::load(&self.store, &run, None)
+                .await
+                .map(|l| l.generation)
+                .unwrap_or(0);
             let (current, etag) = recovery::read(&self.store, &record.recovery_id)
                 .await?
                 .ok_or_else(|| RecoveryError::Changed {
@@ -302,26 +333,30 @@ pub async fn answer(
 ) -> Result<(), FleetError> {
     let held = holder.acquire(run).await?;
     let result = async {
-        let mut writer = RunWriter::resume(store, run, held.epoch, SnapshotPolicy::default()).await?;
+        let mut writer =
+            RunWriter::resume(store, run, held.epoch, SnapshotPolicy::default()).await?;
         let parked = writer.state().parked().cloned();
         let body = match (&answer, parked) {
-            (Answer::Confirm { call_id, approve }, Some(crate::fold::Parked::Confirmation { call_id: waiting, .. }))
-                if *call_id == waiting =>
-            {
-                FactBody::ConfirmationAnswered(ConfirmationAnswered {
-                    call_id: call_id.clone(),
-                    approved: *approve,
-                    note: None,
-                })
-            }
-            (Answer::Question { question_id, text }, Some(crate::fold::Parked::Question { question_id: waiting, .. }))
-                if *question_id == waiting =>
-            {
-                FactBody::QuestionAnswered(QuestionAnswered {
-                    question_id: question_id.clone(),
-                    text: text.clone(),
-                })
-            }
+            (
+                Answer::Confirm { call_id, approve },
+                Some(crate::fold::Parked::Confirmation {
+                    call_id: waiting, ..
+                }),
+            ) if *call_id == waiting => FactBody::ConfirmationAnswered(ConfirmationAnswered {
+                call_id: call_id.clone(),
+                approved: *approve,
+                note: None,
+            }),
+            (
+                Answer::Question { question_id, text },
+                Some(crate::fold::Parked::Question {
+                    question_id: waiting,
+                    ..
+                }),
+            ) if *question_id == waiting => FactBody::QuestionAnswered(QuestionAnswered {
+                question_id: question_id.clone(),
+                text: text.clone(),
+            }),
             (answer, _) => {
                 return Err(FleetError::NotWaiting {
                     run: run.clone(),
@@ -359,7 +394,9 @@ impl Answer {
     fn describe(&self) -> String {
         match self {
             Answer::Confirm { call_id, .. } => format!("confirmation of call '{call_id}'"),
-            Answer::Question { question_id, .. } => format!("an answer to question '{question_id}'"),
+            Answer::Question { question_id, .. } => {
+                format!("an answer to question '{question_id}'")
+            }
         }
     }
 }

@@ -259,14 +259,23 @@ impl Holder {
     /// incarnation of this same holder ID (which is gone: IDs are unique per live process).
     /// The epoch always grows.
     pub async fn acquire(&self, run: &RunId) -> Result<Held, LeaseError> {
+        self.acquire_from(run, 0).await
+    }
+
+    /// [`Self::acquire`] with an epoch of at least `floor`. A recovery run starts above its
+    /// source's epoch, so epochs keep growing along a run's whole lineage and a downstream
+    /// system can tell every incarnation apart by (run, epoch).
+    pub async fn acquire_from(&self, run: &RunId, floor: u64) -> Result<Held, LeaseError> {
         let key = layout::lease(run.as_str());
         for _ in 0..CAS_ATTEMPTS {
             let result = match read_lease(&self.store, run).await? {
-                None => self
-                    .store
-                    .create(&key, self.lease(run, 1, false))
-                    .await
-                    .map(|etag| (1, etag)),
+                None => {
+                    let epoch = floor.max(1);
+                    self.store
+                        .create(&key, self.lease(run, epoch, false))
+                        .await
+                        .map(|etag| (epoch, etag))
+                }
                 Some(view) => {
                     let lease = &view.lease;
                     let mine_already = lease.holder == self.id && lease.holder_nonce == self.nonce;
@@ -284,7 +293,7 @@ impl Holder {
                             epoch: lease.epoch,
                         });
                     }
-                    let epoch = lease.epoch + 1;
+                    let epoch = (lease.epoch + 1).max(floor);
                     self.store
                         .swap(&key, self.lease(run, epoch, false), &view.etag)
                         .await
@@ -312,9 +321,13 @@ impl Holder {
     /// operator's explicit takeover (then the old holder's in-flight tool call may run twice;
     /// fencing still stops its commits).
     pub async fn take_over(&self, observed: &LeaseView) -> Result<Held, LeaseError> {
+        self.take_over_from(observed, 0).await
+    }
+
+    async fn take_over_from(&self, observed: &LeaseView, floor: u64) -> Result<Held, LeaseError> {
         let run = &observed.lease.run_id;
         let key = layout::lease(run.as_str());
-        let epoch = observed.lease.epoch + 1;
+        let epoch = (observed.lease.epoch + 1).max(floor);
         match self
             .store
             .swap(&key, self.lease(run, epoch, false), &observed.etag)
@@ -395,14 +408,25 @@ impl Holder {
         poll: Duration,
         max_wait: Duration,
     ) -> Result<Held, LeaseError> {
+        self.acquire_or_wait_from(run, 0, poll, max_wait).await
+    }
+
+    /// [`Self::acquire_or_wait`] with an epoch of at least `floor`.
+    pub async fn acquire_or_wait_from(
+        &self,
+        run: &RunId,
+        floor: u64,
+        poll: Duration,
+        max_wait: Duration,
+    ) -> Result<Held, LeaseError> {
         let clock = Arc::clone(self.store.clock());
         let start = clock.monotonic();
         let mut watch = ExpiryWatch::default();
         loop {
             let view = match read_lease(&self.store, run).await? {
-                None => return self.acquire(run).await,
+                None => return self.acquire_from(run, floor).await,
                 Some(view) if view.lease.released || view.lease.holder == self.id => {
-                    return self.acquire(run).await;
+                    return self.acquire_from(run, floor).await;
                 }
                 Some(view) => view,
             };
@@ -412,7 +436,7 @@ impl Holder {
             let ttl = Duration::from_millis(view.lease.ttl_ms);
             let now = clock.monotonic();
             if watch.observe(run, &view.etag, heartbeat.as_ref(), ttl, now) == Verdict::Expired {
-                match self.take_over(&view).await {
+                match self.take_over_from(&view, floor).await {
                     Ok(held) => return Ok(held),
                     Err(LeaseError::HeldByOther { .. }) => watch.forget(run),
                     Err(other) => return Err(other),

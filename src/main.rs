@@ -69,6 +69,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a whole fleet in one process: hosts start runs and some crash part-way, a worker
+    /// is killed mid-run, and the coordinator and workers recover everything. Prints a
+    /// progress bar, then a summary (runs completed, recoveries, tool calls re-executed,
+    /// requests per recovery, time). Uses a temporary local directory unless --store is set.
+    Demo {
+        #[arg(long, default_value_t = 100)]
+        runs: usize,
+        #[arg(long, default_value_t = 3)]
+        workers: usize,
+        /// Store URL (e.g. s3://bucket/demo for MinIO); default: a temporary directory.
+        #[arg(long, env = "REKINDLE_STORE")]
+        store: Option<String>,
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Print the summary as one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check that the store enforces conditional writes atomically (create-if-absent, stale
     /// compare-and-swap refused, one winner of a concurrent create race). Every command that
     /// writes runs this check first; this command only reports it.
@@ -105,6 +123,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Logs go to stderr; RUST_LOG selects them (default: warnings and errors only).
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -117,6 +143,54 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Fold { path, json } => fold_command(&path, json),
+        Command::Demo {
+            runs,
+            workers,
+            store,
+            seed,
+            json,
+        } => block_on(async move {
+            let options = rekindle::demo::DemoOptions {
+                runs,
+                workers,
+                store,
+                seed,
+                progress: !json,
+                ..rekindle::demo::DemoOptions::default()
+            };
+            let summary = rekindle::demo::run(options).await.context("run the demo")?;
+            if json {
+                println!("{}", serde_json::to_string(&summary)?);
+            } else {
+                println!(
+                    "{} of {} runs completed ({} by their hosts, {} by recoveries) in {:.1} s",
+                    summary.completed,
+                    summary.runs,
+                    summary.completed_by_host,
+                    summary.recoveries,
+                    summary.seconds
+                );
+                println!(
+                    "{} hosts crashed, {} worker killed; {} recovery attempts",
+                    summary.hosts_crashed, summary.workers_killed, summary.recovery_attempts
+                );
+                println!(
+                    "{} tool calls, {} re-executed (at most one per interruption: {} runs over that bound)",
+                    summary.tool_calls, summary.tool_calls_reexecuted, summary.runs_over_budget
+                );
+                println!(
+                    "{} fleet requests, {:.1} per recovery; store {}",
+                    summary.fleet_requests, summary.requests_per_recovery, summary.store
+                );
+            }
+            if summary.runs_over_budget > 0 || summary.completed < summary.runs {
+                anyhow::bail!(
+                    "the demo broke an invariant: {} runs re-executed tool calls beyond their interruptions",
+                    summary.runs_over_budget
+                );
+            }
+            Ok(())
+        }),
         Command::Probe { store } => block_on(async move {
             let opened = store.open(true).await?;
             opened.probe().await.context("probe the store")?;

@@ -47,6 +47,9 @@ pub struct RecoveryRecord {
     /// The source generation the recovery resumes from, and the SHA-256 of its object.
     pub source_generation: u64,
     pub source_digest: String,
+    /// The epoch of that generation; the recovery run's epochs start above it.
+    #[serde(default)]
+    pub source_epoch: u64,
     pub state: RecoveryState,
     /// Admitted despite a configuration mismatch (skips the resume guard).
     #[serde(default)]
@@ -233,6 +236,7 @@ pub async fn admit(
         source_run: source.clone(),
         source_generation: loaded.generation,
         source_digest: loaded.digest,
+        source_epoch: loaded.epoch,
         state: RecoveryState::Admitted,
         force,
         attempts: 0,

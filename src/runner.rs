@@ -18,9 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::clock::Clock;
-use crate::fact::{
-    ConfirmationRequested, Fact, FactBody, Seq, Terminal, ToolResult,
-};
+use crate::fact::{ConfirmationRequested, Fact, FactBody, Seq, Terminal, ToolResult};
 use crate::fold::{Confirmation, Parked, Step};
 use crate::generation::{GenerationError, RunWriter};
 use crate::host::{Model, ModelError, ModelRequest, ToolContext, Tools};
@@ -143,11 +141,10 @@ impl Runner {
                             }
                             // The run's original ID (from its meta) stays the same across
                             // recoveries, so (run, call) identifies one logical call downstream.
-                            let origin = self
-                                .writer
-                                .state()
-                                .run_id()
-                                .map_or_else(|| self.writer.run_id().to_string(), |id| id.to_string());
+                            let origin = self.writer.state().run_id().map_or_else(
+                                || self.writer.run_id().to_string(),
+                                |id| id.to_string(),
+                            );
                             let context = ToolContext {
                                 run_id: origin,
                                 epoch: self.writer.epoch(),

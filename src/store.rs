@@ -356,6 +356,14 @@ impl Store {
         &self.url
     }
 
+    /// The same store with its own request counters (to measure one component's traffic).
+    pub fn with_fresh_metrics(&self) -> Store {
+        Store {
+            metrics: Arc::new(Metrics::default()),
+            ..self.clone()
+        }
+    }
+
     pub fn backend(&self) -> &Backend {
         &self.backend
     }

@@ -29,14 +29,20 @@ pub struct WorkerOptions {
     pub concurrency: u32,
     pub ttl: Duration,
     pub poll_interval: Duration,
+    /// When set, the worker dies on the spot, as if killed -9: its recoveries are abandoned
+    /// mid-step, nothing is released, heartbeats just stop. For the demo and tests.
+    pub crash: Option<Arc<AtomicBool>>,
 }
 
 /// Counts of what a worker did, for the demo and tests.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
     pub started: std::sync::atomic::AtomicU64,
+    /// Distinct recoveries finished (an attempt that finds its run already ended, because a
+    /// killed worker committed the terminal fact, counts once).
     pub finished: std::sync::atomic::AtomicU64,
     pub failed: std::sync::atomic::AtomicU64,
+    finished_ids: std::sync::Mutex<std::collections::HashSet<RecoveryId>>,
 }
 
 /// Runs a worker until `stop` is set.
@@ -75,6 +81,18 @@ pub async fn run(
     };
     let mut running: HashMap<RecoveryId, tokio::task::JoinHandle<()>> = HashMap::new();
     while !stop.load(Ordering::SeqCst) {
+        if options
+            .crash
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::SeqCst))
+        {
+            for (_, task) in running {
+                task.abort();
+            }
+            beating.abort();
+            tracing::info!(worker_id = %options.id, "worker crashed (simulated)");
+            return Ok(());
+        }
         running.retain(|_, task| !task.is_finished());
         match read_inbox(&store, &options.id).await {
             Ok(assigned) => {
@@ -88,7 +106,9 @@ pub async fn run(
                     let task_id = id.clone();
                     running.insert(
                         id,
-                        tokio::spawn(async move { attempt(&node, &worker, &task_id, &stats).await }),
+                        tokio::spawn(
+                            async move { attempt(&node, &worker, &task_id, &stats).await },
+                        ),
                     );
                 }
             }
@@ -113,8 +133,10 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
     let Ok(Some((record, etag))) = recovery::read(store, id).await else {
         return;
     };
-    if !matches!(record.state, RecoveryState::Admitted | RecoveryState::Running)
-        || record.assigned_to.as_deref() != Some(worker)
+    if !matches!(
+        record.state,
+        RecoveryState::Admitted | RecoveryState::Running
+    ) || record.assigned_to.as_deref() != Some(worker)
     {
         return;
     }
@@ -141,7 +163,14 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
         }
     };
     if finished {
-        stats.finished.fetch_add(1, Ordering::Relaxed);
+        let new = stats
+            .finished_ids
+            .lock()
+            .map(|mut ids| ids.insert(id.clone()))
+            .unwrap_or(true);
+        if new {
+            stats.finished.fetch_add(1, Ordering::Relaxed);
+        }
         return;
     }
     if error.is_some() {
@@ -164,7 +193,9 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
 fn error_is_fenced(error: &crate::fleet::FleetError) -> bool {
     match error {
         crate::fleet::FleetError::Run(run) => run.is_fenced(),
-        crate::fleet::FleetError::Generation(crate::generation::GenerationError::Fenced { .. }) => true,
+        crate::fleet::FleetError::Generation(crate::generation::GenerationError::Fenced {
+            ..
+        }) => true,
         crate::fleet::FleetError::Lease(crate::lease::LeaseError::Lost { .. }) => true,
         _ => false,
     }

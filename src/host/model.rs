@@ -77,8 +77,9 @@ impl ScriptedModel {
     /// Reads a script: a JSON array of turns (`{"content": ..., "tool_calls": [{"name":
     /// ..., "arguments": {...}}]}`).
     pub fn load(path: &Path) -> Result<Self, ModelError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ModelError::Config(format!("cannot read script {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ModelError::Config(format!("cannot read script {}: {e}", path.display()))
+        })?;
         let turns = serde_json::from_str(&text)
             .map_err(|e| ModelError::Config(format!("script {}: {e}", path.display())))?;
         Ok(ScriptedModel { turns })
@@ -202,14 +203,20 @@ impl OpenAiModel {
         }
         let response = http.send().await.map_err(|e| endpoint(without_url(e)))?;
         let status = response.status();
-        let text = response.text().await.map_err(|e| endpoint(without_url(e)))?;
+        let text = response
+            .text()
+            .await
+            .map_err(|e| endpoint(without_url(e)))?;
         if status.as_u16() == 429 || status.is_server_error() {
             return Err(endpoint(format!("HTTP {status}")));
         }
         if !status.is_success() {
             return Err(ModelError::Garbage {
                 url: self.url.clone(),
-                message: format!("HTTP {status}: {}", text.chars().take(200).collect::<String>()),
+                message: format!(
+                    "HTTP {status}: {}",
+                    text.chars().take(200).collect::<String>()
+                ),
             });
         }
         parse_completion(&text).map_err(|message| ModelError::Garbage {
@@ -333,6 +340,9 @@ mod tests {
     #[test]
     fn refuses_garbage() {
         assert!(parse_completion("<html>").is_err());
-        assert_eq!(parse_completion(r#"{"choices":[]}"#).unwrap_err(), "no choices");
+        assert_eq!(
+            parse_completion(r#"{"choices":[]}"#).unwrap_err(),
+            "no choices"
+        );
     }
 }

@@ -140,7 +140,9 @@ impl Tools for CommandTools {
         };
         match tokio::time::timeout(timeout, run).await {
             Ok(((out, out_dropped), (err, err_dropped), Ok(status))) => {
-                let code = status.code().map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
+                let code = status
+                    .code()
+                    .map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
                 let mut output = render(&out, out_dropped);
                 let stderr = render(&err, err_dropped);
                 if !stderr.is_empty() {
@@ -222,10 +224,17 @@ mod tests {
         assert!(fail.output.contains("oops") && fail.output.contains("[exit 3]"));
         let hang = tools.call(&call("hang"), &context).await;
         assert!(hang.is_error);
-        assert!(hang.output.contains("did not finish within 200 ms"), "{}", hang.output);
+        assert!(
+            hang.output.contains("did not finish within 200 ms"),
+            "{}",
+            hang.output
+        );
         let flood = tools.call(&call("flood"), &context).await;
         assert!(flood.output.len() < MAX_OUTPUT_BYTES + 100);
-        assert!(flood.output.contains(&format!("[{} more bytes not kept]", 1_000_000 - MAX_OUTPUT_BYTES)));
+        assert!(flood.output.contains(&format!(
+            "[{} more bytes not kept]",
+            1_000_000 - MAX_OUTPUT_BYTES
+        )));
         let unknown = tools.call(&call("nope"), &context).await;
         assert!(unknown.is_error && unknown.output.contains("unknown tool 'nope'"));
     }

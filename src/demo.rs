@@ -1,0 +1,404 @@
+//! `rekindle demo`: a whole fleet in one process, breaking and recovering runs.
+//!
+//! A coordinator and several workers share a store (a local directory by default); hosts
+//! start runs with the scripted model and a command tool that appends every call to a
+//! side-effect ledger. Some hosts "crash" part-way (their tasks and heartbeats stop dead);
+//! one worker is killed mid-recovery. The fleet must finish every run, and the ledger proves
+//! that no tool call ran more often than once per interruption of its run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::clock::SystemClock;
+use crate::config::Config;
+use crate::coordinator::{self, CoordinatorOptions};
+use crate::fact::RunId;
+use crate::fleet::{Agent, Node};
+use crate::lease::Holder;
+use crate::log::LogDir;
+use crate::runner::Stopped;
+use crate::sample::SplitMix;
+use crate::store::{Store, StoreOptions};
+use crate::worker::{self, WorkerOptions, WorkerStats};
+
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
+    pub runs: usize,
+    pub workers: usize,
+    /// Store URL; a fresh temporary directory when `None`.
+    pub store: Option<String>,
+    /// Where logs, the ledger and the config go; a temporary directory when `None`.
+    pub work_dir: Option<PathBuf>,
+    pub seed: u64,
+    pub timeout: Duration,
+    pub progress: bool,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            runs: 100,
+            workers: 3,
+            store: None,
+            work_dir: None,
+            seed: 7,
+            timeout: Duration::from_secs(300),
+            progress: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DemoSummary {
+    pub runs: usize,
+    pub completed: usize,
+    pub completed_by_host: usize,
+    pub hosts_crashed: usize,
+    pub workers_killed: usize,
+    pub recoveries: u64,
+    pub recovery_attempts: u64,
+    pub tool_calls: usize,
+    pub tool_calls_reexecuted: usize,
+    /// Runs whose tool calls repeated more often than they were interrupted: must be 0.
+    pub runs_over_budget: usize,
+    pub fleet_requests: u64,
+    pub requests_per_recovery: f64,
+    pub seconds: f64,
+    pub store: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("demo setup: {0}")]
+    Setup(String),
+    #[error("demo timed out after {seconds} s with {done} of {runs} runs finished")]
+    TimedOut {
+        seconds: u64,
+        done: usize,
+        runs: usize,
+    },
+}
+
+const TURNS: usize = 4;
+
+fn write_config(dir: &Path, ledger: &Path) -> Result<PathBuf, std::io::Error> {
+    let turns: Vec<serde_json::Value> = (1..=TURNS)
+        .map(|i| {
+            serde_json::json!({
+                "content": format!("Step {i}: recording progress."),
+                "tool_calls": [{"name": "record", "arguments": {"step": i}}]
+            })
+        })
+        .chain(std::iter::once(
+            serde_json::json!({"content": "All steps recorded."}),
+        ))
+        .collect();
+    std::fs::write(dir.join("script.json"), serde_json::to_vec_pretty(&turns)?)?;
+    let ledger = ledger.display().to_string().replace('\'', "'\\''");
+    let config = format!(
+        r#"system_prompt = "Record each step exactly once."
+
+[model]
+kind = "scripted"
+name = "demo-scripted"
+script = "script.json"
+
+[budgets]
+max_iterations = 20
+steps_per_resume = 32
+
+[[tools]]
+name = "record"
+description = "Append a line to the side-effect ledger"
+schema = {{ type = "object", properties = {{ step = {{ type = "integer" }} }} }}
+command = ["sh", "-c", "printf '%s %s %s\\n' \"$REKINDLE_RUN_ID\" \"$REKINDLE_CALL_ID\" \"$REKINDLE_EPOCH\" >> '{ledger}'; sleep 0.02; echo recorded"]
+timeout_ms = 10000
+"#
+    );
+    let path = dir.join("rekindle.toml");
+    std::fs::write(&path, config)?;
+    Ok(path)
+}
+
+/// Runs the demo and returns its summary.
+pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
+    let setup = |e: &dyn std::fmt::Display| DemoError::Setup(e.to_string());
+    let temp = tempdir_for(&options).map_err(|e| setup(&e))?;
+    let dir = temp.path().to_owned();
+    let store_url = options
+        .store
+        .clone()
+        .unwrap_or_else(|| dir.join("bucket").display().to_string());
+    let ledger = dir.join("ledger.txt");
+    let config_path = write_config(&dir, &ledger).map_err(|e| setup(&e))?;
+    let config = Config::load(&config_path).map_err(|e| setup(&e))?;
+    let agent = Agent::from_config(config).map_err(|e| setup(&e))?;
+    let store = Store::open(&store_url, &StoreOptions::default(), SystemClock::shared())
+        .await
+        .map_err(|e| setup(&e))?;
+    let fleet_store = store.with_fresh_metrics();
+    let ttl = Duration::from_millis(600);
+    let started = Instant::now();
+    let prefix = format!("demo-{}", store.clock().nonce()[..8].to_owned());
+
+    // The fleet.
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator_task = tokio::spawn(coordinator::run(
+        fleet_store.clone(),
+        CoordinatorOptions {
+            id: format!("{prefix}-coordinator"),
+            ttl,
+            scan_interval: Duration::from_millis(150),
+            max_attempts: coordinator::DEFAULT_MAX_ATTEMPTS,
+        },
+        Arc::clone(&stop),
+    ));
+    let stats = Arc::new(WorkerStats::default());
+    let crash_switches: Vec<Arc<AtomicBool>> = (0..options.workers)
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
+    let mut worker_tasks = Vec::new();
+    for (i, crash) in crash_switches.iter().enumerate() {
+        let logs = LogDir::open(dir.join(format!("worker-{i}"))).map_err(|e| setup(&e))?;
+        worker_tasks.push(tokio::spawn(worker::run(
+            fleet_store.clone(),
+            agent.clone(),
+            logs,
+            WorkerOptions {
+                id: format!("{prefix}-worker-{i}"),
+                concurrency: 8,
+                ttl,
+                poll_interval: Duration::from_millis(100),
+                crash: Some(Arc::clone(crash)),
+            },
+            Arc::clone(&stop),
+            Arc::clone(&stats),
+        )));
+    }
+
+    // The hosts: each its own process identity; some crash part-way.
+    let mut random = SplitMix::new(options.seed);
+    let completed_by_host = Arc::new(AtomicU64::new(0));
+    let hosts_done = Arc::new(AtomicU64::new(0));
+    let mut hosts_crashed = 0;
+    let host_logs = LogDir::open(dir.join("hosts")).map_err(|e| setup(&e))?;
+    for i in 0..options.runs {
+        let crash_after = (random.below(100) < 40)
+            .then(|| Duration::from_millis(20 + u64::from(random.below(120))));
+        hosts_crashed += usize::from(crash_after.is_some());
+        let holder = Holder::new(&store, format!("{prefix}-host-{i}"), ttl);
+        let host_stop = Arc::new(AtomicBool::new(false));
+        let node = Node {
+            store: store.clone(),
+            agent: agent.clone(),
+            logs: host_logs.clone(),
+            holder: Arc::clone(&holder),
+            stop: Arc::clone(&host_stop),
+        };
+        let done = Arc::clone(&completed_by_host);
+        let host_done = Arc::clone(&hosts_done);
+        let run = RunId::new(format!("{prefix}-run-{i:04}"));
+        let first_key = run.clone();
+        let probe = store.clone();
+        tokio::spawn(async move {
+            let _ = holder.beat().await;
+            let beating = holder.spawn_heartbeat(Arc::clone(&host_stop));
+            let work = tokio::spawn(async move {
+                if let Ok(Stopped::Finished(_)) =
+                    node.start_run(&run, None, "Record four steps.").await
+                {
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            if let Some(after) = crash_after {
+                // Crash only once the run exists in the store (its first commit): a host that
+                // dies before that has nothing for the fleet to recover.
+                let first =
+                    crate::layout::generation(&crate::layout::run_base(first_key.as_str()), 1);
+                while !work.is_finished() && matches!(probe.head(&first).await, Ok(None)) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                tokio::time::sleep(after).await;
+                // The host dies: its work stops wherever it is, its heartbeat goes silent.
+                work.abort();
+                beating.abort();
+            } else {
+                let _ = work.await;
+                host_stop.store(true, Ordering::SeqCst);
+                let _ = beating.await;
+            }
+            host_done.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+
+    let bar = options.progress.then(|| {
+        let bar = indicatif::ProgressBar::new(options.runs as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:40}] {pos}/{len} runs finished {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let mut workers_killed = 0;
+    let deadline = started + options.timeout;
+    let mut index = crate::index::IndexScan::default();
+    loop {
+        let done = completed_by_host.load(Ordering::Relaxed) as usize
+            + stats.finished.load(Ordering::Relaxed) as usize;
+        if let Some(bar) = &bar {
+            bar.set_position(done.min(options.runs) as u64);
+            bar.set_message(format!(
+                "({} recoveries)",
+                stats.finished.load(Ordering::Relaxed)
+            ));
+        }
+        // Settled: every host has finished or crashed, and no run of ours is left in the index.
+        if hosts_done.load(Ordering::Relaxed) as usize >= options.runs
+            && let Ok((entries, _)) = index.scan(&store).await
+            && !entries
+                .iter()
+                .any(|e| e.run_id.as_str().starts_with(&prefix))
+        {
+            break;
+        }
+        // Kill one worker once it is in the middle of recoveries.
+        if workers_killed == 0 && options.workers > 1 && stats.started.load(Ordering::Relaxed) >= 3
+        {
+            crash_switches[0].store(true, Ordering::SeqCst);
+            workers_killed = 1;
+        }
+        if Instant::now() > deadline {
+            stop.store(true, Ordering::SeqCst);
+            return Err(DemoError::TimedOut {
+                seconds: options.timeout.as_secs(),
+                done,
+                runs: options.runs,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some(bar) = &bar {
+        bar.finish();
+    }
+    stop.store(true, Ordering::SeqCst);
+    for task in worker_tasks {
+        let _ = task.await;
+    }
+    let _ = coordinator_task.await;
+
+    // What the bucket says: a run is complete when its own chain or its recovery's ended.
+    let mut done = 0;
+    for i in 0..options.runs {
+        let run = RunId::new(format!("{prefix}-run-{i:04}"));
+        let recovery = RunId::new(coordinator::recovery_id_for(&run).as_str());
+        for candidate in [&recovery, &run] {
+            if let Ok(loaded) = crate::generation::load(&store, candidate, None).await
+                && loaded.state.terminal().is_some()
+            {
+                done += 1;
+                break;
+            }
+        }
+    }
+    let (tool_calls, reexecuted, over_budget) = audit_ledger(&ledger);
+    let recoveries = stats.finished.load(Ordering::Relaxed);
+    let fleet_requests = fleet_store.metrics().requests();
+    Ok(DemoSummary {
+        runs: options.runs,
+        completed: done,
+        completed_by_host: completed_by_host.load(Ordering::Relaxed) as usize,
+        hosts_crashed,
+        workers_killed,
+        recoveries,
+        recovery_attempts: stats.started.load(Ordering::Relaxed),
+        tool_calls,
+        tool_calls_reexecuted: reexecuted,
+        runs_over_budget: over_budget,
+        fleet_requests,
+        requests_per_recovery: if recoveries == 0 {
+            0.0
+        } else {
+            fleet_requests as f64 / recoveries as f64
+        },
+        seconds: started.elapsed().as_secs_f64(),
+        store: store_url,
+    })
+}
+
+/// Reads the ledger: total calls, repeats, and runs whose repeats exceed their interruptions
+/// (an interruption shows as a new epoch executing the run's calls).
+pub fn audit_ledger(ledger: &Path) -> (usize, usize, usize) {
+    let text = std::fs::read_to_string(ledger).unwrap_or_default();
+    let mut calls: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut epochs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut total = 0;
+    for line in text.lines() {
+        let mut parts = line.split(' ');
+        let (Some(run), Some(call), Some(epoch)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        total += 1;
+        *calls.entry((run.to_owned(), call.to_owned())).or_default() += 1;
+        epochs
+            .entry(run.to_owned())
+            .or_default()
+            .insert(epoch.to_owned());
+    }
+    let reexecuted: usize = calls.values().map(|n| n - 1).sum();
+    let mut repeats_per_run: BTreeMap<&str, usize> = BTreeMap::new();
+    for ((run, _), n) in &calls {
+        *repeats_per_run.entry(run.as_str()).or_default() += n - 1;
+    }
+    let over_budget = repeats_per_run
+        .iter()
+        .filter(|(run, repeats)| {
+            let interruptions = epochs.get(**run).map_or(0, |e| e.len().saturating_sub(1));
+            **repeats > interruptions
+        })
+        .count();
+    (total, reexecuted, over_budget)
+}
+
+/// The demo's working directory: the given one, or a fresh temporary one.
+fn tempdir_for(options: &DemoOptions) -> std::io::Result<WorkDir> {
+    match &options.work_dir {
+        Some(path) => {
+            std::fs::create_dir_all(path)?;
+            Ok(WorkDir::Given(path.clone()))
+        }
+        None => {
+            let base = std::env::temp_dir().join(format!("rekindle-demo-{}", std::process::id()));
+            std::fs::create_dir_all(&base)?;
+            Ok(WorkDir::Temporary(base))
+        }
+    }
+}
+
+enum WorkDir {
+    Given(PathBuf),
+    Temporary(PathBuf),
+}
+
+impl WorkDir {
+    fn path(&self) -> &Path {
+        match self {
+            WorkDir::Given(path) | WorkDir::Temporary(path) => path,
+        }
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let WorkDir::Temporary(path) = self {
+            let _ = std::fs::remove_dir_all(path);
+        }
+    }
+}
