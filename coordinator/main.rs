@@ -1,24 +1,65 @@
 //! `rekindle-coordinator`: finds interrupted runs and assigns them to workers.
-//!
-//! The coordination loop is not built yet; this binary only documents its interface.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-const USAGE: &str = "\
-rekindle-coordinator — finds interrupted agent runs and assigns them to workers
+use anyhow::Context;
+use clap::Parser;
+use rekindle::cli::{self, StoreArgs};
+use rekindle::coordinator::{self, CoordinatorOptions};
 
-Usage: rekindle-coordinator --store URL
-
-Not available in this build: the coordination loop is not implemented yet.
-";
+/// Finds interrupted agent runs and assigns their recoveries to live workers. Several may
+/// run: one leads (by a lease), the others stand by and take over when it stops.
+#[derive(Parser)]
+#[command(name = "rekindle-coordinator", version)]
+struct Args {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// This coordinator's ID (default: coordinator-<hostname>-<pid>).
+    #[arg(long, env = "REKINDLE_COORDINATOR_ID")]
+    id: Option<String>,
+    /// How long a silent heartbeat means a dead process.
+    #[arg(long, default_value_t = 10_000)]
+    lease_ttl_ms: u64,
+    #[arg(long, default_value_t = 2_000)]
+    scan_interval_ms: u64,
+    /// Failed attempts before a recovery is dead-lettered.
+    #[arg(long, default_value_t = coordinator::DEFAULT_MAX_ATTEMPTS)]
+    max_attempts: u32,
+    /// Log as JSON lines.
+    #[arg(long)]
+    log_json: bool,
+}
 
 fn main() -> ExitCode {
-    let wants_help = std::env::args().skip(1).any(|a| a == "--help" || a == "-h");
-    if wants_help {
-        print!("{USAGE}");
-        ExitCode::SUCCESS
-    } else {
-        eprint!("{USAGE}");
-        ExitCode::from(2)
+    let args = Args::parse();
+    cli::init_tracing(args.log_json, "info");
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let stop = cli::stop_on_signals();
+    let store = args.store.open(false).await.context("open the store")?;
+    let options = CoordinatorOptions {
+        id: args.id.unwrap_or_else(|| cli::default_id("coordinator")),
+        ttl: Duration::from_millis(args.lease_ttl_ms),
+        scan_interval: Duration::from_millis(args.scan_interval_ms),
+        max_attempts: args.max_attempts,
+    };
+    coordinator::run(store, options, stop)
+        .await
+        .context("run the coordinator")
 }

@@ -22,7 +22,7 @@ use crate::fact::{RecoveryId, RunId};
 use crate::generation::{GenerationError, RunWriter, SnapshotPolicy};
 use crate::index::{self, IndexEntry, IndexScan, Phase};
 use crate::layout::{self, FORMAT_VERSION};
-use crate::lease::{ExpiryWatch, Held, Holder, LeaseError, Verdict};
+use crate::lease::{Attempt, ExpiryWatch, Held, Holder, Verdict};
 use crate::recovery::{self, RecoveryRecord, RecoveryState};
 use crate::store::{ETag, Store, StoreError};
 
@@ -235,23 +235,16 @@ pub async fn run(
     let lease_run = RunId::new(layout::COORDINATOR_LEASE_RUN);
     let mut observer = Observer::default();
     let mut leading: Option<Held> = None;
+    // Kept across ticks: a standby judges the leader dead only after a whole TTL of silence.
+    let mut standby = ExpiryWatch::default();
     while !stop.load(Ordering::SeqCst) {
         if leading.is_none() {
-            match holder
-                .acquire_or_wait(&lease_run, options.scan_interval / 2, options.scan_interval)
-                .await
-            {
-                Ok(held) => {
+            match holder.try_acquire(&lease_run, 0, &mut standby).await {
+                Ok(Attempt::Held(held)) => {
                     tracing::info!(coordinator = %options.id, epoch = held.epoch, "leading");
                     leading = Some(held);
                 }
-                Err(
-                    LeaseError::StillAlive { .. }
-                    | LeaseError::HeldByOther { .. }
-                    | LeaseError::Contended { .. },
-                ) => {
-                    continue;
-                }
+                Ok(Attempt::Alive { .. }) => {}
                 Err(error) => tracing::warn!(%error, "cannot take the coordinator lease"),
             }
         }
@@ -434,7 +427,7 @@ async fn tick(
 /// Fences an interrupted source run before its recovery is pinned: takes its lease over
 /// (epoch + 1) and writes the fence generation, so a host that only seemed dead can never
 /// commit to it again, and the pin covers everything it ever acknowledged.
-async fn fence_source(
+pub async fn fence_source(
     store: &Store,
     holder: &Arc<Holder>,
     source: &RunId,

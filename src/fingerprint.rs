@@ -61,6 +61,11 @@ impl Fingerprint {
         }
     }
 
+    /// SHA-256 of the whole fingerprint, to match runs with workers cheaply.
+    pub fn sha256(&self) -> String {
+        sha256_hex(&serde_json::to_vec(self).unwrap_or_default())
+    }
+
     /// Lists every difference from `self` (the run's) to `other` (the resuming host's), in a
     /// fixed order, one human-readable entry each. Empty means they match.
     pub fn diff(&self, other: &Fingerprint) -> Vec<String> {

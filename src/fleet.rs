@@ -14,7 +14,7 @@ use crate::fact::{
     ConfirmationAnswered, Fact, FactBody, Meta, QuestionAnswered, RecoveryId, RunId, Seq,
     SessionId, UserMessage,
 };
-use crate::fingerprint::{ResumeRefused, sha256_hex};
+use crate::fingerprint::ResumeRefused;
 use crate::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
 use crate::host::{CommandTools, Model, ModelError, OpenAiModel, ScriptedModel, Tools};
 use crate::index::{self, IndexEntry, IndexError, Phase};
@@ -64,7 +64,7 @@ impl Agent {
     }
 
     pub fn fingerprint_sha256(&self) -> String {
-        sha256_hex(&serde_json::to_vec(&self.config.fingerprint()).unwrap_or_default())
+        self.config.fingerprint().sha256()
     }
 }
 

@@ -423,35 +423,66 @@ impl Holder {
         let start = clock.monotonic();
         let mut watch = ExpiryWatch::default();
         loop {
-            let view = match read_lease(&self.store, run).await? {
-                None => return self.acquire_from(run, floor).await,
-                Some(view) if view.lease.released || view.lease.holder == self.id => {
-                    return self.acquire_from(run, floor).await;
+            match self.try_acquire(run, floor, &mut watch).await? {
+                Attempt::Held(held) => return Ok(held),
+                Attempt::Alive { holder } => {
+                    if clock.monotonic().saturating_sub(start) >= max_wait {
+                        return Err(LeaseError::StillAlive {
+                            run: run.clone(),
+                            holder,
+                            waited_ms: max_wait.as_millis() as u64,
+                        });
+                    }
                 }
-                Some(view) => view,
-            };
-            let heartbeat = read_heartbeat(&self.store, &view.lease.heartbeat)
-                .await?
-                .map(|(_, etag)| etag);
-            let ttl = Duration::from_millis(view.lease.ttl_ms);
-            let now = clock.monotonic();
-            if watch.observe(run, &view.etag, heartbeat.as_ref(), ttl, now) == Verdict::Expired {
-                match self.take_over_from(&view, floor).await {
-                    Ok(held) => return Ok(held),
-                    Err(LeaseError::HeldByOther { .. }) => watch.forget(run),
-                    Err(other) => return Err(other),
-                }
-            }
-            if now.saturating_sub(start) >= max_wait {
-                return Err(LeaseError::StillAlive {
-                    run: run.clone(),
-                    holder: view.lease.holder,
-                    waited_ms: max_wait.as_millis() as u64,
-                });
             }
             tokio::time::sleep(poll).await;
         }
     }
+
+    /// One step of waiting for a lease: takes it if free, or if `watch` (kept by the caller
+    /// across calls) has now seen it and its holder's heartbeat unchanged for a whole TTL.
+    pub async fn try_acquire(
+        &self,
+        run: &RunId,
+        floor: u64,
+        watch: &mut ExpiryWatch,
+    ) -> Result<Attempt, LeaseError> {
+        let view = match read_lease(&self.store, run).await? {
+            None => return self.acquire_from(run, floor).await.map(Attempt::Held),
+            Some(view) if view.lease.released || view.lease.holder == self.id => {
+                return self.acquire_from(run, floor).await.map(Attempt::Held);
+            }
+            Some(view) => view,
+        };
+        let heartbeat = read_heartbeat(&self.store, &view.lease.heartbeat)
+            .await?
+            .map(|(_, etag)| etag);
+        let ttl = Duration::from_millis(view.lease.ttl_ms);
+        let now = self.store.clock().monotonic();
+        if watch.observe(run, &view.etag, heartbeat.as_ref(), ttl, now) == Verdict::Expired {
+            match self.take_over_from(&view, floor).await {
+                Ok(held) => {
+                    watch.forget(run);
+                    return Ok(Attempt::Held(held));
+                }
+                Err(LeaseError::HeldByOther { .. }) => watch.forget(run),
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(Attempt::Alive {
+            holder: view.lease.holder,
+        })
+    }
+}
+
+/// The outcome of one [`Holder::try_acquire`] step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    Held(Held),
+    /// Someone else holds it and is (still) considered alive.
+    Alive {
+        holder: String,
+    },
 }
 
 /// Whether a watched lease is still alive.

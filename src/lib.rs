@@ -23,6 +23,7 @@
 //! ```
 
 pub mod checkpoint;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod coordinator;

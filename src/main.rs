@@ -5,10 +5,11 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use rekindle::clock::SystemClock;
+use rekindle::cli::StoreArgs;
 use rekindle::fold::{self, Step, Summary};
 use rekindle::log;
-use rekindle::store::{Store, StoreOptions};
+
+mod commands;
 
 /// Rekindle recovers interrupted AI-agent runs from checkpoints in object storage.
 #[derive(Parser)]
@@ -16,43 +17,6 @@ use rekindle::store::{Store, StoreOptions};
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-/// Where the bucket is, and how to reach it.
-#[derive(clap::Args, Clone, Debug)]
-struct StoreArgs {
-    /// Store URL: s3://bucket/prefix, file:///abs/path (or a plain path), or memory://.
-    /// S3 credentials, region and endpoint come from the standard AWS environment.
-    #[arg(long, env = "REKINDLE_STORE")]
-    store: String,
-    /// S3 endpoint (e.g. http://127.0.0.1:9000 for MinIO); overrides AWS_ENDPOINT_URL.
-    #[arg(long, env = "REKINDLE_S3_ENDPOINT")]
-    endpoint: Option<String>,
-    /// Allow plain-HTTP S3 endpoints (also AWS_ALLOW_HTTP=true).
-    #[arg(long)]
-    allow_http: bool,
-    /// Use virtual-hosted-style S3 requests instead of path-style.
-    #[arg(long)]
-    virtual_hosted_style: bool,
-    /// S3 region (default: from the AWS environment or profile).
-    #[arg(long)]
-    region: Option<String>,
-}
-
-impl StoreArgs {
-    async fn open(&self, skip_probe: bool) -> anyhow::Result<Store> {
-        let options = StoreOptions {
-            endpoint: self.endpoint.clone(),
-            allow_http: self.allow_http,
-            virtual_hosted_style: self.virtual_hosted_style,
-            region: self.region.clone(),
-            skip_probe,
-            ..StoreOptions::default()
-        };
-        Store::open(&self.store, &options, SystemClock::shared())
-            .await
-            .with_context(|| format!("open the store {}", self.store))
-    }
 }
 
 #[derive(Subcommand)]
@@ -87,6 +51,72 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Start a run on this node and drive it to its end, journaling every fact locally and
+    /// committing a generation after every model turn and tool result. Killed at any point,
+    /// it leaves an interrupted run the fleet finishes.
+    Run {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long, env = "REKINDLE_CONFIG")]
+        config: PathBuf,
+        #[arg(long)]
+        run_id: String,
+        #[arg(long)]
+        session_id: Option<String>,
+        /// Directory for local fact logs (default: $XDG_STATE_HOME/rekindle/runs).
+        #[arg(long, env = "REKINDLE_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        #[arg(long, default_value_t = 10_000)]
+        lease_ttl_ms: u64,
+        /// The user's prompt.
+        prompt: String,
+    },
+    /// Admit a recovery of an interrupted run under a chosen ID (idempotent: the same ID
+    /// again returns the existing recovery). The fleet executes it.
+    Recover {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The interrupted run.
+        source_run: String,
+        #[arg(long)]
+        recovery_id: String,
+        /// Wait until the recovery finished (or was dead-lettered).
+        #[arg(long)]
+        wait: bool,
+        /// Resume even if the worker's configuration differs from the run's.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Inspect runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// Answer a parked run: approve or deny a tool call, or answer a question.
+    Answer {
+        #[command(flatten)]
+        store: StoreArgs,
+        run: String,
+        /// The tool call waiting for confirmation.
+        #[arg(long, requires = "decision")]
+        confirm: Option<String>,
+        #[arg(long, group = "decision")]
+        approve: bool,
+        #[arg(long, group = "decision")]
+        deny: bool,
+        /// The question waiting for an answer.
+        #[arg(long, requires = "text")]
+        question: Option<String>,
+        #[arg(long)]
+        text: Option<String>,
+    },
+    /// Fleet overview: workers, assignments, runs by state, oldest interrupted run.
+    Status {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check that the store enforces conditional writes atomically (create-if-absent, stale
     /// compare-and-swap refused, one winner of a concurrent create race). Every command that
     /// writes runs this check first; this command only reports it.
@@ -116,6 +146,28 @@ enum Command {
         /// Facts in the run that is loaded.
         #[arg(long, default_value_t = 10_000)]
         facts: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// List runs that are not done (from the index) and finished recoveries.
+    Ls {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// running, interrupted, parked, recovering, completed, failed or dead.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run: generations, lease, recovery lineage, folded state, pending tool calls.
+    Show {
+        #[command(flatten)]
+        store: StoreArgs,
+        run: String,
         #[arg(long)]
         json: bool,
     },
@@ -191,8 +243,58 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }),
+        Command::Run {
+            store,
+            config,
+            run_id,
+            session_id,
+            state_dir,
+            lease_ttl_ms,
+            prompt,
+        } => block_on(commands::run(
+            store,
+            config,
+            run_id,
+            session_id,
+            state_dir,
+            lease_ttl_ms,
+            prompt,
+        )),
+        Command::Recover {
+            store,
+            source_run,
+            recovery_id,
+            wait,
+            force,
+        } => block_on(commands::recover(
+            store,
+            source_run,
+            recovery_id,
+            wait,
+            force,
+        )),
+        Command::Runs { command } => match command {
+            RunsCommand::Ls { store, state, json } => {
+                block_on(commands::runs_ls(store, state, json))
+            }
+            RunsCommand::Show { store, run, json } => {
+                block_on(commands::runs_show(store, run, json))
+            }
+        },
+        Command::Answer {
+            store,
+            run,
+            confirm,
+            approve,
+            deny: _,
+            question,
+            text,
+        } => block_on(commands::answer(
+            store, run, confirm, approve, question, text,
+        )),
+        Command::Status { store, json } => block_on(commands::status(store, json)),
         Command::Probe { store } => block_on(async move {
-            let opened = store.open(true).await?;
+            let opened = store.open(true).await.context("open the store")?;
             opened.probe().await.context("probe the store")?;
             println!(
                 "store {}: conditional writes are enforced and atomic (create-if-absent, compare-and-swap, 8-way create race)",
@@ -205,7 +307,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             retention_hours,
             json,
         } => block_on(async move {
-            let opened = store.open(false).await?;
+            let opened = store.open(false).await.context("open the store")?;
             let now = opened.clock().wall_ms();
             let retention = std::time::Duration::from_secs(retention_hours * 3600);
             let report = rekindle::gc::collect(&opened, retention, now)
@@ -230,7 +332,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             facts,
             json,
         } => block_on(async move {
-            let opened = store.open(false).await?;
+            let opened = store.open(false).await.context("open the store")?;
             let nonce = opened.clock().nonce();
             let commit =
                 rekindle::measure::commit_cost(&opened, &format!("bench-commit-{nonce}"), steps)

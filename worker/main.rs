@@ -1,25 +1,86 @@
 //! `rekindle-worker`: executes recoveries of interrupted runs.
-//!
-//! The worker loop (register, heartbeat, take assignments, resume runs) is not built yet;
-//! this binary only documents its interface.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-const USAGE: &str = "\
-rekindle-worker — executes recoveries of interrupted agent runs
+use anyhow::Context;
+use clap::Parser;
+use rekindle::cli::{self, StoreArgs};
+use rekindle::config::Config;
+use rekindle::fleet::Agent;
+use rekindle::log::LogDir;
+use rekindle::worker::{self, WorkerOptions, WorkerStats};
 
-Usage: rekindle-worker --store URL --config rekindle.toml [--id NAME] [--concurrency N]
-
-Not available in this build: the worker loop is not implemented yet.
-";
+/// Executes recoveries of interrupted agent runs assigned by the coordinator.
+#[derive(Parser)]
+#[command(name = "rekindle-worker", version)]
+struct Args {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The agent configuration (model, tools, budgets); runs started with another
+    /// configuration are not given to this worker.
+    #[arg(long, env = "REKINDLE_CONFIG")]
+    config: PathBuf,
+    /// This worker's ID (default: worker-<hostname>-<pid>).
+    #[arg(long, env = "REKINDLE_WORKER_ID")]
+    id: Option<String>,
+    /// Recoveries executed at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: u32,
+    #[arg(long, default_value_t = 10_000)]
+    lease_ttl_ms: u64,
+    #[arg(long, default_value_t = 1_000)]
+    poll_interval_ms: u64,
+    /// Directory for local fact logs (default: $XDG_STATE_HOME/rekindle/runs).
+    #[arg(long, env = "REKINDLE_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Log as JSON lines.
+    #[arg(long)]
+    log_json: bool,
+}
 
 fn main() -> ExitCode {
-    let wants_help = std::env::args().skip(1).any(|a| a == "--help" || a == "-h");
-    if wants_help {
-        print!("{USAGE}");
-        ExitCode::SUCCESS
-    } else {
-        eprint!("{USAGE}");
-        ExitCode::from(2)
+    let args = Args::parse();
+    cli::init_tracing(args.log_json, "info");
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let stop = cli::stop_on_signals();
+    let config = Config::load(&args.config).context("load the configuration")?;
+    let agent = Agent::from_config(config).context("set up the model")?;
+    let store = args.store.open(false).await.context("open the store")?;
+    let logs = LogDir::open(cli::state_dir(args.state_dir)?).context("open the state directory")?;
+    let options = WorkerOptions {
+        id: args.id.unwrap_or_else(|| cli::default_id("worker")),
+        concurrency: args.concurrency.max(1),
+        ttl: Duration::from_millis(args.lease_ttl_ms),
+        poll_interval: Duration::from_millis(args.poll_interval_ms),
+        crash: None,
+    };
+    worker::run(
+        store,
+        agent,
+        logs,
+        options,
+        stop,
+        Arc::new(WorkerStats::default()),
+    )
+    .await
+    .context("run the worker")
 }

@@ -1,0 +1,429 @@
+//! The `rekindle` subcommands that talk to a store. Each prints its result and returns an
+//! error that `main` prints as one line.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rekindle::cli::{self, StoreArgs};
+use rekindle::config::Config;
+use rekindle::coordinator::{self, Registration};
+use rekindle::fact::{CallId, QuestionId, RecoveryId, RunId, SessionId};
+use rekindle::fleet::{self, Agent, Answer, Node};
+use rekindle::generation;
+use rekindle::index::{self, IndexEntry, IndexScan, Phase};
+use rekindle::layout;
+use rekindle::lease::{self, Holder};
+use rekindle::log::LogDir;
+use rekindle::recovery::{self, RecoveryState};
+use rekindle::runner::Stopped;
+use rekindle::store::Store;
+
+const CLI_TTL: Duration = Duration::from_secs(10);
+
+pub async fn run(
+    store: StoreArgs,
+    config: PathBuf,
+    run_id: String,
+    session_id: Option<String>,
+    state_dir: Option<PathBuf>,
+    lease_ttl_ms: u64,
+    prompt: String,
+) -> anyhow::Result<()> {
+    let stop = cli::stop_on_signals();
+    let config = Config::load(&config).context("load the configuration")?;
+    let agent = Agent::from_config(config).context("set up the model")?;
+    let store = store.open(false).await.context("open the store")?;
+    let logs = LogDir::open(cli::state_dir(state_dir)?).context("open the state directory")?;
+    let holder = Holder::new(
+        &store,
+        cli::default_id("host"),
+        Duration::from_millis(lease_ttl_ms),
+    );
+    holder.beat().await.context("write the heartbeat")?;
+    let beating_stop = Arc::new(AtomicBool::new(false));
+    let beating = holder.spawn_heartbeat(Arc::clone(&beating_stop));
+    let node = Node {
+        store: store.clone(),
+        agent,
+        logs,
+        holder: Arc::clone(&holder),
+        stop,
+    };
+    let run = RunId::new(run_id);
+    let result = node
+        .start_run(&run, session_id.map(SessionId::new), &prompt)
+        .await;
+    beating_stop.store(true, Ordering::SeqCst);
+    let _ = beating.await;
+    // A stopped host's heartbeat disappears, so the fleet resumes its run at once.
+    let _ = holder.retire().await;
+    match result.with_context(|| format!("run \"{run}\""))? {
+        Stopped::Finished(terminal) => {
+            println!("run {run}: {} ({})", terminal.outcome, terminal.message)
+        }
+        Stopped::Parked(parked) => {
+            println!("run {run}: parked, waiting for {parked:?}; answer it with `rekindle answer`")
+        }
+        Stopped::WaitingForInput => println!("run {run}: waiting for input"),
+        Stopped::StepCap | Stopped::StopRequested => {
+            println!("run {run}: stopped after committing its last step; the fleet will resume it")
+        }
+    }
+    Ok(())
+}
+
+/// Admits `recovery_id` for `source` (fencing the source first) and marks the run for the
+/// fleet. Returns the record.
+async fn admit(
+    store: &Store,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+    force: bool,
+) -> anyhow::Result<recovery::RecoveryRecord> {
+    if recovery::read(store, recovery_id).await?.is_none() {
+        let holder = Holder::new(store, cli::default_id("cli"), CLI_TTL);
+        coordinator::fence_source(store, &holder, source)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))
+            .with_context(|| format!("fence run \"{source}\""))?;
+    }
+    let admission = recovery::admit(store, source, recovery_id, force).await?;
+    let fingerprint = generation::load(store, source, Some(admission.record.source_generation))
+        .await?
+        .state
+        .meta()
+        .map(|m| m.fingerprint.sha256())
+        .unwrap_or_default();
+    let mut entry = IndexEntry::new(
+        source.clone(),
+        None,
+        Phase::Recovering,
+        fingerprint,
+        store.clock().wall_ms(),
+    );
+    entry.recovery_id = Some(recovery_id.clone());
+    index::put(store, &entry).await?;
+    Ok(admission.record)
+}
+
+pub async fn recover(
+    store: StoreArgs,
+    source: String,
+    recovery_id: String,
+    wait: bool,
+    force: bool,
+) -> anyhow::Result<()> {
+    let store = store.open(false).await.context("open the store")?;
+    let source = RunId::new(source);
+    let id = RecoveryId::new(recovery_id);
+    let record = admit(&store, &source, &id, force).await?;
+    println!(
+        "recovery {id} of run {source}: {:?}, pinned to generation {}",
+        record.state, record.source_generation
+    );
+    if !wait {
+        return Ok(());
+    }
+    loop {
+        let (record, _) = recovery::read(&store, &id)
+            .await?
+            .context("the recovery record vanished")?;
+        match record.state {
+            RecoveryState::Finished => {
+                let result = record.result.context("finished without a result")?;
+                println!("recovery {id}: {} ({})", result.outcome, result.message);
+                return Ok(());
+            }
+            RecoveryState::DeadLettered => bail!(
+                "recovery {id} was dead-lettered after {} attempts: {}",
+                record.attempts,
+                record.last_error.unwrap_or_default()
+            ),
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// A run's state as `runs ls` shows it.
+async fn state_of(store: &Store, entry: &IndexEntry) -> anyhow::Result<&'static str> {
+    Ok(match entry.phase {
+        Phase::Parked => "parked",
+        Phase::Recovering => "recovering",
+        Phase::Dead => "dead",
+        Phase::Running => match &entry.holder {
+            Some(key) if store.head(key).await?.is_some() => "running",
+            _ => "interrupted",
+        },
+    })
+}
+
+pub async fn runs_ls(store: StoreArgs, state: Option<String>, json: bool) -> anyhow::Result<()> {
+    let store = store.open(true).await.context("open the store")?;
+    let (entries, bad) = IndexScan::default().scan(&store).await?;
+    let mut rows: Vec<serde_json::Value> = Vec::new();
+    for entry in &entries {
+        rows.push(serde_json::json!({
+            "run": entry.run_id,
+            "state": state_of(&store, entry).await?,
+            "recovery": entry.recovery_id,
+            "updated_at_ms": entry.updated_at_ms,
+        }));
+    }
+    let mut after: Option<String> = None;
+    loop {
+        let page = store
+            .list(layout::recoveries_prefix(), after.as_deref(), 1000)
+            .await?;
+        for listed in &page {
+            let id = listed.key.rsplit('/').next().unwrap_or_default();
+            if let Ok(Some((record, _))) = recovery::read(&store, &RecoveryId::new(id)).await
+                && let Some(result) = &record.result
+            {
+                let state = if result.outcome == rekindle::fact::Outcome::Completed {
+                    "completed"
+                } else {
+                    "failed"
+                };
+                rows.push(serde_json::json!({
+                    "run": record.source_run,
+                    "state": state,
+                    "recovery": record.recovery_id,
+                    "updated_at_ms": record.updated_at_ms,
+                }));
+            }
+        }
+        let full = page.len() == 1000;
+        after = page.last().map(|l| l.key.clone());
+        if !full {
+            break;
+        }
+    }
+    if let Some(wanted) = &state {
+        rows.retain(|row| row["state"] == wanted.as_str());
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(rows));
+    } else {
+        println!("{:<40} {:<12} RECOVERY", "RUN", "STATE");
+        for row in &rows {
+            println!(
+                "{:<40} {:<12} {}",
+                row["run"].as_str().unwrap_or_default(),
+                row["state"].as_str().unwrap_or_default(),
+                row["recovery"].as_str().unwrap_or("-")
+            );
+        }
+    }
+    for bad in bad {
+        eprintln!("skipped {}: {}", bad.key, bad.error);
+    }
+    Ok(())
+}
+
+pub async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Result<()> {
+    let store = store.open(true).await.context("open the store")?;
+    let run = RunId::new(run);
+    let loaded = generation::load(&store, &run, None).await?;
+    let lease = lease::read_lease(&store, &run).await?;
+    let entry = store
+        .read(&layout::index_entry(run.as_str()))
+        .await?
+        .and_then(|o| {
+            layout::decode_object::<IndexEntry>(
+                &layout::index_entry(run.as_str()),
+                "index.entry",
+                &o.bytes,
+            )
+            .ok()
+        });
+    let recovery_id = entry
+        .as_ref()
+        .and_then(|e| e.recovery_id.clone())
+        .unwrap_or_else(|| coordinator::recovery_id_for(&run));
+    let record = recovery::read(&store, &recovery_id).await?.map(|(r, _)| r);
+    let summary = loaded.state.summary();
+    let value = serde_json::json!({
+        "run": run,
+        "generation": loaded.generation,
+        "snapshot": loaded.base,
+        "epoch": loaded.epoch,
+        "lease": lease.as_ref().map(|v| serde_json::json!({
+            "holder": v.lease.holder, "epoch": v.lease.epoch, "released": v.lease.released,
+        })),
+        "index": entry,
+        "recovery": record,
+        "state": summary,
+    });
+    if json {
+        println!("{value}");
+        return Ok(());
+    }
+    println!("run         {run}");
+    println!(
+        "generations {} (snapshot {}, epoch {})",
+        loaded.generation, loaded.base, loaded.epoch
+    );
+    match &lease {
+        Some(view) => println!(
+            "lease       {} at epoch {}{}",
+            view.lease.holder,
+            view.lease.epoch,
+            if view.lease.released {
+                " (released)"
+            } else {
+                ""
+            }
+        ),
+        None => println!("lease       none"),
+    }
+    match &record {
+        Some(record) => println!(
+            "recovery    {} of {} from generation {}: {:?}, {} attempts{}",
+            record.recovery_id,
+            record.source_run,
+            record.source_generation,
+            record.state,
+            record.attempts,
+            record
+                .last_error
+                .as_ref()
+                .map(|e| format!(", last error: {e}"))
+                .unwrap_or_default()
+        ),
+        None => println!("recovery    none"),
+    }
+    println!(
+        "facts       {} ({} model turns, {} tool calls, {} results)",
+        summary.facts,
+        summary.counters.model_turns,
+        summary.counters.tool_calls,
+        summary.counters.tool_results
+    );
+    println!("next step   {}", serde_json::to_string(&summary.next_step)?);
+    for pending in &summary.pending_calls {
+        println!(
+            "pending     {} {} {} (a recovery would run this again)",
+            pending.call.id, pending.call.name, pending.call.arguments
+        );
+    }
+    Ok(())
+}
+
+pub async fn answer(
+    store: StoreArgs,
+    run: String,
+    confirm: Option<String>,
+    approve: bool,
+    question: Option<String>,
+    text: Option<String>,
+) -> anyhow::Result<()> {
+    let store = store.open(false).await.context("open the store")?;
+    let answer = match (confirm, question) {
+        (Some(call), None) => Answer::Confirm {
+            call_id: CallId::new(call),
+            approve,
+        },
+        (None, Some(question)) => Answer::Question {
+            question_id: QuestionId::new(question),
+            text: text.unwrap_or_default(),
+        },
+        _ => bail!("give either --confirm CALL_ID --approve|--deny or --question ID --text TEXT"),
+    };
+    let source = RunId::new(run);
+    let key = layout::index_entry(source.as_str());
+    let entry = store
+        .read(&key)
+        .await?
+        .map(|o| layout::decode_object::<IndexEntry>(&key, "index.entry", &o.bytes))
+        .transpose()?
+        .with_context(|| format!("run \"{source}\" is not in the index of active runs"))?;
+    if entry.phase != Phase::Parked {
+        bail!("run \"{source}\" is not parked");
+    }
+    // A parked recovery is answered on the recovery run, which holds the newest state.
+    let target = entry
+        .recovery_id
+        .as_ref()
+        .map_or_else(|| source.clone(), |id| RunId::new(id.as_str()));
+    let holder = Holder::new(&store, cli::default_id("cli"), CLI_TTL);
+    fleet::answer(&store, &holder, &target, answer).await?;
+    let mut next = entry.clone();
+    next.phase = if entry.recovery_id.is_some() {
+        Phase::Recovering
+    } else {
+        Phase::Running
+    };
+    next.holder = None;
+    next.updated_at_ms = store.clock().wall_ms();
+    index::put(&store, &next).await?;
+    println!("run {source}: answered; the fleet resumes it");
+    Ok(())
+}
+
+pub async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
+    let store = store.open(true).await.context("open the store")?;
+    let now = store.clock().wall_ms();
+    let mut workers = Vec::new();
+    for listed in store.list(layout::workers_prefix(), None, 10_000).await? {
+        let Some(object) = store.read(&listed.key).await? else {
+            continue;
+        };
+        let Ok(registration) =
+            layout::decode_object::<Registration>(&listed.key, "worker", &object.bytes)
+        else {
+            continue;
+        };
+        let alive = store.head(&registration.heartbeat).await?.is_some();
+        let assigned = coordinator::read_inbox(&store, &registration.worker)
+            .await?
+            .len();
+        workers.push(serde_json::json!({
+            "worker": registration.worker, "alive": alive, "capacity": registration.capacity, "assigned": assigned,
+        }));
+    }
+    let (entries, _) = IndexScan::default().scan(&store).await?;
+    let mut counts = std::collections::BTreeMap::<&str, u64>::new();
+    let mut oldest_interrupted_ms: Option<u64> = None;
+    for entry in &entries {
+        let state = state_of(&store, entry).await?;
+        *counts.entry(state).or_default() += 1;
+        if state == "interrupted" {
+            let age = now.saturating_sub(entry.updated_at_ms);
+            oldest_interrupted_ms = oldest_interrupted_ms.max(Some(age));
+        }
+    }
+    let value = serde_json::json!({
+        "workers": workers,
+        "runs": counts,
+        "oldest_interrupted_age_ms": oldest_interrupted_ms,
+    });
+    if json {
+        println!("{value}");
+        return Ok(());
+    }
+    println!("workers:");
+    for worker in &workers {
+        println!(
+            "  {:<40} {} capacity {} assigned {}",
+            worker["worker"].as_str().unwrap_or_default(),
+            if worker["alive"] == true {
+                "alive"
+            } else {
+                "silent"
+            },
+            worker["capacity"],
+            worker["assigned"]
+        );
+    }
+    println!("runs: {}", serde_json::to_string(&counts)?);
+    if let Some(age) = oldest_interrupted_ms {
+        println!(
+            "oldest interrupted run: {:.1} s (by its last index update)",
+            age as f64 / 1000.0
+        );
+    }
+    Ok(())
+}
