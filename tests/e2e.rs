@@ -22,8 +22,12 @@ struct Fleet {
 
 impl Fleet {
     fn new(dir: &Path, store_url: String) -> Fleet {
+        Self::with(dir, store_url, 4, false)
+    }
+
+    fn with(dir: &Path, store_url: String, steps: usize, confirm: bool) -> Fleet {
         let ledger = dir.join("ledger.txt");
-        let turns: Vec<serde_json::Value> = (1..=4)
+        let turns: Vec<serde_json::Value> = (1..=steps)
             .map(|i| serde_json::json!({"content": format!("step {i}"), "tool_calls": [{"name": "record", "arguments": {"step": i}}]}))
             .chain(std::iter::once(serde_json::json!({"content": "done"})))
             .collect();
@@ -38,6 +42,7 @@ script = "script.json"
 name = "record"
 command = ["sh", "-c", "printf '%s %s %s\n' \"$REKINDLE_RUN_ID\" \"$REKINDLE_CALL_ID\" \"$REKINDLE_EPOCH\" >> '{}'; sleep 0.4; echo ok"]
 timeout_ms = 10000
+confirm = {confirm}
 "#,
             ledger.display()
         );
@@ -104,6 +109,15 @@ timeout_ms = 10000
             .unwrap()
     }
 
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        self.command(env!("CARGO_BIN_EXE_rekindle"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    }
+
     fn ledger_lines(&self) -> Vec<String> {
         std::fs::read_to_string(&self.ledger)
             .unwrap_or_default()
@@ -153,6 +167,10 @@ async fn wait_finished(store: &Store, run: &RunId, timeout: Duration) -> recover
 /// Each (run, call) ran at most once per incarnation (epoch) of the run, and every one of
 /// the four calls ran.
 fn audit(lines: &[String], run: &str) {
+    audit_calls(lines, run, 4);
+}
+
+fn audit_calls(lines: &[String], run: &str, expected_calls: usize) {
     let mut calls = std::collections::BTreeMap::<String, usize>::new();
     let mut epochs = std::collections::BTreeSet::new();
     for line in lines {
@@ -161,7 +179,7 @@ fn audit(lines: &[String], run: &str) {
         *calls.entry(parts[1].to_owned()).or_default() += 1;
         epochs.insert(parts[2].to_owned());
     }
-    assert_eq!(calls.len(), 4, "{lines:?}");
+    assert_eq!(calls.len(), expected_calls, "{lines:?}");
     let repeats: usize = calls.values().map(|n| n - 1).sum();
     assert!(
         repeats < epochs.len(),
@@ -261,4 +279,102 @@ async fn standby_coordinator_takes_over() {
     audit(&fleet.ledger_lines(), run.as_str());
     assert!(sigterm(&mut worker).success());
     assert!(sigterm(&mut standby).success());
+}
+
+fn stdout(output: &std::process::Output) -> String {
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+// Proves a parked run takes no step until it is answered through the CLI, and is then
+// finished by the fleet, its approved tool call executed exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_run_is_answered_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::with(dir.path(), bucket.display().to_string(), 1, true);
+    let run = RunId::new("e2e-parked");
+    let host = fleet.host(run.as_str()).wait_with_output().unwrap();
+    assert!(host.status.success(), "{host:?}");
+    let listed = stdout(&fleet.cli(&["runs", "ls", "--state", "parked", "--json"]));
+    assert!(listed.contains("e2e-parked"), "{listed}");
+    let mut coordinator = fleet.coordinator("coordinator-a");
+    let mut worker = fleet.worker("w0");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(fleet.ledger_lines().is_empty(), "a parked run took a step");
+    let shown = stdout(&fleet.cli(&["runs", "show", "e2e-parked"]));
+    assert!(shown.contains("confirmation"), "{shown}");
+
+    let answered = fleet.cli(&["answer", "e2e-parked", "--confirm", "call_1_1", "--approve"]);
+    assert!(answered.status.success(), "{answered:?}");
+    let store = common::local(&bucket).await;
+    wait_finished(&store, &run, Duration::from_secs(60)).await;
+    let lines = fleet.ledger_lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    audit_calls(&lines, run.as_str(), 1);
+    assert!(sigterm(&mut worker).success());
+    assert!(sigterm(&mut coordinator).success());
+}
+
+// Proves admitting the same recovery ID twice returns the existing recovery and the run is
+// executed once; a different ID for the same run is refused naming the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_recovery_id_twice_executes_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+    let run = "e2e-twice";
+    let mut host = fleet.host(run);
+    fleet.wait_for_ledger(1, Duration::from_secs(30));
+    host.kill().unwrap();
+    host.wait().unwrap();
+
+    let first = stdout(&fleet.cli(&["recover", run, "--recovery-id", "mine"]));
+    let second = stdout(&fleet.cli(&["recover", run, "--recovery-id", "mine"]));
+    assert_eq!(first, second);
+    let other = fleet.cli(&["recover", run, "--recovery-id", "other"]);
+    assert_eq!(other.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        error.contains("is already being recovered as 'mine'"),
+        "{error}"
+    );
+
+    let mut coordinator = fleet.coordinator("coordinator-a");
+    let mut worker = fleet.worker("w0");
+    let waited = fleet.cli(&["recover", run, "--recovery-id", "mine", "--wait"]);
+    assert!(stdout(&waited).contains("recovery mine: completed"));
+    let store = common::local(&bucket).await;
+    let (record, _) = recovery::read(&store, &rekindle::fact::RecoveryId::new("mine"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.attempts, 1);
+    audit(&fleet.ledger_lines(), run);
+    assert!(sigterm(&mut worker).success());
+    assert!(sigterm(&mut coordinator).success());
+}
+
+// Proves the killed-host recovery on the S3 test server, with real processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_host_is_recovered_on_s3() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "{}/e2e-{}",
+        common::s3_url().trim_end_matches('/'),
+        std::process::id()
+    );
+    let fleet = Fleet::new(dir.path(), url.clone());
+    let run = RunId::new("e2e-s3");
+    let mut host = fleet.host(run.as_str());
+    fleet.wait_for_ledger(1, Duration::from_secs(30));
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let mut coordinator = fleet.coordinator("coordinator-a");
+    let mut worker = fleet.worker("w0");
+    let store = common::s3_store_at(&url).await;
+    wait_finished(&store, &run, Duration::from_secs(60)).await;
+    audit(&fleet.ledger_lines(), run.as_str());
+    assert!(sigterm(&mut worker).success());
+    assert!(sigterm(&mut coordinator).success());
 }

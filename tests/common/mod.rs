@@ -64,6 +64,17 @@ pub fn s3_url() -> String {
     })
 }
 
+/// The S3 test store at an exact URL.
+pub async fn s3_store_at(url: &str) -> Store {
+    let options = StoreOptions {
+        retry: fast_retry(),
+        ..StoreOptions::default()
+    };
+    Store::open(url, &options, SystemClock::shared())
+        .await
+        .unwrap()
+}
+
 /// A fresh prefix in the S3 test bucket, so tests never see each other's objects.
 pub async fn s3(name: &str) -> Store {
     let clock: Arc<dyn Clock> = SystemClock::shared();
