@@ -29,6 +29,9 @@ struct Args {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
+    /// Serve /healthz, /readyz and /metrics (Prometheus) on this address, e.g. 0.0.0.0:9090.
+    #[arg(long, env = "REKINDLE_LISTEN")]
+    listen: Option<std::net::SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         scan_interval: Duration::from_millis(args.scan_interval_ms),
         max_attempts: args.max_attempts,
     };
+    if let Some(listen) = args.listen {
+        let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let extra: rekindle::serve::Extra = std::sync::Arc::new(Vec::new);
+        let server = store.clone();
+        tokio::spawn(async move {
+            if let Err(error) =
+                rekindle::serve::serve(listen, server, "coordinator", ready, extra).await
+            {
+                tracing::error!(%listen, %error, "cannot serve health and metrics");
+            }
+        });
+    }
     coordinator::run(store, options, stop)
         .await
         .context("run the coordinator")

@@ -378,3 +378,61 @@ async fn killed_host_is_recovered_on_s3() {
     assert!(sigterm(&mut worker).success());
     assert!(sigterm(&mut coordinator).success());
 }
+
+// Proves the fleet binaries serve health, readiness and Prometheus metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binaries_serve_health_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut worker = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle-worker"))
+        .args(["--config"])
+        .arg(&fleet.config)
+        .args([
+            "--id",
+            "w-metrics",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--state-dir",
+        ])
+        .arg(dir.path().join("w"))
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(response) = client.get(format!("{base}/healthz")).send().await
+            && response.status().is_success()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no health endpoint");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
+    assert!(ready.status().is_success());
+    let metrics = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("rekindle_store_requests_total{component=\"worker\",kind=\"get\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rekindle_recoveries_finished{component=\"worker\"} 0"),
+        "{metrics}"
+    );
+    assert!(sigterm(&mut worker).success());
+}

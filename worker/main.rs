@@ -39,6 +39,9 @@ struct Args {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
+    /// Serve /healthz, /readyz and /metrics (Prometheus) on this address, e.g. 0.0.0.0:9090.
+    #[arg(long, env = "REKINDLE_LISTEN")]
+    listen: Option<std::net::SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -73,14 +76,39 @@ async fn run(args: Args) -> anyhow::Result<()> {
         poll_interval: Duration::from_millis(args.poll_interval_ms),
         crash: None,
     };
-    worker::run(
-        store,
-        agent,
-        logs,
-        options,
-        stop,
-        Arc::new(WorkerStats::default()),
-    )
-    .await
-    .context("run the worker")
+    let stats = Arc::new(WorkerStats::default());
+    if let Some(listen) = args.listen {
+        let ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let counters = Arc::clone(&stats);
+        let extra: rekindle::serve::Extra = Arc::new(move || {
+            use std::sync::atomic::Ordering::Relaxed;
+            vec![
+                (
+                    "rekindle_recoveries_started",
+                    "Recovery attempts started.",
+                    counters.started.load(Relaxed) as f64,
+                ),
+                (
+                    "rekindle_recoveries_finished",
+                    "Recoveries finished.",
+                    counters.finished.load(Relaxed) as f64,
+                ),
+                (
+                    "rekindle_recoveries_failed",
+                    "Recovery attempts that failed.",
+                    counters.failed.load(Relaxed) as f64,
+                ),
+            ]
+        });
+        let server = store.clone();
+        tokio::spawn(async move {
+            if let Err(error) = rekindle::serve::serve(listen, server, "worker", ready, extra).await
+            {
+                tracing::error!(%listen, %error, "cannot serve health and metrics");
+            }
+        });
+    }
+    worker::run(store, agent, logs, options, stop, stats)
+        .await
+        .context("run the worker")
 }
