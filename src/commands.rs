@@ -147,6 +147,110 @@ pub async fn recover(
     }
 }
 
+/// Waits until every recovery in `ids` finished or was dead-lettered; fails naming the
+/// dead-lettered ones.
+async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
+    let mut dead = Vec::new();
+    for id in ids {
+        loop {
+            let (record, _) = recovery::read(store, id)
+                .await?
+                .context("a recovery record vanished")?;
+            match record.state {
+                RecoveryState::Finished => break,
+                RecoveryState::DeadLettered => {
+                    dead.push(format!("{id} ({})", record.last_error.unwrap_or_default()));
+                    break;
+                }
+                _ => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+    if dead.is_empty() {
+        println!("{} recoveries finished", ids.len());
+        Ok(())
+    } else {
+        bail!(
+            "{} recoveries were dead-lettered: {}",
+            dead.len(),
+            dead.join(", ")
+        )
+    }
+}
+
+pub async fn recover_all(
+    store: StoreArgs,
+    takeover: bool,
+    wait: bool,
+    force: bool,
+) -> anyhow::Result<()> {
+    let store = store.open(false).await.context("open the store")?;
+    let (entries, bad) = IndexScan::default().scan(&store).await?;
+    for bad in bad {
+        eprintln!("skipped {}: {}", bad.key, bad.error);
+    }
+    let running: Vec<IndexEntry> = entries
+        .into_iter()
+        .filter(|e| e.phase == Phase::Running)
+        .collect();
+    // Interrupted: no heartbeat, or (unless taking over) a heartbeat that does not change
+    // for a whole TTL, observed on this machine's clock.
+    let mut first = Vec::new();
+    for entry in &running {
+        let beat = match &entry.holder {
+            Some(key) => lease::read_heartbeat(&store, key).await?,
+            None => None,
+        };
+        first.push(beat);
+    }
+    let ttl = first
+        .iter()
+        .flatten()
+        .map(|(beat, _)| Duration::from_millis(beat.ttl_ms))
+        .max()
+        .unwrap_or_default();
+    if !takeover && !ttl.is_zero() {
+        println!(
+            "watching {} running runs for {:.1} s (one lease TTL)",
+            running.len(),
+            ttl.as_secs_f64()
+        );
+        tokio::time::sleep(ttl).await;
+    }
+    let mut admitted = Vec::new();
+    for (entry, before) in running.iter().zip(first) {
+        let interrupted = match (&before, &entry.holder) {
+            _ if takeover => true,
+            (None, _) | (_, None) => true,
+            (Some((_, etag)), Some(key)) => {
+                lease::read_heartbeat(&store, key)
+                    .await?
+                    .map(|(_, now)| now)
+                    == Some(etag.clone())
+            }
+        };
+        if !interrupted {
+            continue;
+        }
+        let id = coordinator::recovery_id_for(&entry.run_id);
+        match admit(&store, &entry.run_id, &id, force).await {
+            Ok(record) => {
+                println!(
+                    "recovery {id} of run {}: pinned to generation {}",
+                    entry.run_id, record.source_generation
+                );
+                admitted.push(id);
+            }
+            Err(error) => eprintln!("run {}: {error:#}", entry.run_id),
+        }
+    }
+    println!("{} interrupted runs admitted", admitted.len());
+    if wait {
+        wait_all(&store, &admitted).await?;
+    }
+    Ok(())
+}
+
 /// A run's state as `runs ls` shows it.
 async fn state_of(store: &Store, entry: &IndexEntry) -> anyhow::Result<&'static str> {
     Ok(match entry.phase {

@@ -77,10 +77,21 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
         /// The interrupted run.
-        source_run: String,
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        source_run: Option<String>,
+        #[arg(long, required_unless_present = "all")]
+        recovery_id: Option<String>,
+        /// Admit every interrupted run (each under its deterministic recovery ID). A run
+        /// counts as interrupted when its host's heartbeat is gone or stays unchanged for
+        /// one lease TTL.
         #[arg(long)]
-        recovery_id: String,
-        /// Wait until the recovery finished (or was dead-lettered).
+        all: bool,
+        /// With --all: do not wait a TTL; take over every running run now. For an operator
+        /// who knows the old hosts are gone. Safe, because fencing stops any survivor's
+        /// commits, but a survivor's in-flight tool call may run twice.
+        #[arg(long, requires = "all")]
+        takeover: bool,
+        /// Wait until the recoveries finished (or were dead-lettered).
         #[arg(long)]
         wait: bool,
         /// Resume even if the worker's configuration differs from the run's.
@@ -264,15 +275,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             store,
             source_run,
             recovery_id,
+            all,
+            takeover,
             wait,
             force,
-        } => block_on(commands::recover(
-            store,
-            source_run,
-            recovery_id,
-            wait,
-            force,
-        )),
+        } => match (all, source_run, recovery_id) {
+            (true, _, _) => block_on(commands::recover_all(store, takeover, wait, force)),
+            (false, Some(source), Some(id)) => {
+                block_on(commands::recover(store, source, id, wait, force))
+            }
+            _ => Err(anyhow::anyhow!(
+                "give SOURCE_RUN --recovery-id ID, or --all"
+            )),
+        },
         Command::Runs { command } => match command {
             RunsCommand::Ls { store, state, json } => {
                 block_on(commands::runs_ls(store, state, json))

@@ -436,3 +436,41 @@ async fn binaries_serve_health_and_metrics() {
     );
     assert!(sigterm(&mut worker).success());
 }
+
+// Proves `recover --all` finds a run whose host was killed (its heartbeat stops changing for
+// a TTL), admits it, and with --wait returns once the fleet finished it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_all_admits_interrupted_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+    let mut host = fleet.host("e2e-all");
+    fleet.wait_for_ledger(1, Duration::from_secs(30));
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let text = stdout(&fleet.cli(&["recover", "--all"]));
+    assert!(text.contains("1 interrupted runs admitted"), "{text}");
+    let mut worker = fleet.worker("w0");
+    let mut coordinator = fleet.coordinator("coordinator-a");
+    let text = stdout(&fleet.cli(&["recover", "--all", "--wait"]));
+    assert!(text.contains("0 interrupted runs admitted"), "{text}");
+    let text = stdout(&fleet.cli(&[
+        "recover",
+        "e2e-all",
+        "--recovery-id",
+        "recovery-of-e2e-all",
+        "--wait",
+    ]));
+    assert!(text.contains("recovery recovery-of-e2e-all: completed"), "{text}");
+    audit(&fleet.ledger_lines(), "e2e-all");
+    assert!(sigterm(&mut worker).success());
+    assert!(sigterm(&mut coordinator).success());
+}
+
+// Proves the shipped deploy/demo configuration loads.
+#[test]
+fn deploy_demo_config_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/demo/rekindle.toml");
+    let config = rekindle::config::Config::load(&path).unwrap();
+    rekindle::fleet::Agent::from_config(config).unwrap();
+}
