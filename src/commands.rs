@@ -75,38 +75,14 @@ pub async fn run(
     Ok(())
 }
 
-/// Admits `recovery_id` for `source` (fencing the source first) and marks the run for the
-/// fleet. Returns the record.
 async fn admit(
     store: &Store,
     source: &RunId,
     recovery_id: &RecoveryId,
     force: bool,
 ) -> anyhow::Result<recovery::RecoveryRecord> {
-    if recovery::read(store, recovery_id).await?.is_none() {
-        let holder = Holder::new(store, cli::default_id("cli"), CLI_TTL);
-        coordinator::fence_source(store, &holder, source)
-            .await
-            .map_err(|e| anyhow::anyhow!(e))
-            .with_context(|| format!("fence run \"{source}\""))?;
-    }
-    let admission = recovery::admit(store, source, recovery_id, force).await?;
-    let fingerprint = generation::load(store, source, Some(admission.record.source_generation))
-        .await?
-        .state
-        .meta()
-        .map(|m| m.fingerprint.sha256())
-        .unwrap_or_default();
-    let mut entry = IndexEntry::new(
-        source.clone(),
-        None,
-        Phase::Recovering,
-        fingerprint,
-        store.clock().wall_ms(),
-    );
-    entry.recovery_id = Some(recovery_id.clone());
-    index::put(store, &entry).await?;
-    Ok(admission.record)
+    let holder = Holder::new(store, cli::default_id("cli"), CLI_TTL);
+    Ok(fleet::spawn_recovery(store, &holder, source, recovery_id, force).await?)
 }
 
 pub async fn recover(
@@ -324,6 +300,36 @@ pub async fn runs_ls(store: StoreArgs, state: Option<String>, json: bool) -> any
     for bad in bad {
         eprintln!("skipped {}: {}", bad.key, bad.error);
     }
+    Ok(())
+}
+
+pub async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Result<()> {
+    let store = store.open(false).await.context("open the store")?;
+    let run = RunId::new(run);
+    if let Some(view) = lease::read_lease(&store, &run).await?
+        && !view.lease.released
+        && !force
+    {
+        bail!(
+            "run \"{run}\" is leased by '{}' at epoch {}; stop it first (or --force if that holder is gone)",
+            view.lease.holder,
+            view.lease.epoch
+        );
+    }
+    let base = layout::run_base(run.as_str());
+    let mut deleted = 0;
+    loop {
+        let page = store.list(&format!("{base}/"), None, 1000).await?;
+        if page.is_empty() {
+            break;
+        }
+        for listed in &page {
+            store.delete(&listed.key).await?;
+            deleted += 1;
+        }
+    }
+    index::remove(&store, &run).await?;
+    println!("run {run}: {deleted} objects deleted");
     Ok(())
 }
 

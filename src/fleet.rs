@@ -98,6 +98,8 @@ pub enum FleetError {
         pinned: String,
         found: String,
     },
+    #[error("cannot fence run \"{run}\": {message}")]
+    Fence { run: RunId, message: String },
     #[error("run \"{run}\" is not parked waiting for {what}")]
     NotWaiting { run: RunId, what: String },
 }
@@ -321,6 +323,45 @@ impl Node {
         }
         Ok(stopped)
     }
+}
+
+/// Spawns a recovery of `source` under the host-chosen `recovery_id`: fences the source
+/// (takes its lease over and writes a fence generation, so its old host can never commit
+/// again), admits the recovery pinned to the source's newest generation, and marks the run
+/// in the index so the fleet executes it. Idempotent: the same ID again returns the
+/// existing recovery; another ID for the same source is refused naming the first.
+pub async fn spawn_recovery(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+    force: bool,
+) -> Result<RecoveryRecord, FleetError> {
+    if recovery::read(store, recovery_id).await?.is_none() {
+        crate::coordinator::fence_source(store, holder, source)
+            .await
+            .map_err(|error| FleetError::Fence {
+                run: source.clone(),
+                message: error.to_string(),
+            })?;
+    }
+    let admission = recovery::admit(store, source, recovery_id, force).await?;
+    let fingerprint = generation::load(store, source, Some(admission.record.source_generation))
+        .await?
+        .state
+        .meta()
+        .map(|m| m.fingerprint.sha256())
+        .unwrap_or_default();
+    let mut entry = IndexEntry::new(
+        source.clone(),
+        None,
+        Phase::Recovering,
+        fingerprint,
+        store.clock().wall_ms(),
+    );
+    entry.recovery_id = Some(recovery_id.clone());
+    index::put(store, &entry).await?;
+    Ok(admission.record)
 }
 
 /// Records a human's answer to a parked run (by its run ID: the recovery run if it has

@@ -174,6 +174,15 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Delete a run's objects (generations, lease, hints, claim) and its index entry.
+    Rm {
+        #[command(flatten)]
+        store: StoreArgs,
+        run: String,
+        /// Remove even if a holder still has the lease (only when that holder is gone).
+        #[arg(long)]
+        force: bool,
+    },
     /// One run: generations, lease, recovery lineage, folded state, pending tool calls.
     Show {
         #[command(flatten)]
@@ -295,6 +304,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             RunsCommand::Show { store, run, json } => {
                 block_on(commands::runs_show(store, run, json))
             }
+            RunsCommand::Rm { store, run, force } => block_on(commands::runs_rm(store, run, force)),
         },
         Command::Answer {
             store,

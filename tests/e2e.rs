@@ -461,7 +461,10 @@ async fn recover_all_admits_interrupted_runs() {
         "recovery-of-e2e-all",
         "--wait",
     ]));
-    assert!(text.contains("recovery recovery-of-e2e-all: completed"), "{text}");
+    assert!(
+        text.contains("recovery recovery-of-e2e-all: completed"),
+        "{text}"
+    );
     audit(&fleet.ledger_lines(), "e2e-all");
     assert!(sigterm(&mut worker).success());
     assert!(sigterm(&mut coordinator).success());
@@ -473,4 +476,30 @@ fn deploy_demo_config_loads() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/demo/rekindle.toml");
     let config = rekindle::config::Config::load(&path).unwrap();
     rekindle::fleet::Agent::from_config(config).unwrap();
+}
+
+// Proves `runs rm` refuses a run whose lease is held, and removes a finished run entirely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_rm_removes_a_finished_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::with(dir.path(), bucket.display().to_string(), 1, false);
+    let host = fleet.host("e2e-rm").wait_with_output().unwrap();
+    assert!(host.status.success(), "{host:?}");
+    let shown = stdout(&fleet.cli(&["runs", "show", "e2e-rm", "--json"]));
+    assert!(shown.contains("\"outcome\":\"completed\""), "{shown}");
+
+    let store = common::local(&bucket).await;
+    let holder = rekindle::lease::Holder::new(&store, "someone", Duration::from_secs(60));
+    let held = holder.acquire(&RunId::new("e2e-rm")).await.unwrap();
+    let refused = fleet.cli(&["runs", "rm", "e2e-rm"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is leased by 'someone'"));
+    holder.release(&held).await.unwrap();
+
+    let removed = stdout(&fleet.cli(&["runs", "rm", "e2e-rm"]));
+    assert!(removed.contains("objects deleted"), "{removed}");
+    let gone = fleet.cli(&["runs", "show", "e2e-rm"]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("run \"e2e-rm\" has no generations"));
 }
