@@ -537,3 +537,29 @@ pub async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+pub async fn workflow_run(
+    store: StoreArgs,
+    config: PathBuf,
+    id: String,
+    specs: PathBuf,
+) -> anyhow::Result<()> {
+    let config = Config::load(&config).context("load the configuration")?;
+    let agent = Agent::from_config(config).context("set up the model")?;
+    let text =
+        std::fs::read_to_string(&specs).with_context(|| format!("read {}", specs.display()))?;
+    let steps: Vec<rekindle::workflow::StepSpec> =
+        serde_json::from_str(&text).with_context(|| format!("parse {}", specs.display()))?;
+    let store = store.open(false).await.context("open the store")?;
+    let report =
+        rekindle::workflow::run(&store, &agent, &id, &steps, Duration::from_millis(500)).await?;
+    println!(
+        "workflow {id}: {} steps skipped (already finished), {} dispatched",
+        report.skipped.len(),
+        report.dispatched.len()
+    );
+    for step in &report.completed {
+        println!("  {} ({}): {}", step.step, step.run_id, step.outcome);
+    }
+    Ok(())
+}

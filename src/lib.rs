@@ -47,5 +47,6 @@ pub mod sample;
 pub mod serve;
 pub mod store;
 pub mod worker;
+pub mod workflow;
 
 pub use error::{Error, ErrorKind, Result};

@@ -98,6 +98,11 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Workflows: sets of runs executed by the fleet, with a checkpoint of finished steps.
+    Workflow {
+        #[command(subcommand)]
+        command: WorkflowCommand,
+    },
     /// Inspect runs.
     Runs {
         #[command(subcommand)]
@@ -159,6 +164,24 @@ enum Command {
         facts: usize,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum WorkflowCommand {
+    /// Run (or resume) a workflow: dispatch every step not yet finished to the fleet and
+    /// wait for all of them, recording each outcome in the workflow checkpoint. Running it
+    /// again, on any node, skips finished steps.
+    Run {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long, env = "REKINDLE_CONFIG")]
+        config: PathBuf,
+        /// The workflow ID.
+        #[arg(long)]
+        id: String,
+        /// JSON file: [{"step": "a", "prompt": "...", "session_id": null}, ...]
+        specs: PathBuf,
     },
 }
 
@@ -297,6 +320,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "give SOURCE_RUN --recovery-id ID, or --all"
             )),
         },
+        Command::Workflow {
+            command:
+                WorkflowCommand::Run {
+                    store,
+                    config,
+                    id,
+                    specs,
+                },
+        } => block_on(commands::workflow_run(store, config, id, specs)),
         Command::Runs { command } => match command {
             RunsCommand::Ls { store, state, json } => {
                 block_on(commands::runs_ls(store, state, json))

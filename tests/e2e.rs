@@ -503,3 +503,72 @@ async fn runs_rm_removes_a_finished_run() {
     assert_eq!(gone.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&gone.stderr).contains("run \"e2e-rm\" has no generations"));
 }
+
+// Proves an interrupted workflow, resumed by running it again, skips finished steps and
+// completes the rest on the fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupted_workflow_resumes_and_skips_finished_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::with(dir.path(), bucket.display().to_string(), 1, false);
+    let specs = dir.path().join("specs.json");
+    std::fs::write(
+        &specs,
+        r#"[{"step": "a", "prompt": "first"}, {"step": "b", "prompt": "second"}, {"step": "c", "prompt": "third"}]"#,
+    )
+    .unwrap();
+    let mut coordinator = fleet.coordinator("coordinator-a");
+    let mut worker = fleet.worker("w0");
+    let workflow = |fleet: &Fleet| {
+        fleet
+            .command(env!("CARGO_BIN_EXE_rekindle"))
+            .args(["workflow", "run", "--config"])
+            .arg(&fleet.config)
+            .args(["--id", "wf"])
+            .arg(&specs)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = workflow(&fleet);
+    let store = common::local(&bucket).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rekindle::checkpoint::load_workflow(&store, "wf")
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(Instant::now() < deadline, "no step finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    let second = workflow(&fleet).wait_with_output().unwrap();
+    let text = stdout(&second);
+    let skipped: usize = text
+        .split("workflow wf: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(skipped >= 1, "{text}");
+    let (saved, _) = rekindle::checkpoint::load_workflow(&store, "wf")
+        .await
+        .unwrap()
+        .unwrap();
+    let mut steps: Vec<&str> = saved.completed.iter().map(|s| s.step.as_str()).collect();
+    steps.sort();
+    assert_eq!(steps, ["a", "b", "c"]);
+    let lines = fleet.ledger_lines();
+    for step in ["a", "b", "c"] {
+        let mine: Vec<String> = lines
+            .iter()
+            .filter(|l| l.starts_with(&format!("wf.{step} ")))
+            .cloned()
+            .collect();
+        audit_calls(&mine, &format!("wf.{step}"), 1);
+    }
+    assert!(sigterm(&mut worker).success());
+    assert!(sigterm(&mut coordinator).success());
+}

@@ -1,0 +1,198 @@
+//! Workflows: a set of run specs under one workflow ID, executed by the fleet.
+//!
+//! Each step becomes a run with a deterministic ID (`<workflow>.<step>`), created with its
+//! meta and prompt but not executed here: its index entry names no live holder, so the
+//! coordinator admits it as interrupted and a worker executes it as a recovery — the steps
+//! spread over the fleet. The workflow checkpoint records every finished step's outcome;
+//! running the same workflow again, on any node, skips finished steps, waits for dispatched
+//! ones and dispatches only the rest.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::checkpoint::{self, CheckpointError, StepOutcome};
+use crate::coordinator::recovery_id_for;
+use crate::fact::{Fact, FactBody, Meta, Outcome, RunId, Seq, SessionId, UserMessage};
+use crate::fleet::{Agent, FleetError};
+use crate::generation::{GenerationError, RunWriter, SnapshotPolicy};
+use crate::index::{self, IndexEntry, Phase};
+use crate::recovery::{self, RecoveryState};
+use crate::store::Store;
+
+/// One step of a workflow.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepSpec {
+    pub step: String,
+    pub prompt: String,
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkflowError {
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("workflow '{workflow}': {message}")]
+    Invalid { workflow: String, message: String },
+    #[error("workflow '{workflow}': step '{step}' was dead-lettered: {error}")]
+    StepDead {
+        workflow: String,
+        step: String,
+        error: String,
+    },
+}
+
+/// What a workflow run did.
+#[derive(Clone, Debug, Default)]
+pub struct WorkflowReport {
+    pub skipped: Vec<String>,
+    pub dispatched: Vec<String>,
+    pub completed: Vec<StepOutcome>,
+}
+
+/// The run ID of a workflow step.
+pub fn step_run(workflow: &str, step: &str) -> RunId {
+    RunId::new(format!("{workflow}.{step}"))
+}
+
+/// Runs (or resumes) a workflow until every step finished.
+pub async fn run(
+    store: &Store,
+    agent: &Agent,
+    workflow: &str,
+    steps: &[StepSpec],
+    poll: Duration,
+) -> Result<WorkflowReport, WorkflowError> {
+    let invalid = |message: String| WorkflowError::Invalid {
+        workflow: workflow.to_owned(),
+        message,
+    };
+    for (i, spec) in steps.iter().enumerate() {
+        if steps[..i].iter().any(|s| s.step == spec.step) {
+            return Err(invalid(format!("step '{}' appears twice", spec.step)));
+        }
+    }
+    let (mut completed, mut generation) = match checkpoint::load_workflow(store, workflow).await? {
+        Some((saved, generation)) => (saved.completed, Some(generation)),
+        None => (Vec::new(), None),
+    };
+    let mut report = WorkflowReport::default();
+    let mut waiting = Vec::new();
+    for spec in steps {
+        if completed.iter().any(|c| c.step == spec.step) {
+            report.skipped.push(spec.step.clone());
+            continue;
+        }
+        dispatch(store, agent, workflow, spec).await?;
+        report.dispatched.push(spec.step.clone());
+        waiting.push(spec);
+    }
+    while !waiting.is_empty() {
+        let mut still = Vec::new();
+        for spec in waiting {
+            let run = step_run(workflow, &spec.step);
+            let record = recovery::read(store, &recovery_id_for(&run))
+                .await
+                .map_err(FleetError::from)?
+                .map(|(record, _)| record);
+            match record {
+                Some(record) if record.state == RecoveryState::Finished => {
+                    let result = record.result.unwrap_or(crate::recovery::RecoveryResult {
+                        outcome: Outcome::Failed,
+                        message: "finished without a result".into(),
+                        final_generation: 0,
+                    });
+                    let outcome = StepOutcome {
+                        step: spec.step.clone(),
+                        run_id: run,
+                        outcome: result.outcome,
+                        message: result.message,
+                    };
+                    completed.push(outcome.clone());
+                    generation = Some(
+                        checkpoint::save_workflow(store, workflow, completed.clone(), generation)
+                            .await?,
+                    );
+                    report.completed.push(outcome);
+                }
+                Some(record) if record.state == RecoveryState::DeadLettered => {
+                    return Err(WorkflowError::StepDead {
+                        workflow: workflow.to_owned(),
+                        step: spec.step.clone(),
+                        error: record.last_error.unwrap_or_default(),
+                    });
+                }
+                _ => still.push(spec),
+            }
+        }
+        waiting = still;
+        if !waiting.is_empty() {
+            tokio::time::sleep(poll).await;
+        }
+    }
+    Ok(report)
+}
+
+/// Creates a step's run (meta and prompt) and hands it to the fleet, unless it exists.
+async fn dispatch(
+    store: &Store,
+    agent: &Agent,
+    workflow: &str,
+    spec: &StepSpec,
+) -> Result<(), WorkflowError> {
+    let run = step_run(workflow, &spec.step);
+    let now = store.clock().wall_ms();
+    let session = spec.session_id.clone().map(SessionId::new);
+    let facts = vec![
+        Fact {
+            seq: Seq(1),
+            at_ms: now,
+            body: FactBody::Meta(Box::new(Meta {
+                run_id: run.clone(),
+                session_id: session.clone(),
+                fingerprint: agent.config.fingerprint(),
+            })),
+        },
+        Fact {
+            seq: Seq(2),
+            at_ms: now,
+            body: FactBody::UserMessage(UserMessage {
+                content: spec.prompt.clone(),
+            }),
+        },
+    ];
+    match RunWriter::create_as(store, run.clone(), facts, 1, SnapshotPolicy::default()).await {
+        Ok(_) => {}
+        // Dispatched by an earlier, interrupted run of this workflow. If that one died before
+        // indexing the step (and nothing recovered it yet), index it now; then wait for it.
+        Err(GenerationError::AlreadyExists { .. }) => {
+            let recovering = recovery::read(store, &recovery_id_for(&run))
+                .await
+                .map_err(FleetError::from)?
+                .is_some();
+            let indexed = store
+                .head(&crate::layout::index_entry(run.as_str()))
+                .await
+                .map_err(|e| FleetError::from(GenerationError::from(e)))?
+                .is_some();
+            if recovering || indexed {
+                return Ok(());
+            }
+        }
+        Err(other) => return Err(FleetError::from(other).into()),
+    }
+    // No holder: the coordinator sees a run nobody is running and admits it.
+    let entry = IndexEntry::new(
+        run,
+        session,
+        Phase::Running,
+        agent.fingerprint_sha256(),
+        now,
+    );
+    index::put(store, &entry).await.map_err(FleetError::from)?;
+    Ok(())
+}
