@@ -37,20 +37,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     cli::init_tracing(args.log_json, "info");
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::run_async(run(args))
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {

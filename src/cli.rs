@@ -98,3 +98,25 @@ pub fn state_dir(given: Option<PathBuf>) -> Result<PathBuf, crate::log::LogError
         None => crate::log::default_dir(),
     }
 }
+
+/// Runs a binary's async main on a multi-threaded runtime and turns its result into the exit
+/// code, printing an error as one line (with its causes, for errors that format them with
+/// `{:#}`).
+pub fn run_async<E: std::fmt::Display>(
+    future: impl std::future::Future<Output = Result<(), E>>,
+) -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(future) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -174,6 +174,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
                 concurrency: 8,
                 ttl,
                 poll_interval: Duration::from_millis(100),
+                shutdown_deadline: Duration::from_secs(30),
                 crash: Some(Arc::clone(crash)),
             },
             Arc::clone(&stop),

@@ -154,24 +154,7 @@ impl Node {
     ) -> Result<Stopped, FleetError> {
         let held = self.holder.acquire(run).await?;
         let now = self.clock().wall_ms();
-        let facts = vec![
-            Fact {
-                seq: Seq(1),
-                at_ms: now,
-                body: FactBody::Meta(Box::new(Meta {
-                    run_id: run.clone(),
-                    session_id: session.clone(),
-                    fingerprint: self.agent.config.fingerprint(),
-                })),
-            },
-            Fact {
-                seq: Seq(2),
-                at_ms: now,
-                body: FactBody::UserMessage(UserMessage {
-                    content: prompt.to_owned(),
-                }),
-            },
-        ];
+        let facts = opening_facts(run, session.clone(), &self.agent, prompt, now);
         index::put(
             &self.store,
             &self.entry(run, session.clone(), Phase::Running),
@@ -323,6 +306,34 @@ impl Node {
         }
         Ok(stopped)
     }
+}
+
+/// The first facts of a new run: its meta (with the agent's fingerprint) and the prompt.
+pub fn opening_facts(
+    run: &RunId,
+    session: Option<SessionId>,
+    agent: &Agent,
+    prompt: &str,
+    now_ms: u64,
+) -> Vec<Fact> {
+    vec![
+        Fact {
+            seq: Seq(1),
+            at_ms: now_ms,
+            body: FactBody::Meta(Box::new(Meta {
+                run_id: run.clone(),
+                session_id: session,
+                fingerprint: agent.config.fingerprint(),
+            })),
+        },
+        Fact {
+            seq: Seq(2),
+            at_ms: now_ms,
+            body: FactBody::UserMessage(UserMessage {
+                content: prompt.to_owned(),
+            }),
+        },
+    ]
 }
 
 /// Spawns a recovery of `source` under the host-chosen `recovery_id`: fences the source

@@ -29,6 +29,10 @@ pub struct WorkerOptions {
     pub concurrency: u32,
     pub ttl: Duration,
     pub poll_interval: Duration,
+    /// On stop, how long running recoveries get to finish their current step and commit;
+    /// any still running then are abandoned (their leases expire and another worker resumes
+    /// them) so the process exits in time.
+    pub shutdown_deadline: Duration,
     /// When set, the worker dies on the spot, as if killed -9: its recoveries are abandoned
     /// mid-step, nothing is released, heartbeats just stop. For the demo and tests.
     pub crash: Option<Arc<AtomicBool>>,
@@ -116,8 +120,12 @@ pub async fn run(
         }
         tokio::time::sleep(options.poll_interval).await;
     }
-    for (_, task) in running {
-        let _ = task.await;
+    let deadline = tokio::time::Instant::now() + options.shutdown_deadline;
+    for (id, mut task) in running {
+        if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+            tracing::warn!(recovery_id = %id, "still running at the shutdown deadline; abandoned to another worker");
+            task.abort();
+        }
     }
     beating_stop.store(true, Ordering::SeqCst);
     let _ = beating.await;
@@ -163,6 +171,10 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
         }
     };
     if finished {
+        // The run's history is in the bucket; the local log was only its journal.
+        if let Err(error) = node.logs.remove_log(id.as_str()) {
+            tracing::warn!(recovery_id = %id, %error, "cannot remove the local fact log");
+        }
         let new = stats
             .finished_ids
             .lock()

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use crate::checkpoint::{self, CheckpointError, StepOutcome};
 use crate::coordinator::recovery_id_for;
-use crate::fact::{Fact, FactBody, Meta, Outcome, RunId, Seq, SessionId, UserMessage};
+use crate::fact::{Outcome, RunId, SessionId};
 use crate::fleet::{Agent, FleetError};
 use crate::generation::{GenerationError, RunWriter, SnapshotPolicy};
 use crate::index::{self, IndexEntry, Phase};
@@ -147,24 +147,7 @@ async fn dispatch(
     let run = step_run(workflow, &spec.step);
     let now = store.clock().wall_ms();
     let session = spec.session_id.clone().map(SessionId::new);
-    let facts = vec![
-        Fact {
-            seq: Seq(1),
-            at_ms: now,
-            body: FactBody::Meta(Box::new(Meta {
-                run_id: run.clone(),
-                session_id: session.clone(),
-                fingerprint: agent.config.fingerprint(),
-            })),
-        },
-        Fact {
-            seq: Seq(2),
-            at_ms: now,
-            body: FactBody::UserMessage(UserMessage {
-                content: spec.prompt.clone(),
-            }),
-        },
-    ];
+    let facts = crate::fleet::opening_facts(&run, session.clone(), agent, &spec.prompt, now);
     match RunWriter::create_as(store, run.clone(), facts, 1, SnapshotPolicy::default()).await {
         Ok(_) => {}
         // Dispatched by an earlier, interrupted run of this workflow. If that one died before

@@ -33,6 +33,9 @@ struct Args {
     lease_ttl_ms: u64,
     #[arg(long, default_value_t = 1_000)]
     poll_interval_ms: u64,
+    /// On SIGTERM, how long running recoveries get to finish their step and commit.
+    #[arg(long, default_value_t = 60_000)]
+    shutdown_deadline_ms: u64,
     /// Directory for local fact logs (default: $XDG_STATE_HOME/rekindle/runs).
     #[arg(long, env = "REKINDLE_STATE_DIR")]
     state_dir: Option<PathBuf>,
@@ -47,20 +50,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     cli::init_tracing(args.log_json, "info");
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::run_async(run(args))
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -74,6 +64,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         concurrency: args.concurrency.max(1),
         ttl: Duration::from_millis(args.lease_ttl_ms),
         poll_interval: Duration::from_millis(args.poll_interval_ms),
+        shutdown_deadline: Duration::from_millis(args.shutdown_deadline_ms),
         crash: None,
     };
     let stats = Arc::new(WorkerStats::default());
