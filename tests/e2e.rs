@@ -572,3 +572,45 @@ async fn interrupted_workflow_resumes_and_skips_finished_steps() {
     assert!(sigterm(&mut worker).success());
     assert!(sigterm(&mut coordinator).success());
 }
+
+// Proves SIGTERM is graceful: a worker in the middle of a recovery finishes its step,
+// commits, releases the lease and exits 0, and another worker resumes the run without
+// waiting for a lease to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_a_recovery_over_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+    let run = RunId::new("e2e-term");
+    let mut host = fleet.host(run.as_str());
+    fleet.wait_for_ledger(1, Duration::from_secs(30));
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let mut coordinator = fleet.coordinator("coordinator-a");
+    let mut w0 = fleet.worker("w0");
+    // Stop w0 as soon as it has started a call of the recovery.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !fleet.ledger_lines().iter().any(|l| !l.ends_with(" 1")) {
+        assert!(Instant::now() < deadline, "the recovery never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopping = Instant::now();
+    assert!(sigterm(&mut w0).success());
+    assert!(stopping.elapsed() < Duration::from_secs(10));
+    let store = common::local(&bucket).await;
+    let recovery_run = RunId::new(recovery_id_for(&run).as_str());
+    let lease = rekindle::lease::read_lease(&store, &recovery_run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        lease.lease.released,
+        "w0 left its lease held: {:?}",
+        lease.lease
+    );
+    let mut w1 = fleet.worker("w1");
+    wait_finished(&store, &run, Duration::from_secs(60)).await;
+    audit(&fleet.ledger_lines(), run.as_str());
+    assert!(sigterm(&mut w1).success());
+    assert!(sigterm(&mut coordinator).success());
+}
