@@ -6,7 +6,10 @@
 //! itself, whose content is already part of a later snapshot. gc therefore keeps, for every
 //! run, the newest snapshot and everything after it, plus the first generation of every epoch
 //! (listed in each generation's `epoch_starts`); it deletes the other generations below the
-//! snapshot. gc lists the bucket: it is a maintenance command, never part of a hot loop.
+//! snapshot. A run that ended longer ago than the retention period (not leased, not in the
+//! index) has its whole checkpoint removed by the same rule: only its epochs' first slots
+//! stay, a few small objects. gc lists the bucket: it is a maintenance command, never part of
+//! a hot loop.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -23,9 +26,46 @@ use crate::store::{Store, StoreError};
 pub struct GcReport {
     pub runs_scanned: u64,
     pub generations_deleted: u64,
+    /// Finished runs whose checkpoints were removed (all but their epochs' first slots).
+    pub runs_removed: u64,
     pub recoveries_deleted: u64,
     /// Objects that could not be read, with the reason; they were left alone.
     pub skipped: Vec<String>,
+}
+
+/// A run that ended (terminal fact), is not leased, not in the index, and whose newest
+/// generation is older than the retention period.
+async fn finished_long_ago(
+    store: &Store,
+    run: &RunId,
+    retention: Duration,
+    now_ms: u64,
+) -> Result<bool, StoreError> {
+    let Ok(loaded) = generation::load(store, run, None).await else {
+        return Ok(false);
+    };
+    if loaded.state.terminal().is_none() {
+        return Ok(false);
+    }
+    if store
+        .head(&layout::index_entry(run.as_str()))
+        .await?
+        .is_some()
+    {
+        return Ok(false);
+    }
+    let released = match crate::lease::read_lease(store, run).await {
+        Ok(Some(view)) => view.lease.released,
+        Ok(None) => true,
+        Err(_) => false,
+    };
+    let newest = Chain::new(store, layout::run_base(run.as_str()));
+    let at_ms = match store.read(&newest.key(loaded.generation)).await? {
+        Some(object) => generation::decode(&newest.key(loaded.generation), run, &object.bytes)
+            .map_or(u64::MAX, |g| g.at_ms),
+        None => u64::MAX,
+    };
+    Ok(released && at_ms.saturating_add(retention.as_millis() as u64) < now_ms)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +147,24 @@ pub async fn collect(store: &Store, retention: Duration, now_ms: u64) -> Result<
             .map(|&(_, generation)| generation)
             .collect();
         let prefix = format!("{base}/gen/");
+        if finished_long_ago(store, &run_id, retention, now_ms).await? {
+            // The whole checkpoint goes, but for the first slot of every epoch: a stale
+            // writer of this run could still aim there and must find it taken.
+            let mut epoch_starts = keep.clone();
+            if let Ok(loaded) = generation::load(store, &run_id, None).await {
+                epoch_starts.extend(loaded.epoch_starts.iter().map(|&(_, g)| g));
+            }
+            for key in keys.iter().filter(|k| k.starts_with(&format!("{base}/"))) {
+                let fence = layout::generation_number(key)
+                    .is_some_and(|n| epoch_starts.contains(&n))
+                    && key.starts_with(&prefix);
+                if !fence {
+                    store.delete(key).await?;
+                }
+            }
+            report.runs_removed += 1;
+            continue;
+        }
         for key in keys.iter().filter(|k| k.starts_with(&prefix)) {
             if let Some(n) = layout::generation_number(key)
                 && n < snapshot

@@ -374,8 +374,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 println!(
-                    "gc: {} runs scanned, {} superseded generations and {} finished recovery records deleted",
-                    report.runs_scanned, report.generations_deleted, report.recoveries_deleted
+                    "gc: {} runs scanned, {} superseded generations, {} finished runs' checkpoints and {} finished recovery records deleted",
+                    report.runs_scanned,
+                    report.generations_deleted,
+                    report.runs_removed,
+                    report.recoveries_deleted
                 );
                 for skipped in &report.skipped {
                     eprintln!("skipped: {skipped}");

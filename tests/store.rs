@@ -612,6 +612,53 @@ async fn gc_keeps_fences(store: Store) {
     assert_eq!(again.generations_deleted, 0);
 }
 
+/// A run that ended longer ago than the retention period loses its checkpoint, except each
+/// epoch's first slot, so its stale writers are still fenced.
+async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
+    use rekindle::gc;
+    let facts = sample::run("old-run", 40, 14);
+    let run = RunId::new("old-run");
+    let policy = SnapshotPolicy {
+        max_deltas: 4,
+        min_deltas: 4,
+    };
+    let mut zombie = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+        .await
+        .unwrap();
+    let mut writer = RunWriter::resume(&store, &run, 2, policy).await.unwrap();
+    let fence = writer.generation();
+    for fact in &facts[2..] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let kept = gc::collect(&store, Duration::from_secs(3600), 1)
+        .await
+        .unwrap();
+    assert_eq!(kept.runs_removed, 0, "not past retention yet");
+    let report = gc::collect(&store, Duration::from_secs(60), u64::MAX / 2)
+        .await
+        .unwrap();
+    assert_eq!(report.runs_removed, 1, "{report:?}");
+    let left: Vec<String> = store
+        .list(&format!("{}/", layout::run_base("old-run")), None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.key)
+        .collect();
+    let base = layout::run_base("old-run");
+    assert_eq!(
+        left,
+        [
+            layout::generation(&base, 1),
+            layout::generation(&base, fence)
+        ]
+    );
+    assert!(matches!(
+        zombie.commit(vec![facts[2].clone()]).await,
+        Err(GenerationError::Fenced { .. })
+    ));
+}
+
 /// The cost model: a commit is one conditional PUT (snapshots add one hint write), and
 /// loading needs no LIST.
 async fn commit_costs_one_put(store: Store) {
@@ -685,6 +732,7 @@ macro_rules! conformance {
             conformance!(@case $open, gc_keeps_fences);
             conformance!(@case $open, commit_costs_one_put);
             conformance!(@case $open, stale_versions_never_match_again);
+            conformance!(@case $open, gc_removes_finished_runs_but_keeps_fences);
         }
     };
     (@case $open:expr, $case:ident) => {
