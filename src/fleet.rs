@@ -6,7 +6,7 @@
 //! decision of *which* run to recover and *where* is the coordinator's.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::clock::Clock;
 use crate::config::Config;
@@ -120,6 +120,8 @@ impl Node {
     }
 
     fn runner(&self, writer: RunWriter, log: crate::log::FactLog, held: Held) -> Runner {
+        let lease_suspect = Arc::new(AtomicBool::new(false));
+        self.watch_lease(held.clone(), Arc::clone(&lease_suspect));
         Runner {
             writer,
             log,
@@ -130,7 +132,35 @@ impl Node {
             clock: Arc::clone(self.clock()),
             lease: Some((Arc::clone(&self.holder), held)),
             stop: Arc::clone(&self.stop),
+            lease_suspect,
         }
+    }
+
+    /// Checks the lease every third of its TTL while the runner is alive (it holds the other
+    /// end of `suspect`); on a loss, flags the runner, which stops at its next step instead of
+    /// taking one more model or tool call. Commits are fenced regardless; this only saves work.
+    fn watch_lease(&self, held: Held, suspect: Arc<AtomicBool>) {
+        let holder = Arc::clone(&self.holder);
+        tokio::spawn(async move {
+            let interval = holder.ttl() / 3;
+            loop {
+                tokio::time::sleep(interval).await;
+                // The runner dropped its end: the run is done here.
+                if Arc::strong_count(&suspect) == 1 {
+                    return;
+                }
+                match holder.check(&held).await {
+                    Ok(()) => {}
+                    Err(error @ LeaseError::Lost { .. }) => {
+                        tracing::info!(run_id = %held.run, epoch = held.epoch, %error, "lease lost; stopping");
+                        suspect.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    // A store hiccup is not a loss; the next check (or a fenced commit) decides.
+                    Err(error) => tracing::debug!(run_id = %held.run, %error, "lease check failed"),
+                }
+            }
+        });
     }
 
     fn entry(&self, run: &RunId, session: Option<SessionId>, phase: Phase) -> IndexEntry {
@@ -191,6 +221,8 @@ impl Node {
                 other => break other,
             }
         };
+        // Done driving: drop the runner (and its lease watcher) before releasing the lease.
+        drop(runner);
         match &stopped {
             Stopped::Finished(_) => {
                 index::remove(&self.store, &run).await?;

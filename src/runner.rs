@@ -77,6 +77,9 @@ pub struct Runner {
     pub lease: Option<(Arc<Holder>, Held)>,
     /// Set to ask for a graceful stop after the current step.
     pub stop: Arc<AtomicBool>,
+    /// Set by a background lease watcher when the lease may be lost; the next step then
+    /// confirms with one read and stops with the error if it is.
+    pub lease_suspect: Arc<AtomicBool>,
 }
 
 impl Runner {
@@ -86,6 +89,11 @@ impl Runner {
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 return Ok(Stopped::StopRequested);
+            }
+            if self.lease_suspect.swap(false, Ordering::SeqCst)
+                && let Some((holder, held)) = &self.lease
+            {
+                holder.check(held).await?;
             }
             if steps >= self.steps_per_resume {
                 return Ok(Stopped::StepCap);

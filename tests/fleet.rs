@@ -52,3 +52,76 @@ async fn demo_recovers_everything_on_s3() {
     assert_eq!(summary.completed, summary.runs, "{summary:?}");
     assert_eq!(summary.runs_over_budget, 0, "{summary:?}");
 }
+
+// Proves a run whose lease is taken over stops at once: no further tool call starts, and
+// the old holder is told it lost the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stops_when_its_lease_is_taken() {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    use rekindle::config::Config;
+    use rekindle::fact::RunId;
+    use rekindle::fleet::{Agent, FleetError, Node};
+    use rekindle::lease::Holder;
+    use rekindle::log::LogDir;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.txt");
+    let turns: Vec<serde_json::Value> = (1..=6)
+        .map(|i| serde_json::json!({"content": format!("step {i}"), "tool_calls": [{"name": "record", "arguments": {}}]}))
+        .collect();
+    std::fs::write(
+        dir.path().join("script.json"),
+        serde_json::to_vec(&turns).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("rekindle.toml"),
+        format!(
+            "[model]\nkind = \"scripted\"\nname = \"m\"\nscript = \"script.json\"\n[[tools]]\nname = \"record\"\ncommand = [\"sh\", \"-c\", \"echo $REKINDLE_CALL_ID >> '{}'; sleep 0.3\"]\n",
+            ledger.display()
+        ),
+    )
+    .unwrap();
+    let agent =
+        Agent::from_config(Config::load(&dir.path().join("rekindle.toml")).unwrap()).unwrap();
+    let store = common::local(&dir.path().join("bucket")).await;
+    let holder = Holder::new(&store, "host", Duration::from_millis(900));
+    holder.beat().await.unwrap();
+    let node = Node {
+        store: store.clone(),
+        agent,
+        logs: LogDir::open(dir.path().join("logs")).unwrap(),
+        holder,
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let run = RunId::new("taken");
+    let task = tokio::spawn(async move { node.start_run(&run, None, "go").await });
+    while std::fs::read_to_string(&ledger)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 1
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let thief = Holder::new(&store, "thief", Duration::from_secs(60));
+    let view = rekindle::lease::read_lease(&store, &RunId::new("taken"))
+        .await
+        .unwrap()
+        .unwrap();
+    thief.take_over(&view).await.unwrap();
+    let error = task.await.unwrap().unwrap_err();
+    let stopped_right = match &error {
+        FleetError::Run(run) => run.is_fenced(),
+        _ => false,
+    };
+    assert!(stopped_right, "{error}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let calls = std::fs::read_to_string(&ledger).unwrap().lines().count();
+    assert!(
+        calls <= 2,
+        "{calls} calls ran; the run should stop after the one in flight"
+    );
+}
