@@ -284,6 +284,11 @@ impl Store {
                 .map_err(|e| invalid(&e.to_string()))?;
             (Arc::new(local), Backend::Local { root }, String::new())
         };
+        // Test-only fault injection for real processes, switched on by the environment.
+        let inner: Arc<dyn ObjectStore> = match faults::FaultyStore::from_env(&inner) {
+            Some(faulty) => faulty,
+            None => inner,
+        };
         let store = Store::from_parts(inner, backend, url, &prefix, options.retry, clock);
         if !options.skip_probe {
             store.probe_once().await?;

@@ -59,6 +59,8 @@ pub struct FaultyStore {
     plan: Mutex<FaultPlan>,
     random: Mutex<SplitMix>,
     partitioned: AtomicBool,
+    /// While this file exists, the store is cut off (lets a test partition another process).
+    partition_file: Option<std::path::PathBuf>,
     pub counts: FaultCounts,
 }
 
@@ -88,8 +90,50 @@ impl FaultyStore {
             plan: Mutex::new(plan),
             random: Mutex::new(SplitMix::new(seed)),
             partitioned: AtomicBool::new(false),
+            partition_file: None,
             counts: FaultCounts::default(),
         })
+    }
+
+    /// Builds the injector described by `REKINDLE_FAULTS` (`seed=7,error=50,lost=50,stall=5,
+    /// stall_ms=2000,latency_ms=2`, rates per mille) and `REKINDLE_FAULTS_PARTITION_FILE`, for
+    /// fault tests that run real processes. Returns `None` when neither is set.
+    pub fn from_env(inner: &Arc<dyn ObjectStore>) -> Option<Arc<Self>> {
+        let spec = std::env::var("REKINDLE_FAULTS").ok();
+        let partition_file = std::env::var_os("REKINDLE_FAULTS_PARTITION_FILE").map(std::path::PathBuf::from);
+        if spec.is_none() && partition_file.is_none() {
+            return None;
+        }
+        let mut plan = FaultPlan::default();
+        let mut seed = 0;
+        for pair in spec.as_deref().unwrap_or("").split(',').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, "0"));
+            let value: u64 = value.trim().parse().unwrap_or(0);
+            match name.trim() {
+                "seed" => seed = value,
+                "error" => plan.error_per_mille = value as u32,
+                "lost" => plan.lost_response_per_mille = value as u32,
+                "stall" => plan.stall_per_mille = value as u32,
+                "stall_ms" => plan.stall = Duration::from_millis(value),
+                "latency_ms" => plan.latency = Duration::from_millis(value),
+                "conflict" => plan.conflict_409_per_mille = value as u32,
+                other => tracing::warn!(setting = other, "unknown REKINDLE_FAULTS setting"),
+            }
+        }
+        tracing::warn!(?plan, seed, "store fault injection is on (REKINDLE_FAULTS): for tests only");
+        Some(Arc::new(FaultyStore {
+            inner: Arc::clone(inner),
+            plan: Mutex::new(plan),
+            random: Mutex::new(SplitMix::new(seed)),
+            partitioned: AtomicBool::new(false),
+            partition_file,
+            counts: FaultCounts::default(),
+        }))
+    }
+
+    fn is_partitioned(&self) -> bool {
+        self.partitioned.load(Ordering::SeqCst)
+            || self.partition_file.as_ref().is_some_and(|file| file.exists())
     }
 
     pub fn set_plan(&self, plan: FaultPlan) {
@@ -122,7 +166,7 @@ impl FaultyStore {
         if !plan.latency.is_zero() {
             tokio::time::sleep(plan.latency).await;
         }
-        if self.partitioned.load(Ordering::SeqCst) {
+        if self.is_partitioned() {
             self.counts.partitioned.fetch_add(1, Ordering::Relaxed);
             return Err(transient("connection refused (injected partition)"));
         }
@@ -231,7 +275,7 @@ impl ObjectStore for FaultyStore {
         &self,
         locations: BoxStream<'static, Result<Path>>,
     ) -> BoxStream<'static, Result<Path>> {
-        if self.partitioned.load(Ordering::SeqCst) {
+        if self.is_partitioned() {
             self.counts.partitioned.fetch_add(1, Ordering::Relaxed);
             return futures::stream::once(async {
                 Err(transient("connection refused (injected partition)"))
@@ -242,7 +286,7 @@ impl ObjectStore for FaultyStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        if self.partitioned.load(Ordering::SeqCst) || self.roll(self.plan().error_per_mille) {
+        if self.is_partitioned() || self.roll(self.plan().error_per_mille) {
             self.counts.errors.fetch_add(1, Ordering::Relaxed);
             return futures::stream::once(async { Err(transient("503 SlowDown (injected)")) })
                 .boxed();
@@ -255,7 +299,7 @@ impl ObjectStore for FaultyStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        if self.partitioned.load(Ordering::SeqCst) || self.roll(self.plan().error_per_mille) {
+        if self.is_partitioned() || self.roll(self.plan().error_per_mille) {
             self.counts.errors.fetch_add(1, Ordering::Relaxed);
             return futures::stream::once(async { Err(transient("503 SlowDown (injected)")) })
                 .boxed();

@@ -1,0 +1,482 @@
+//! The chaos sweep: real hosts, two coordinators and three workers against one store, broken
+//! on purpose by a seed — SIGKILL of hosts, workers and the leading coordinator (then
+//! restarts), SIGSTOP of a worker past its lease TTL (a zombie that must be fenced), store
+//! faults injected into the workers (503s, latency, lost responses) and one worker cut off
+//! from the store while it keeps running. An auditor then checks the invariants from the
+//! bucket and the side-effect ledger.
+//!
+//! Replay or scale it with `REKINDLE_CHAOS_SEEDS=17` (or `1-200` for a long sweep) and
+//! `REKINDLE_CHAOS_RUNS=20`: `cargo nextest run --test chaos` after starting the S3 test
+//! server as `scripts/test` does (or just `scripts/test`). Each sweep prints one summary line.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rekindle::coordinator::recovery_id_for;
+use rekindle::fact::{FactBody, RunId};
+use rekindle::generation::{self, GenerationError};
+use rekindle::layout;
+use rekindle::recovery::{self, RecoveryState};
+use rekindle::sample::SplitMix;
+use rekindle::store::Store;
+
+const TTL_MS: u64 = 800;
+
+#[derive(Default, Debug)]
+struct Totals {
+    seeds: u64,
+    kills: u64,
+    pauses: u64,
+    partitions: u64,
+    fault_processes: u64,
+    runs: u64,
+    completed: u64,
+    never_started: u64,
+    violations: Vec<String>,
+}
+
+struct Harness {
+    dir: PathBuf,
+    store_url: String,
+    config: PathBuf,
+    seed: u64,
+}
+
+impl Harness {
+    fn command(&self, binary: &str) -> Command {
+        let mut command = Command::new(binary);
+        command
+            .env("REKINDLE_STORE", &self.store_url)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    }
+
+    fn worker(&self, i: usize) -> Child {
+        let mut command = self.command(env!("CARGO_BIN_EXE_rekindle-worker"));
+        command
+            .args(["--config"])
+            .arg(&self.config)
+            .args(["--id", &format!("w{i}"), "--lease-ttl-ms", &TTL_MS.to_string()])
+            .args(["--poll-interval-ms", "100", "--state-dir"])
+            .arg(self.dir.join(format!("w{i}")));
+        // Worker 0 sees a faulty store; worker 2 can be cut off by a file.
+        if i == 0 {
+            command.env(
+                "REKINDLE_FAULTS",
+                format!("seed={},error=40,lost=40,latency_ms=1", self.seed),
+            );
+        }
+        if i == 2 {
+            command.env("REKINDLE_FAULTS_PARTITION_FILE", self.dir.join("partition-w2"));
+        }
+        command.spawn().unwrap()
+    }
+
+    fn coordinator(&self, i: usize) -> Child {
+        self.command(env!("CARGO_BIN_EXE_rekindle-coordinator"))
+            .args(["--id", &format!("c{i}"), "--lease-ttl-ms", &TTL_MS.to_string()])
+            .args(["--scan-interval-ms", "150"])
+            .spawn()
+            .unwrap()
+    }
+
+    fn host(&self, run: &str) -> Child {
+        self.command(env!("CARGO_BIN_EXE_rekindle"))
+            .args(["run", "--config"])
+            .arg(&self.config)
+            .args(["--run-id", run, "--lease-ttl-ms", &TTL_MS.to_string(), "--state-dir"])
+            .arg(self.dir.join("hosts"))
+            .arg("record the steps")
+            .spawn()
+            .unwrap()
+    }
+}
+
+fn signal(child: &Child, name: &str) {
+    let _ = Command::new("kill")
+        .args([name, &child.id().to_string()])
+        .status();
+}
+
+fn write_config(dir: &Path, ledger: &Path) -> PathBuf {
+    let turns: Vec<serde_json::Value> = (1..=4)
+        .map(|i| serde_json::json!({"content": format!("step {i}"), "tool_calls": [{"name": "record", "arguments": {"step": i}}]}))
+        .chain(std::iter::once(serde_json::json!({"content": "done"})))
+        .collect();
+    std::fs::write(dir.join("script.json"), serde_json::to_vec(&turns).unwrap()).unwrap();
+    let path = dir.join("rekindle.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"[model]
+kind = "scripted"
+name = "chaos"
+script = "script.json"
+[[tools]]
+name = "record"
+command = ["sh", "-c", "printf '%s %s %s\n' \"$REKINDLE_RUN_ID\" \"$REKINDLE_CALL_ID\" \"$REKINDLE_EPOCH\" >> '{}'; sleep 0.15; echo ok"]
+timeout_ms = 10000
+"#,
+            ledger.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// One seeded chaos run; returns what it did and what the auditor found.
+async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut Totals) {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_owned();
+    let store_url = store_url.unwrap_or_else(|| dir.join("bucket").display().to_string());
+    let ledger = dir.join("ledger.txt");
+    let harness = Harness {
+        config: write_config(&dir, &ledger),
+        dir: dir.clone(),
+        store_url: store_url.clone(),
+        seed,
+    };
+    let store = if store_url.starts_with("s3://") {
+        common::s3_store_at(&store_url).await
+    } else {
+        common::local(Path::new(&store_url)).await
+    };
+    let mut random = SplitMix::new(seed);
+    let prefix = format!("chaos{seed}");
+    let mut coordinators: Vec<Child> = (0..2).map(|i| harness.coordinator(i)).collect();
+    let mut workers: Vec<Child> = (0..3).map(|i| harness.worker(i)).collect();
+    totals.fault_processes += 1;
+
+    // Hosts start staggered; about half are killed at a random point.
+    let mut hosts: Vec<(Child, Option<Instant>)> = Vec::new();
+    for i in 0..runs {
+        let child = harness.host(&format!("{prefix}-{i}"));
+        let kill_at = (random.below(100) < 50)
+            .then(|| Instant::now() + Duration::from_millis(200 + u64::from(random.below(1200))));
+        hosts.push((child, kill_at));
+        tokio::time::sleep(Duration::from_millis(u64::from(random.below(120)))).await;
+    }
+
+    // The event loop: kills, pauses and a partition, chosen by the seed.
+    let started = Instant::now();
+    let mut paused: Option<(usize, Instant)> = None;
+    let mut partition_until: Option<Instant> = None;
+    let mut restarts: Vec<(Instant, usize, bool)> = Vec::new(); // (when, index, is_worker)
+    let chaos_for = Duration::from_millis(2500 + u64::from(random.below(1500)));
+    while started.elapsed() < chaos_for {
+        let now = Instant::now();
+        for (child, kill_at) in hosts.iter_mut() {
+            if kill_at.is_some_and(|at| now >= at) {
+                let _ = child.kill();
+                totals.kills += 1;
+                *kill_at = None;
+            }
+        }
+        match random.below(40) {
+            0 => {
+                let i = random.below(3) as usize;
+                if paused.map(|(p, _)| p) != Some(i) && !restarts.iter().any(|r| r.1 == i && r.2) {
+                    let _ = workers[i].kill();
+                    let _ = workers[i].wait();
+                    totals.kills += 1;
+                    restarts.push((now + Duration::from_millis(300), i, true));
+                }
+            }
+            1 => {
+                // The leading coordinator, as the lease names it.
+                let lease = RunId::new(layout::COORDINATOR_LEASE_RUN);
+                if let Ok(Some(view)) = rekindle::lease::read_lease(&store, &lease).await
+                    && let Some(i) = view.lease.holder.strip_prefix('c').and_then(|n| n.parse::<usize>().ok())
+                    && i < coordinators.len()
+                    && !restarts.iter().any(|r| r.1 == i && !r.2)
+                {
+                    let _ = coordinators[i].kill();
+                    let _ = coordinators[i].wait();
+                    totals.kills += 1;
+                    restarts.push((now + Duration::from_millis(400), i, false));
+                }
+            }
+            2 if paused.is_none() => {
+                let i = random.below(3) as usize;
+                if !restarts.iter().any(|r| r.1 == i && r.2) {
+                    signal(&workers[i], "-STOP");
+                    totals.pauses += 1;
+                    paused = Some((i, now + Duration::from_millis(TTL_MS * 2)));
+                }
+            }
+            3 if partition_until.is_none() => {
+                std::fs::write(dir.join("partition-w2"), b"cut").unwrap();
+                totals.partitions += 1;
+                partition_until = Some(now + Duration::from_millis(1500));
+            }
+            _ => {}
+        }
+        if let Some((i, until)) = paused
+            && now >= until
+        {
+            signal(&workers[i], "-CONT");
+            paused = None;
+        }
+        if partition_until.is_some_and(|until| now >= until) {
+            let _ = std::fs::remove_file(dir.join("partition-w2"));
+            partition_until = None;
+        }
+        let due: Vec<_> = restarts.iter().filter(|r| now >= r.0).cloned().collect();
+        restarts.retain(|r| now < r.0);
+        for (_, i, is_worker) in due {
+            if is_worker {
+                workers[i] = harness.worker(i);
+            } else {
+                coordinators[i] = harness.coordinator(i);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Calm: resume everything, restart what is down, let the fleet settle.
+    if let Some((i, _)) = paused.take() {
+        signal(&workers[i], "-CONT");
+    }
+    let _ = std::fs::remove_file(dir.join("partition-w2"));
+    for (_, i, is_worker) in restarts.drain(..) {
+        if is_worker {
+            workers[i] = harness.worker(i);
+        } else {
+            coordinators[i] = harness.coordinator(i);
+        }
+    }
+    for (child, _) in hosts.iter_mut() {
+        let _ = child.wait();
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (entries, _) = rekindle::index::IndexScan::default().scan(&store).await.unwrap();
+        if !entries.iter().any(|e| e.run_id.as_str().starts_with(&prefix)) {
+            break;
+        }
+        if Instant::now() > deadline {
+            totals.violations.push(format!(
+                "seed {seed}: runs still unfinished after 120 s: {:?}",
+                entries.iter().map(|e| e.run_id.as_str()).collect::<Vec<_>>()
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for child in workers.iter_mut().chain(coordinators.iter_mut()) {
+        signal(child, "-TERM");
+        let _ = child.wait();
+    }
+
+    let before = totals.violations.len();
+    audit(&store, &prefix, runs, &ledger, seed, totals).await;
+    if totals.violations.len() > before {
+        eprintln!(
+            "chaos seed {seed} broke invariants; replay with: REKINDLE_CHAOS_SEEDS={seed} REKINDLE_CHAOS_RUNS={runs} cargo nextest run --test chaos"
+        );
+    }
+    totals.seeds += 1;
+    totals.runs += runs as u64;
+}
+
+/// Checks every invariant from the bucket and the ledger.
+async fn audit(store: &Store, prefix: &str, runs: usize, ledger: &Path, seed: u64, totals: &mut Totals) {
+    let mut violation = |text: String| totals.violations.push(format!("seed {seed}: {text}"));
+    // Ledger: (run, call) -> epochs it ran at.
+    let mut ran: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
+    for line in std::fs::read_to_string(ledger).unwrap_or_default().lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        if let [run, call, epoch] = parts[..] {
+            ran.entry((run.to_owned(), call.to_owned()))
+                .or_default()
+                .push(epoch.parse().unwrap_or(0));
+        }
+    }
+    for i in 0..runs {
+        let run = RunId::new(format!("{prefix}-{i}"));
+        let source = match generation::load(store, &run, None).await {
+            Ok(loaded) => loaded,
+            Err(GenerationError::NotFound { .. }) => {
+                // Killed before its first commit: nothing was acknowledged.
+                totals.never_started += 1;
+                if ran.keys().any(|(r, _)| r == run.as_str()) {
+                    violation(format!("{run} has no generations but its tools ran"));
+                }
+                continue;
+            }
+            Err(error) => {
+                violation(format!("{run}: source does not load: {error}"));
+                continue;
+            }
+        };
+        // The chain's generations: epochs never go down, seqs have no gaps.
+        check_chain(store, &run, &mut violation).await;
+        let record = recovery::read(store, &recovery_id_for(&run)).await.ok().flatten().map(|(r, _)| r);
+        let (final_state, commits) = match &record {
+            Some(record) => {
+                if record.state != RecoveryState::Finished {
+                    violation(format!("{run}: recovery {} ended {:?}", record.recovery_id, record.state));
+                    continue;
+                }
+                let recovery_run = RunId::new(record.recovery_id.as_str());
+                check_chain(store, &recovery_run, &mut violation).await;
+                let recovered = match generation::load(store, &recovery_run, None).await {
+                    Ok(loaded) => loaded,
+                    Err(error) => {
+                        violation(format!("{run}: recovery run does not load: {error}"));
+                        continue;
+                    }
+                };
+                // Nothing acknowledged is lost: the recovery continues the whole source.
+                let pinned = generation::load(store, &run, Some(record.source_generation)).await;
+                if let Ok(pinned) = pinned
+                    && !recovered.state.facts().starts_with(pinned.state.facts())
+                {
+                    violation(format!("{run}: recovery does not start with the source's committed facts"));
+                }
+                let commits = commit_epochs(store, &run, &recovery_run).await;
+                (recovered.state, commits)
+            }
+            None => {
+                let commits = commit_epochs(store, &run, &run).await;
+                (source.state, commits)
+            }
+        };
+        if final_state.terminal().is_none() {
+            violation(format!("{run}: never reached a terminal state"));
+            continue;
+        }
+        totals.completed += 1;
+        // Every committed tool result's call ran; none ran again after its result was
+        // committed; repeats are bounded by the run's interruptions.
+        let mut epochs_seen = BTreeSet::new();
+        let mut repeats = 0;
+        for fact in final_state.facts() {
+            if let FactBody::ToolResult(result) = &fact.body {
+                let key = (run.to_string(), result.call_id.to_string());
+                let Some(epochs) = ran.get(&key) else {
+                    violation(format!("{run}: committed result of {} but the call never ran", result.call_id));
+                    continue;
+                };
+                epochs_seen.extend(epochs.iter().copied());
+                repeats += epochs.len() - 1;
+                if let Some(committed_at) = commits.get(&fact.seq.0)
+                    && let Some(later) = epochs.iter().find(|e| **e > *committed_at)
+                {
+                    violation(format!(
+                        "{run}: call {} ran at epoch {later} after its result was committed at epoch {committed_at}",
+                        result.call_id
+                    ));
+                }
+            }
+        }
+        if repeats >= epochs_seen.len().max(1) {
+            violation(format!("{run}: {repeats} repeated calls over {} incarnations", epochs_seen.len()));
+        }
+    }
+}
+
+/// The epoch of the generation that first committed each seq (source first, then recovery).
+async fn commit_epochs(store: &Store, source: &RunId, run: &RunId) -> BTreeMap<u64, u64> {
+    let mut epochs = BTreeMap::new();
+    for chain_run in [source, run] {
+        let chain = rekindle::generation::Chain::new(store, layout::run_base(chain_run.as_str()));
+        let Ok(Some(latest)) = chain.latest().await else { continue };
+        for n in 1..=latest {
+            let Ok(Some(object)) = store.read(&chain.key(n)).await else { continue };
+            let Ok(generation) = generation::decode(&chain.key(n), chain_run, &object.bytes) else { continue };
+            for seq in generation.first_seq..=generation.last_seq {
+                epochs.entry(seq).or_insert(generation.epoch);
+            }
+        }
+    }
+    epochs
+}
+
+/// Reads every generation of a run in order: epochs never decrease, seqs never skip.
+async fn check_chain(store: &Store, run: &RunId, violation: &mut impl FnMut(String)) {
+    let chain = rekindle::generation::Chain::new(store, layout::run_base(run.as_str()));
+    let Ok(Some(latest)) = chain.latest().await else { return };
+    let (mut epoch, mut last_seq) = (0, 0);
+    for n in 1..=latest {
+        let key = chain.key(n);
+        let generation = match store.read(&key).await {
+            Ok(Some(object)) => match generation::decode(&key, run, &object.bytes) {
+                Ok(generation) => generation,
+                Err(error) => return violation(format!("{run}: {error}")),
+            },
+            _ => return violation(format!("{run}: generation {n} is missing")),
+        };
+        if generation.epoch < epoch {
+            violation(format!("{run}: generation {n} has epoch {} after epoch {epoch}", generation.epoch));
+        }
+        if !generation.snapshot && generation.first_seq != last_seq + 1 {
+            violation(format!("{run}: generation {n} starts at seq {} after {last_seq}", generation.first_seq));
+        }
+        epoch = generation.epoch;
+        last_seq = generation.last_seq.max(last_seq);
+    }
+}
+
+fn seeds() -> Vec<u64> {
+    let spec = std::env::var("REKINDLE_CHAOS_SEEDS").unwrap_or_else(|_| "1,2".into());
+    spec.split(',')
+        .flat_map(|part| match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse().unwrap_or(1)..=b.trim().parse().unwrap_or(1)).collect::<Vec<u64>>(),
+            None => vec![part.trim().parse().unwrap_or(1)],
+        })
+        .collect()
+}
+
+fn runs() -> usize {
+    std::env::var("REKINDLE_CHAOS_RUNS").ok().and_then(|n| n.parse().ok()).unwrap_or(6)
+}
+
+fn report(label: &str, totals: &Totals) {
+    println!(
+        "chaos {label}: {} seeds, {} kills, {} pauses, {} partitions, {} fault-injected processes, {} runs: {} completed, {} never started, {} violations",
+        totals.seeds,
+        totals.kills,
+        totals.pauses,
+        totals.partitions,
+        totals.fault_processes,
+        totals.runs,
+        totals.completed,
+        totals.never_started,
+        totals.violations.len()
+    );
+    for violation in &totals.violations {
+        println!("  violation: {violation}");
+    }
+}
+
+// Proves, for each seed, that every invariant holds on the local directory store under kills,
+// pauses, store faults and a partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_local_directory() {
+    let mut totals = Totals::default();
+    for seed in seeds() {
+        chaos(seed, runs(), None, &mut totals).await;
+    }
+    report("local", &totals);
+    assert!(totals.violations.is_empty(), "{:?}", totals.violations);
+    assert!(totals.completed + totals.never_started == totals.runs);
+}
+
+// Proves the same against the S3 test server (one seed in the default sweep).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_s3() {
+    let mut totals = Totals::default();
+    let base = common::s3_url();
+    for seed in seeds().into_iter().take(1) {
+        let url = format!("{}/chaos-{seed}-{}", base.trim_end_matches('/'), std::process::id());
+        chaos(seed, runs(), Some(url), &mut totals).await;
+    }
+    report("s3", &totals);
+    assert!(totals.violations.is_empty(), "{:?}", totals.violations);
+}
