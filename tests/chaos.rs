@@ -57,12 +57,17 @@ impl Harness {
         command
     }
 
-    fn worker(&self, i: usize) -> Child {
+    fn worker(&self, i: usize) -> common::Proc {
         let mut command = self.command(env!("CARGO_BIN_EXE_rekindle-worker"));
         command
             .args(["--config"])
             .arg(&self.config)
-            .args(["--id", &format!("w{i}"), "--lease-ttl-ms", &TTL_MS.to_string()])
+            .args([
+                "--id",
+                &format!("w{i}"),
+                "--lease-ttl-ms",
+                &TTL_MS.to_string(),
+            ])
             .args(["--poll-interval-ms", "100", "--state-dir"])
             .arg(self.dir.join(format!("w{i}")));
         // Worker 0 sees a faulty store; worker 2 can be cut off by a file.
@@ -73,27 +78,43 @@ impl Harness {
             );
         }
         if i == 2 {
-            command.env("REKINDLE_FAULTS_PARTITION_FILE", self.dir.join("partition-w2"));
+            command.env(
+                "REKINDLE_FAULTS_PARTITION_FILE",
+                self.dir.join("partition-w2"),
+            );
         }
-        command.spawn().unwrap()
+        command.spawn().map(common::Proc::new).unwrap()
     }
 
-    fn coordinator(&self, i: usize) -> Child {
+    fn coordinator(&self, i: usize) -> common::Proc {
         self.command(env!("CARGO_BIN_EXE_rekindle-coordinator"))
-            .args(["--id", &format!("c{i}"), "--lease-ttl-ms", &TTL_MS.to_string()])
+            .args([
+                "--id",
+                &format!("c{i}"),
+                "--lease-ttl-ms",
+                &TTL_MS.to_string(),
+            ])
             .args(["--scan-interval-ms", "150"])
             .spawn()
+            .map(common::Proc::new)
             .unwrap()
     }
 
-    fn host(&self, run: &str) -> Child {
+    fn host(&self, run: &str) -> common::Proc {
         self.command(env!("CARGO_BIN_EXE_rekindle"))
             .args(["run", "--config"])
             .arg(&self.config)
-            .args(["--run-id", run, "--lease-ttl-ms", &TTL_MS.to_string(), "--state-dir"])
+            .args([
+                "--run-id",
+                run,
+                "--lease-ttl-ms",
+                &TTL_MS.to_string(),
+                "--state-dir",
+            ])
             .arg(self.dir.join("hosts"))
             .arg("record the steps")
             .spawn()
+            .map(common::Proc::new)
             .unwrap()
     }
 }
@@ -149,12 +170,12 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
     };
     let mut random = SplitMix::new(seed);
     let prefix = format!("chaos{seed}");
-    let mut coordinators: Vec<Child> = (0..2).map(|i| harness.coordinator(i)).collect();
-    let mut workers: Vec<Child> = (0..3).map(|i| harness.worker(i)).collect();
+    let mut coordinators: Vec<common::Proc> = (0..2).map(|i| harness.coordinator(i)).collect();
+    let mut workers: Vec<common::Proc> = (0..3).map(|i| harness.worker(i)).collect();
     totals.fault_processes += 1;
 
     // Hosts start staggered; about half are killed at a random point.
-    let mut hosts: Vec<(Child, Option<Instant>)> = Vec::new();
+    let mut hosts: Vec<(common::Proc, Option<Instant>)> = Vec::new();
     for i in 0..runs {
         let child = harness.host(&format!("{prefix}-{i}"));
         let kill_at = (random.below(100) < 50)
@@ -192,7 +213,11 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
                 // The leading coordinator, as the lease names it.
                 let lease = RunId::new(layout::COORDINATOR_LEASE_RUN);
                 if let Ok(Some(view)) = rekindle::lease::read_lease(&store, &lease).await
-                    && let Some(i) = view.lease.holder.strip_prefix('c').and_then(|n| n.parse::<usize>().ok())
+                    && let Some(i) = view
+                        .lease
+                        .holder
+                        .strip_prefix('c')
+                        .and_then(|n| n.parse::<usize>().ok())
                     && i < coordinators.len()
                     && !restarts.iter().any(|r| r.1 == i && !r.2)
                 {
@@ -255,14 +280,23 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (entries, _) = rekindle::index::IndexScan::default().scan(&store).await.unwrap();
-        if !entries.iter().any(|e| e.run_id.as_str().starts_with(&prefix)) {
+        let (entries, _) = rekindle::index::IndexScan::default()
+            .scan(&store)
+            .await
+            .unwrap();
+        if !entries
+            .iter()
+            .any(|e| e.run_id.as_str().starts_with(&prefix))
+        {
             break;
         }
         if Instant::now() > deadline {
             totals.violations.push(format!(
                 "seed {seed}: runs still unfinished after 120 s: {:?}",
-                entries.iter().map(|e| e.run_id.as_str()).collect::<Vec<_>>()
+                entries
+                    .iter()
+                    .map(|e| e.run_id.as_str())
+                    .collect::<Vec<_>>()
             ));
             break;
         }
@@ -285,7 +319,14 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
 }
 
 /// Checks every invariant from the bucket and the ledger.
-async fn audit(store: &Store, prefix: &str, runs: usize, ledger: &Path, seed: u64, totals: &mut Totals) {
+async fn audit(
+    store: &Store,
+    prefix: &str,
+    runs: usize,
+    ledger: &Path,
+    seed: u64,
+    totals: &mut Totals,
+) {
     let mut violation = |text: String| totals.violations.push(format!("seed {seed}: {text}"));
     // Ledger: (run, call) -> epochs it ran at.
     let mut ran: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
@@ -316,11 +357,18 @@ async fn audit(store: &Store, prefix: &str, runs: usize, ledger: &Path, seed: u6
         };
         // The chain's generations: epochs never go down, seqs have no gaps.
         check_chain(store, &run, &mut violation).await;
-        let record = recovery::read(store, &recovery_id_for(&run)).await.ok().flatten().map(|(r, _)| r);
+        let record = recovery::read(store, &recovery_id_for(&run))
+            .await
+            .ok()
+            .flatten()
+            .map(|(r, _)| r);
         let (final_state, commits) = match &record {
             Some(record) => {
                 if record.state != RecoveryState::Finished {
-                    violation(format!("{run}: recovery {} ended {:?}", record.recovery_id, record.state));
+                    violation(format!(
+                        "{run}: recovery {} ended {:?}",
+                        record.recovery_id, record.state
+                    ));
                     continue;
                 }
                 let recovery_run = RunId::new(record.recovery_id.as_str());
@@ -337,7 +385,9 @@ async fn audit(store: &Store, prefix: &str, runs: usize, ledger: &Path, seed: u6
                 if let Ok(pinned) = pinned
                     && !recovered.state.facts().starts_with(pinned.state.facts())
                 {
-                    violation(format!("{run}: recovery does not start with the source's committed facts"));
+                    violation(format!(
+                        "{run}: recovery does not start with the source's committed facts"
+                    ));
                 }
                 let commits = commit_epochs(store, &run, &recovery_run).await;
                 (recovered.state, commits)
@@ -360,7 +410,10 @@ async fn audit(store: &Store, prefix: &str, runs: usize, ledger: &Path, seed: u6
             if let FactBody::ToolResult(result) = &fact.body {
                 let key = (run.to_string(), result.call_id.to_string());
                 let Some(epochs) = ran.get(&key) else {
-                    violation(format!("{run}: committed result of {} but the call never ran", result.call_id));
+                    violation(format!(
+                        "{run}: committed result of {} but the call never ran",
+                        result.call_id
+                    ));
                     continue;
                 };
                 epochs_seen.extend(epochs.iter().copied());
@@ -376,7 +429,10 @@ async fn audit(store: &Store, prefix: &str, runs: usize, ledger: &Path, seed: u6
             }
         }
         if repeats >= epochs_seen.len().max(1) {
-            violation(format!("{run}: {repeats} repeated calls over {} incarnations", epochs_seen.len()));
+            violation(format!(
+                "{run}: {repeats} repeated calls over {} incarnations",
+                epochs_seen.len()
+            ));
         }
     }
 }
@@ -386,10 +442,16 @@ async fn commit_epochs(store: &Store, source: &RunId, run: &RunId) -> BTreeMap<u
     let mut epochs = BTreeMap::new();
     for chain_run in [source, run] {
         let chain = rekindle::generation::Chain::new(store, layout::run_base(chain_run.as_str()));
-        let Ok(Some(latest)) = chain.latest().await else { continue };
+        let Ok(Some(latest)) = chain.latest().await else {
+            continue;
+        };
         for n in 1..=latest {
-            let Ok(Some(object)) = store.read(&chain.key(n)).await else { continue };
-            let Ok(generation) = generation::decode(&chain.key(n), chain_run, &object.bytes) else { continue };
+            let Ok(Some(object)) = store.read(&chain.key(n)).await else {
+                continue;
+            };
+            let Ok(generation) = generation::decode(&chain.key(n), chain_run, &object.bytes) else {
+                continue;
+            };
             for seq in generation.first_seq..=generation.last_seq {
                 epochs.entry(seq).or_insert(generation.epoch);
             }
@@ -401,7 +463,9 @@ async fn commit_epochs(store: &Store, source: &RunId, run: &RunId) -> BTreeMap<u
 /// Reads every generation of a run in order: epochs never decrease, seqs never skip.
 async fn check_chain(store: &Store, run: &RunId, violation: &mut impl FnMut(String)) {
     let chain = rekindle::generation::Chain::new(store, layout::run_base(run.as_str()));
-    let Ok(Some(latest)) = chain.latest().await else { return };
+    let Ok(Some(latest)) = chain.latest().await else {
+        return;
+    };
     let (mut epoch, mut last_seq) = (0, 0);
     for n in 1..=latest {
         let key = chain.key(n);
@@ -413,10 +477,16 @@ async fn check_chain(store: &Store, run: &RunId, violation: &mut impl FnMut(Stri
             _ => return violation(format!("{run}: generation {n} is missing")),
         };
         if generation.epoch < epoch {
-            violation(format!("{run}: generation {n} has epoch {} after epoch {epoch}", generation.epoch));
+            violation(format!(
+                "{run}: generation {n} has epoch {} after epoch {epoch}",
+                generation.epoch
+            ));
         }
         if !generation.snapshot && generation.first_seq != last_seq + 1 {
-            violation(format!("{run}: generation {n} starts at seq {} after {last_seq}", generation.first_seq));
+            violation(format!(
+                "{run}: generation {n} starts at seq {} after {last_seq}",
+                generation.first_seq
+            ));
         }
         epoch = generation.epoch;
         last_seq = generation.last_seq.max(last_seq);
@@ -427,14 +497,18 @@ fn seeds() -> Vec<u64> {
     let spec = std::env::var("REKINDLE_CHAOS_SEEDS").unwrap_or_else(|_| "1,2".into());
     spec.split(',')
         .flat_map(|part| match part.split_once('-') {
-            Some((a, b)) => (a.trim().parse().unwrap_or(1)..=b.trim().parse().unwrap_or(1)).collect::<Vec<u64>>(),
+            Some((a, b)) => (a.trim().parse().unwrap_or(1)..=b.trim().parse().unwrap_or(1))
+                .collect::<Vec<u64>>(),
             None => vec![part.trim().parse().unwrap_or(1)],
         })
         .collect()
 }
 
 fn runs() -> usize {
-    std::env::var("REKINDLE_CHAOS_RUNS").ok().and_then(|n| n.parse().ok()).unwrap_or(6)
+    std::env::var("REKINDLE_CHAOS_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(6)
 }
 
 fn report(label: &str, totals: &Totals) {
@@ -474,7 +548,11 @@ async fn sweep_s3() {
     let mut totals = Totals::default();
     let base = common::s3_url();
     for seed in seeds().into_iter().take(1) {
-        let url = format!("{}/chaos-{seed}-{}", base.trim_end_matches('/'), std::process::id());
+        let url = format!(
+            "{}/chaos-{seed}-{}",
+            base.trim_end_matches('/'),
+            std::process::id()
+        );
         chaos(seed, runs(), Some(url), &mut totals).await;
     }
     report("s3", &totals);

@@ -66,7 +66,7 @@ confirm = {confirm}
         command
     }
 
-    fn host(&self, run: &str) -> Child {
+    fn host(&self, run: &str) -> common::Proc {
         self.command(env!("CARGO_BIN_EXE_rekindle"))
             .args(["run", "--config"])
             .arg(&self.config)
@@ -74,10 +74,11 @@ confirm = {confirm}
             .arg(self.dir.join("host"))
             .arg("record four steps")
             .spawn()
+            .map(common::Proc::new)
             .unwrap()
     }
 
-    fn worker(&self, id: &str) -> Child {
+    fn worker(&self, id: &str) -> common::Proc {
         self.command(env!("CARGO_BIN_EXE_rekindle-worker"))
             .args(["--config"])
             .arg(&self.config)
@@ -92,10 +93,11 @@ confirm = {confirm}
             ])
             .arg(self.dir.join(id))
             .spawn()
+            .map(common::Proc::new)
             .unwrap()
     }
 
-    fn coordinator(&self, id: &str) -> Child {
+    fn coordinator(&self, id: &str) -> common::Proc {
         self.command(env!("CARGO_BIN_EXE_rekindle-coordinator"))
             .args([
                 "--id",
@@ -106,6 +108,7 @@ confirm = {confirm}
                 "150",
             ])
             .spawn()
+            .map(common::Proc::new)
             .unwrap()
     }
 
@@ -294,7 +297,11 @@ async fn parked_run_is_answered_through_the_cli() {
     let bucket = dir.path().join("bucket");
     let fleet = Fleet::with(dir.path(), bucket.display().to_string(), 1, true);
     let run = RunId::new("e2e-parked");
-    let host = fleet.host(run.as_str()).wait_with_output().unwrap();
+    let host = fleet
+        .host(run.as_str())
+        .into_inner()
+        .wait_with_output()
+        .unwrap();
     assert!(host.status.success(), "{host:?}");
     let listed = stdout(&fleet.cli(&["runs", "ls", "--state", "parked", "--json"]));
     assert!(listed.contains("e2e-parked"), "{listed}");
@@ -403,6 +410,7 @@ async fn binaries_serve_health_and_metrics() {
         ])
         .arg(dir.path().join("w"))
         .spawn()
+        .map(common::Proc::new)
         .unwrap();
     let client = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
@@ -484,7 +492,11 @@ async fn runs_rm_removes_a_finished_run() {
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
     let fleet = Fleet::with(dir.path(), bucket.display().to_string(), 1, false);
-    let host = fleet.host("e2e-rm").wait_with_output().unwrap();
+    let host = fleet
+        .host("e2e-rm")
+        .into_inner()
+        .wait_with_output()
+        .unwrap();
     assert!(host.status.success(), "{host:?}");
     let shown = stdout(&fleet.cli(&["runs", "show", "e2e-rm", "--json"]));
     assert!(shown.contains("\"outcome\":\"completed\""), "{shown}");
@@ -528,6 +540,7 @@ async fn interrupted_workflow_resumes_and_skips_finished_steps() {
             .arg(&specs)
             .stdout(Stdio::piped())
             .spawn()
+            .map(common::Proc::new)
             .unwrap()
     };
     let mut first = workflow(&fleet);
@@ -544,7 +557,7 @@ async fn interrupted_workflow_resumes_and_skips_finished_steps() {
     first.kill().unwrap();
     first.wait().unwrap();
 
-    let second = workflow(&fleet).wait_with_output().unwrap();
+    let second = workflow(&fleet).into_inner().wait_with_output().unwrap();
     let text = stdout(&second);
     let skipped: usize = text
         .split("workflow wf: ")

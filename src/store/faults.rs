@@ -100,13 +100,19 @@ impl FaultyStore {
     /// fault tests that run real processes. Returns `None` when neither is set.
     pub fn from_env(inner: &Arc<dyn ObjectStore>) -> Option<Arc<Self>> {
         let spec = std::env::var("REKINDLE_FAULTS").ok();
-        let partition_file = std::env::var_os("REKINDLE_FAULTS_PARTITION_FILE").map(std::path::PathBuf::from);
+        let partition_file =
+            std::env::var_os("REKINDLE_FAULTS_PARTITION_FILE").map(std::path::PathBuf::from);
         if spec.is_none() && partition_file.is_none() {
             return None;
         }
         let mut plan = FaultPlan::default();
         let mut seed = 0;
-        for pair in spec.as_deref().unwrap_or("").split(',').filter(|p| !p.is_empty()) {
+        for pair in spec
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .filter(|p| !p.is_empty())
+        {
             let (name, value) = pair.split_once('=').unwrap_or((pair, "0"));
             let value: u64 = value.trim().parse().unwrap_or(0);
             match name.trim() {
@@ -120,7 +126,11 @@ impl FaultyStore {
                 other => tracing::warn!(setting = other, "unknown REKINDLE_FAULTS setting"),
             }
         }
-        tracing::warn!(?plan, seed, "store fault injection is on (REKINDLE_FAULTS): for tests only");
+        tracing::warn!(
+            ?plan,
+            seed,
+            "store fault injection is on (REKINDLE_FAULTS): for tests only"
+        );
         Some(Arc::new(FaultyStore {
             inner: Arc::clone(inner),
             plan: Mutex::new(plan),
@@ -133,7 +143,10 @@ impl FaultyStore {
 
     fn is_partitioned(&self) -> bool {
         self.partitioned.load(Ordering::SeqCst)
-            || self.partition_file.as_ref().is_some_and(|file| file.exists())
+            || self
+                .partition_file
+                .as_ref()
+                .is_some_and(|file| file.exists())
     }
 
     pub fn set_plan(&self, plan: FaultPlan) {

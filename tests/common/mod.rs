@@ -89,3 +89,39 @@ pub async fn s3(name: &str) -> Store {
     };
     Store::open(&url, &options, clock).await.unwrap()
 }
+
+/// A child process that is killed (and reaped) when dropped, so a failing test never leaves
+/// fleet processes running.
+pub struct Proc(Option<std::process::Child>);
+
+impl Proc {
+    pub fn new(child: std::process::Child) -> Self {
+        Proc(Some(child))
+    }
+
+    pub fn into_inner(mut self) -> std::process::Child {
+        self.0.take().expect("the child is present until dropped")
+    }
+}
+
+impl std::ops::Deref for Proc {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("the child is present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0.as_mut().expect("the child is present until dropped")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
