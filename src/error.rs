@@ -64,6 +64,7 @@ fn generation_kind(error: &GenerationError) -> ErrorKind {
         | GenerationError::FutureFormat { .. }
         | GenerationError::ForeignRun { .. }
         | GenerationError::Discontinuous { .. }
+        | GenerationError::Sealed { .. }
         | GenerationError::Fold { .. } => ErrorKind::Corrupt,
     }
 }

@@ -61,8 +61,13 @@ async fn finished_long_ago(
     };
     let newest = Chain::new(store, layout::run_base(run.as_str()));
     let at_ms = match store.read(&newest.key(loaded.generation)).await? {
-        Some(object) => generation::decode(&newest.key(loaded.generation), run, &object.bytes)
-            .map_or(u64::MAX, |g| g.at_ms),
+        Some(object) => generation::decode_with(
+            store.sealer(),
+            &newest.key(loaded.generation),
+            run,
+            &object.bytes,
+        )
+        .map_or(u64::MAX, |g| g.at_ms),
         None => u64::MAX,
     };
     Ok(released && at_ms.saturating_add(retention.as_millis() as u64) < now_ms)
@@ -128,19 +133,20 @@ pub async fn collect(store: &Store, retention: Duration, now_ms: u64) -> Result<
                 .push(format!("{snapshot_key}: not a run generation"));
             continue;
         };
-        let snapshot_generation = match generation::decode(&snapshot_key, &run_id, &object.bytes) {
-            Ok(generation) if generation.snapshot => generation,
-            Ok(_) => {
-                report.skipped.push(format!(
-                    "{snapshot_key}: hinted generation is not a snapshot"
-                ));
-                continue;
-            }
-            Err(error) => {
-                report.skipped.push(error.to_string());
-                continue;
-            }
-        };
+        let snapshot_generation =
+            match generation::decode_with(store.sealer(), &snapshot_key, &run_id, &object.bytes) {
+                Ok(generation) if generation.snapshot => generation,
+                Ok(_) => {
+                    report.skipped.push(format!(
+                        "{snapshot_key}: hinted generation is not a snapshot"
+                    ));
+                    continue;
+                }
+                Err(error) => {
+                    report.skipped.push(error.to_string());
+                    continue;
+                }
+            };
         let keep: BTreeSet<u64> = snapshot_generation
             .epoch_starts
             .iter()

@@ -63,7 +63,12 @@ pub struct Generation {
     pub at_ms: u64,
     /// SHA-256 of the facts' encoded lines, checked on load.
     pub facts_sha256: String,
+    /// Empty when the facts are sealed.
+    #[serde(default)]
     pub facts: Vec<Fact>,
+    /// The facts' JSONL, encrypted (see `seal.rs`), when client-side encryption is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<crate::seal::Sealed>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +115,8 @@ pub enum GenerationError {
     },
     #[error("generation object '{key}': {reason}")]
     Discontinuous { key: String, reason: String },
+    #[error("generation object '{key}' is sealed: {reason}")]
+    Sealed { key: String, reason: String },
     #[error("generation object '{key}': {source}")]
     Fold {
         key: String,
@@ -155,8 +162,18 @@ fn facts_digest(facts: &[Fact]) -> Result<String, fact::DecodeError> {
     encode_facts(facts).map(|(_, digest)| digest)
 }
 
-/// Parses and checks one generation object read from `key`.
+/// Parses and checks one generation object read from `key` (a sealed one cannot be opened).
 pub fn decode(key: &str, run: &RunId, bytes: &[u8]) -> Result<Generation, GenerationError> {
+    decode_with(None, key, run, bytes)
+}
+
+/// [`decode`], opening a sealed generation with `sealer`.
+pub fn decode_with(
+    sealer: Option<&crate::seal::Sealer>,
+    key: &str,
+    run: &RunId,
+    bytes: &[u8],
+) -> Result<Generation, GenerationError> {
     let corrupt = |reason: String| GenerationError::Corrupt {
         key: key.to_owned(),
         reason,
@@ -176,6 +193,24 @@ pub fn decode(key: &str, run: &RunId, bytes: &[u8]) -> Result<Generation, Genera
                 supported,
             },
         })?;
+    let mut generation = generation;
+    if let Some(sealed) = generation.sealed.take() {
+        let plaintext = sealer
+            .ok_or_else(|| crate::seal::SealError::UnknownKey {
+                key_id: sealed.key_id.clone(),
+            })
+            .and_then(|sealer| sealer.open(&sealed))
+            .map_err(|error| GenerationError::Sealed {
+                key: key.to_owned(),
+                reason: error.to_string(),
+            })?;
+        generation.facts = plaintext
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(fact::decode)
+            .collect::<Result<_, _>>()
+            .map_err(|e| corrupt(format!("sealed facts: {e}")))?;
+    }
     if generation.run_id != *run {
         return Err(GenerationError::ForeignRun {
             key: key.to_owned(),
@@ -389,7 +424,7 @@ pub async fn load(
         }
     };
     let (newest_key, newest_object) = read(newest).await?;
-    let newest_generation = decode(&newest_key, run, &newest_object.bytes)?;
+    let newest_generation = decode_with(store.sealer(), &newest_key, run, &newest_object.bytes)?;
     let digest = sha256_hex(&newest_object.bytes);
     let base = newest_generation.base;
     if base > newest {
@@ -412,7 +447,7 @@ pub async fn load(
     let mut previous: Option<Generation> = None;
     let (mut snapshot_bytes, mut delta_count, mut delta_bytes) = (0, 0, 0);
     for (key, bytes) in &objects {
-        let generation = decode(key, run, bytes)?;
+        let generation = decode_with(store.sealer(), key, run, bytes)?;
         let discontinuous = |reason: String| GenerationError::Discontinuous {
             key: key.clone(),
             reason,
@@ -690,6 +725,16 @@ impl RunWriter {
             key: self.chain.key(n),
             reason: e.to_string(),
         })?;
+        let (facts, sealed) = match self.chain.store().sealer() {
+            Some(sealer) => {
+                let (lines, _) = encode_facts(&facts).map_err(|e| GenerationError::Corrupt {
+                    key: self.chain.key(n),
+                    reason: e.to_string(),
+                })?;
+                (Vec::new(), Some(sealer.seal(&lines)))
+            }
+            None => (facts, None),
+        };
         let generation = Generation {
             format: FORMAT_VERSION,
             kind: KIND.into(),
@@ -705,6 +750,7 @@ impl RunWriter {
             at_ms: self.chain.store().clock().wall_ms(),
             facts_sha256: digest,
             facts,
+            sealed,
         };
         let bytes =
             Bytes::from(
@@ -744,10 +790,12 @@ impl RunWriter {
     /// Someone else holds slot `n`: tell a fencing successor from a conflict.
     async fn occupied(&self, n: u64, key: &str) -> GenerationError {
         let other = match self.chain.store().read(key).await {
-            Ok(Some(object)) => match decode(key, &self.run, &object.bytes) {
-                Ok(generation) => generation,
-                Err(error) => return error,
-            },
+            Ok(Some(object)) => {
+                match decode_with(self.chain.store().sealer(), key, &self.run, &object.bytes) {
+                    Ok(generation) => generation,
+                    Err(error) => return error,
+                }
+            }
             Ok(None) => {
                 return GenerationError::Discontinuous {
                     key: key.to_owned(),

@@ -44,6 +44,7 @@ pub mod measure;
 pub mod recovery;
 pub mod runner;
 pub mod sample;
+pub mod seal;
 pub mod serve;
 pub mod store;
 pub mod worker;

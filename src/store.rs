@@ -237,6 +237,8 @@ pub struct Store {
     metrics: Arc<Metrics>,
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
+    /// Client-side encryption of generation payloads, when configured.
+    sealer: Option<Arc<crate::seal::Sealer>>,
 }
 
 impl Store {
@@ -289,7 +291,13 @@ impl Store {
             Some(faulty) => faulty,
             None => inner,
         };
-        let store = Store::from_parts(inner, backend, url, &prefix, options.retry, clock);
+        let sealer = crate::seal::Sealer::from_env().map_err(|error| StoreError::Failed {
+            op: "open",
+            key: "(client-side encryption key)".into(),
+            message: error.to_string(),
+        })?;
+        let store = Store::from_parts(inner, backend, url, &prefix, options.retry, clock)
+            .with_sealer(sealer.map(Arc::new));
         if !options.skip_probe {
             store.probe_once().await?;
             store.check_format().await?;
@@ -354,7 +362,18 @@ impl Store {
             metrics: Arc::new(Metrics::default()),
             retry,
             clock,
+            sealer: None,
         }
+    }
+
+    /// The same store sealing new generations with `sealer` (and able to open them).
+    pub fn with_sealer(mut self, sealer: Option<Arc<crate::seal::Sealer>>) -> Store {
+        self.sealer = sealer;
+        self
+    }
+
+    pub fn sealer(&self) -> Option<&crate::seal::Sealer> {
+        self.sealer.as_deref()
     }
 
     pub fn url(&self) -> &str {
