@@ -27,6 +27,9 @@ pub struct StoreArgs {
     /// S3 region (default: from the AWS environment or profile).
     #[arg(long)]
     pub region: Option<String>,
+    /// Deadline for one store request; a stalled request is retried after it.
+    #[arg(long, env = "REKINDLE_STORE_TIMEOUT_MS", default_value_t = 30_000)]
+    pub store_timeout_ms: u64,
 }
 
 impl StoreArgs {
@@ -38,6 +41,10 @@ impl StoreArgs {
             virtual_hosted_style: self.virtual_hosted_style,
             region: self.region.clone(),
             skip_probe: read_only,
+            retry: crate::store::RetryPolicy {
+                attempt_timeout: std::time::Duration::from_millis(self.store_timeout_ms.max(1)),
+                ..crate::store::RetryPolicy::default()
+            },
             ..StoreOptions::default()
         };
         Store::open(&self.store, &options, SystemClock::shared()).await

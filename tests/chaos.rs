@@ -72,10 +72,16 @@ impl Harness {
             .arg(self.dir.join(format!("w{i}")));
         // Worker 0 sees a faulty store; worker 2 can be cut off by a file.
         if i == 0 {
-            command.env(
-                "REKINDLE_FAULTS",
-                format!("seed={},error=40,lost=40,latency_ms=1", self.seed),
-            );
+            // 503s, lost responses, latency, and stalls longer than the request deadline.
+            command
+                .env(
+                    "REKINDLE_FAULTS",
+                    format!(
+                        "seed={},error=40,lost=40,stall=10,stall_ms=1200,latency_ms=1",
+                        self.seed
+                    ),
+                )
+                .env("REKINDLE_STORE_TIMEOUT_MS", "400");
         }
         if i == 2 {
             command.env(

@@ -267,3 +267,50 @@ async fn a_tool_printing_one_gib_is_bounded() {
         1_073_741_824 - rekindle::host::tools::MAX_OUTPUT_BYTES
     )));
 }
+
+// Proves an API key echoed back by a hostile endpoint never reaches the error message. (The
+// key is taken from an environment variable every process has, HOME, so the test needs no
+// environment changes.)
+#[tokio::test]
+async fn an_echoed_api_key_is_redacted() {
+    let app = axum::Router::new().fallback(|headers: axum::http::HeaderMap| async move {
+        let auth = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        (
+            axum::http::StatusCode::UNAUTHORIZED,
+            format!("bad credentials: {auth}"),
+        )
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let key = std::env::var("HOME").unwrap();
+    assert!(key.len() >= 4, "HOME is too short to stand in for a key");
+    let model = OpenAiModel::new(
+        &format!("http://{address}"),
+        "m",
+        Some("HOME".into()),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let state = request_state();
+    let error = model
+        .complete(ModelRequest {
+            system_prompt: "s",
+            state: &state,
+            tools: &[],
+        })
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("bad credentials: Bearer [redacted]"),
+        "{text}"
+    );
+    assert!(!text.contains(&format!("Bearer {key}")), "{text}");
+}

@@ -190,6 +190,19 @@ impl OpenAiModel {
         body
     }
 
+    /// Removes the API key from text that came back from the endpoint (an endpoint may echo
+    /// the request), so it never reaches an error message or a log.
+    fn redact(&self, text: &str) -> String {
+        match self
+            .api_key_env
+            .as_ref()
+            .and_then(|name| std::env::var(name).ok())
+        {
+            Some(key) if key.len() >= 4 => text.replace(&key, "[redacted]"),
+            _ => text.to_owned(),
+        }
+    }
+
     async fn once(&self, body: &Value) -> Result<ModelTurn, ModelError> {
         let endpoint = |message: String| ModelError::Endpoint {
             url: self.url.clone(),
@@ -215,13 +228,13 @@ impl OpenAiModel {
                 url: self.url.clone(),
                 message: format!(
                     "HTTP {status}: {}",
-                    text.chars().take(200).collect::<String>()
+                    self.redact(&text.chars().take(200).collect::<String>())
                 ),
             });
         }
         parse_completion(&text).map_err(|message| ModelError::Garbage {
             url: self.url.clone(),
-            message,
+            message: self.redact(&message),
         })
     }
 }
