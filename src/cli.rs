@@ -45,7 +45,6 @@ impl StoreArgs {
                 attempt_timeout: std::time::Duration::from_millis(self.store_timeout_ms.max(1)),
                 ..crate::store::RetryPolicy::default()
             },
-            ..StoreOptions::default()
         };
         Store::open(&self.store, &options, SystemClock::shared()).await
     }
