@@ -121,6 +121,14 @@ confirm = {confirm}
             .unwrap()
     }
 
+    /// Starts a host and kills it with -9 once it has run its first tool call.
+    fn crash_host(&self, run: &str) {
+        let mut host = self.host(run);
+        self.wait_for_ledger(1, Duration::from_secs(30));
+        host.kill().unwrap();
+        host.wait().unwrap();
+    }
+
     fn ledger_lines(&self) -> Vec<String> {
         std::fs::read_to_string(&self.ledger)
             .unwrap_or_default()
@@ -200,10 +208,7 @@ async fn killed_host_and_worker_are_recovered_by_the_fleet() {
     let fleet = Fleet::new(dir.path(), bucket.display().to_string());
     let run = RunId::new("e2e-run");
 
-    let mut host = fleet.host(run.as_str());
-    fleet.wait_for_ledger(1, Duration::from_secs(30));
-    host.kill().unwrap();
-    host.wait().unwrap();
+    fleet.crash_host(run.as_str());
 
     let mut coordinator = fleet.coordinator("coordinator-a");
     let mut w0 = fleet.worker("w0");
@@ -268,10 +273,7 @@ async fn standby_coordinator_takes_over() {
     leader.wait().unwrap();
 
     let run = RunId::new("e2e-standby");
-    let mut host = fleet.host(run.as_str());
-    fleet.wait_for_ledger(1, Duration::from_secs(30));
-    host.kill().unwrap();
-    host.wait().unwrap();
+    fleet.crash_host(run.as_str());
 
     wait_finished(&store, &run, Duration::from_secs(60)).await;
     let view = rekindle::lease::read_lease(&store, &lease)
@@ -331,10 +333,7 @@ async fn same_recovery_id_twice_executes_once() {
     let bucket = dir.path().join("bucket");
     let fleet = Fleet::new(dir.path(), bucket.display().to_string());
     let run = "e2e-twice";
-    let mut host = fleet.host(run);
-    fleet.wait_for_ledger(1, Duration::from_secs(30));
-    host.kill().unwrap();
-    host.wait().unwrap();
+    fleet.crash_host(run);
 
     let first = stdout(&fleet.cli(&["recover", run, "--recovery-id", "mine"]));
     let second = stdout(&fleet.cli(&["recover", run, "--recovery-id", "mine"]));
@@ -373,10 +372,7 @@ async fn killed_host_is_recovered_on_s3() {
     );
     let fleet = Fleet::new(dir.path(), url.clone());
     let run = RunId::new("e2e-s3");
-    let mut host = fleet.host(run.as_str());
-    fleet.wait_for_ledger(1, Duration::from_secs(30));
-    host.kill().unwrap();
-    host.wait().unwrap();
+    fleet.crash_host(run.as_str());
     let mut coordinator = fleet.coordinator("coordinator-a");
     let mut worker = fleet.worker("w0");
     let store = common::s3_store_at(&url).await;
@@ -452,10 +448,7 @@ async fn recover_all_admits_interrupted_runs() {
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
     let fleet = Fleet::new(dir.path(), bucket.display().to_string());
-    let mut host = fleet.host("e2e-all");
-    fleet.wait_for_ledger(1, Duration::from_secs(30));
-    host.kill().unwrap();
-    host.wait().unwrap();
+    fleet.crash_host("e2e-all");
     let text = stdout(&fleet.cli(&["recover", "--all"]));
     assert!(text.contains("1 interrupted runs admitted"), "{text}");
     let mut worker = fleet.worker("w0");
@@ -595,10 +588,7 @@ async fn sigterm_hands_a_recovery_over_at_once() {
     let bucket = dir.path().join("bucket");
     let fleet = Fleet::new(dir.path(), bucket.display().to_string());
     let run = RunId::new("e2e-term");
-    let mut host = fleet.host(run.as_str());
-    fleet.wait_for_ledger(1, Duration::from_secs(30));
-    host.kill().unwrap();
-    host.wait().unwrap();
+    fleet.crash_host(run.as_str());
     let mut coordinator = fleet.coordinator("coordinator-a");
     let mut w0 = fleet.worker("w0");
     // Stop w0 as soon as it has started a call of the recovery.
