@@ -19,9 +19,9 @@ struct Args {
     #[arg(long, env = "REKINDLE_COORDINATOR_ID")]
     id: Option<String>,
     /// How long a silent heartbeat means a dead process.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 30_000)]
     lease_ttl_ms: u64,
-    #[arg(long, default_value_t = 2_000)]
+    #[arg(long, default_value_t = 10_000)]
     scan_interval_ms: u64,
     /// Failed attempts before a recovery is dead-lettered.
     #[arg(long, default_value_t = coordinator::DEFAULT_MAX_ATTEMPTS)]

@@ -66,7 +66,7 @@ enum Command {
         /// Directory for local fact logs (default: $XDG_STATE_HOME/rekindle/runs).
         #[arg(long, env = "REKINDLE_STATE_DIR")]
         state_dir: Option<PathBuf>,
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 30_000)]
         lease_ttl_ms: u64,
         /// The user's prompt.
         prompt: String,

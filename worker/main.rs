@@ -29,9 +29,9 @@ struct Args {
     /// Recoveries executed at once.
     #[arg(long, default_value_t = 4)]
     concurrency: u32,
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 30_000)]
     lease_ttl_ms: u64,
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = 2_000)]
     poll_interval_ms: u64,
     /// On SIGTERM, how long running recoveries get to finish their step and commit.
     #[arg(long, default_value_t = 60_000)]
