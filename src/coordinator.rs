@@ -520,3 +520,131 @@ async fn execute(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(name: &str, capacity: u32, fingerprint: &str, alive: bool) -> WorkerView {
+        WorkerView {
+            registration: Registration::new(
+                name,
+                format!("hb/{name}"),
+                capacity,
+                fingerprint.into(),
+            ),
+            alive,
+        }
+    }
+
+    fn run(
+        name: &str,
+        phase: Phase,
+        holder_alive: bool,
+        recovery: Option<RecoveryRecord>,
+    ) -> RunView {
+        let mut entry = IndexEntry::new(RunId::new(name), None, phase, "fp".into(), 0);
+        entry.recovery_id = recovery.as_ref().map(|r| r.recovery_id.clone());
+        RunView {
+            entry,
+            holder_alive,
+            recovery,
+        }
+    }
+
+    fn record(
+        name: &str,
+        state: RecoveryState,
+        assigned: Option<&str>,
+        attempts: u32,
+    ) -> RecoveryRecord {
+        RecoveryRecord {
+            format: 1,
+            kind: "recovery".into(),
+            recovery_id: recovery_id_for(&RunId::new(name)),
+            source_run: RunId::new(name),
+            source_generation: 3,
+            source_digest: "d".into(),
+            source_epoch: 1,
+            state,
+            force: false,
+            attempts,
+            last_error: None,
+            assigned_to: assigned.map(str::to_owned),
+            result: None,
+            admitted_at_ms: 0,
+            updated_at_ms: 0,
+        }
+    }
+
+    // Proves the decisions: admit runs whose holder is dead, leave live and parked ones,
+    // assign by free capacity (counting what each worker already holds; ties go to the first
+    // name) to matching workers only, reassign a dead worker's recovery,
+    // dead-letter after too many attempts, and forget finished ones.
+    #[test]
+    fn decide_assigns_by_capacity_and_fingerprint() {
+        let workers = [
+            worker("busy", 1, "fp", true),
+            worker("roomy", 3, "fp", true),
+            worker("other-config", 9, "other", true),
+            worker("dead", 9, "fp", false),
+        ];
+        let runs = [
+            run("alive", Phase::Running, true, None),
+            run("crashed", Phase::Running, false, None),
+            run("parked", Phase::Parked, false, None),
+            run(
+                "orphaned",
+                Phase::Recovering,
+                false,
+                Some(record("orphaned", RecoveryState::Running, Some("dead"), 1)),
+            ),
+            run(
+                "new",
+                Phase::Recovering,
+                false,
+                Some(record("new", RecoveryState::Admitted, None, 0)),
+            ),
+            run(
+                "failing",
+                Phase::Recovering,
+                false,
+                Some(record("failing", RecoveryState::Admitted, Some("roomy"), 5)),
+            ),
+            run(
+                "done",
+                Phase::Recovering,
+                false,
+                Some(record("done", RecoveryState::Finished, Some("roomy"), 1)),
+            ),
+        ];
+        let actions = decide(&workers, &runs, 5);
+        assert_eq!(
+            actions,
+            vec![
+                Action::Admit {
+                    source: RunId::new("crashed")
+                },
+                Action::Assign {
+                    recovery: recovery_id_for(&RunId::new("orphaned")),
+                    worker: "roomy".into()
+                },
+                Action::Assign {
+                    recovery: recovery_id_for(&RunId::new("new")),
+                    worker: "busy".into()
+                },
+                Action::DeadLetter {
+                    source: RunId::new("failing"),
+                    recovery: recovery_id_for(&RunId::new("failing"))
+                },
+                Action::Forget {
+                    source: RunId::new("done")
+                },
+            ]
+        );
+        // With no matching live worker, nothing is assigned (and nothing goes to a mismatch).
+        let only_other = [worker("other-config", 9, "other", true)];
+        let actions = decide(&only_other, &runs[4..5], 5);
+        assert!(actions.is_empty(), "{actions:?}");
+    }
+}
