@@ -3,9 +3,10 @@
 //! This module owns leadership (one active coordinator, by a lease; a standby takes over when
 //! the leader stops beating), observing the fleet through the bucket (the index, worker
 //! registrations, heartbeats, recovery records) and the pure [`decide`] that turns an
-//! observation into actions. Polling stays cheap: per tick, one LIST each of the index,
-//! registrations and heartbeats (liveness comes from the listed ETags), and GETs only for
-//! index entries that changed and for runs being recovered. It never executes a run.
+//! observation into actions. Polling stays cheap: per tick, one LIST each of the index and
+//! the heartbeats (liveness comes from the listed ETags), a LIST of registrations only when
+//! the set of processes changed, and GETs only for index entries that changed and for runs
+//! being recovered. It never executes a run.
 //!
 //! Architecture invariant: a coordinator restart never admits a run twice — recovery IDs are
 //! derived from the source run ([`recovery_id_for`]) and admission is idempotent.
@@ -222,7 +223,13 @@ struct Observer {
     registrations: HashMap<String, (Option<ETag>, Registration)>,
     liveness: ExpiryWatch,
     inboxes: HashMap<String, Vec<RecoveryId>>,
+    /// The heartbeat keys seen last tick, and ticks since registrations were last listed.
+    holders: std::collections::BTreeSet<String>,
+    ticks_since_registrations: u32,
 }
+
+/// Registrations are re-listed at least this often even when no process came or went.
+const REGISTRATIONS_REFRESH_TICKS: u32 = 30;
 
 /// Runs a coordinator until `stop` is set: stands by until it leads, then ticks.
 pub async fn run(
@@ -316,8 +323,28 @@ async fn tick(
             break;
         }
     }
-    // Registrations, re-read only when changed.
-    let listed = store.list(layout::workers_prefix(), None, 10_000).await?;
+    // Registrations change only when a worker starts or stops, and a worker beats before it
+    // registers: list them only when the set of heartbeats changed (or now and then), and
+    // re-read only the entries whose ETag changed.
+    let holders: std::collections::BTreeSet<String> = alive.keys().cloned().collect();
+    observer.ticks_since_registrations += 1;
+    let relist = holders != observer.holders
+        || observer.ticks_since_registrations >= REGISTRATIONS_REFRESH_TICKS;
+    observer.holders = holders;
+    let listed = if relist {
+        observer.ticks_since_registrations = 0;
+        store.list(layout::workers_prefix(), None, 10_000).await?
+    } else {
+        observer
+            .registrations
+            .iter()
+            .map(|(key, (etag, _))| crate::store::Listed {
+                key: key.clone(),
+                etag: etag.clone(),
+                size: 0,
+            })
+            .collect()
+    };
     let mut registrations = HashMap::new();
     for entry in listed {
         let cached = observer
