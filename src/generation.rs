@@ -680,31 +680,65 @@ impl RunWriter {
     }
 
     async fn commit_facts(&mut self, facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
-        let mut state = self.state.clone();
+        // The new facts are folded into the live state directly (no copy of the whole run per
+        // commit); if anything fails before the generation lands, the state is rolled back to
+        // the committed prefix.
         let mut new_facts = Vec::with_capacity(facts.len());
         for fact in facts {
-            let seq = fact.seq;
-            if seq <= self.committed {
-                // Already committed: must be identical (the fold checks), then skipped.
-                state.apply(fact).map_err(|source| GenerationError::Fold {
-                    key: "(commit)".into(),
-                    source,
-                })?;
-                continue;
+            // Already committed facts must be identical (the fold checks) and are skipped.
+            let is_new = fact.seq > self.committed;
+            let applied = if is_new {
+                self.state
+                    .apply(fact.clone())
+                    .map(|applied| (applied, Some(fact)))
+            } else {
+                self.state.apply(fact).map(|applied| (applied, None))
+            };
+            match applied {
+                // A fact repeated within one commit is folded once and written once.
+                Ok((crate::fold::Applied::Appended, Some(fact))) => new_facts.push(fact),
+                Ok(_) => {}
+                Err(source) => {
+                    self.roll_back()?;
+                    return Err(GenerationError::Fold {
+                        key: "(commit)".into(),
+                        source,
+                    });
+                }
             }
-            state
-                .apply(fact.clone())
-                .map_err(|source| GenerationError::Fold {
-                    key: "(commit)".into(),
-                    source,
-                })?;
-            new_facts.push(fact);
         }
-        let n = self.generation + 1;
-        let (new_lines, _) = encode_facts(&new_facts).map_err(|e| GenerationError::Corrupt {
-            key: self.chain.key(n),
-            reason: e.to_string(),
+        let written = self.write(new_facts, first).await;
+        if written.is_err() {
+            self.roll_back()?;
+        }
+        written
+    }
+
+    /// Returns the state to the committed facts after a commit that did not land.
+    fn roll_back(&mut self) -> Result<(), GenerationError> {
+        let mut facts = std::mem::take(&mut self.state).into_facts();
+        facts.truncate(self.committed.0 as usize);
+        // A prefix of facts that folded before folds again.
+        self.state = crate::fold::fold(facts).map_err(|source| GenerationError::Fold {
+            key: "(rollback)".into(),
+            source,
         })?;
+        Ok(())
+    }
+
+    /// Writes the generation holding `new_facts` (already folded into the state) in the next
+    /// slot: a delta, or a snapshot of the whole run when the policy says so.
+    async fn write(&mut self, new_facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
+        let n = self.generation + 1;
+        let encode = |facts: &[Fact]| {
+            encode_facts(facts).map_err(|e| GenerationError::Corrupt {
+                key: self.chain.key(n),
+                reason: e.to_string(),
+            })
+        };
+        // Each payload is encoded once: the lines give its size, its digest and, when
+        // sealing, the plaintext.
+        let (new_lines, new_digest) = encode(&new_facts)?;
         let snapshot = first
             || self.delta_count + 1 >= self.policy.max_deltas
             || (self.delta_count + 1 >= self.policy.min_deltas
@@ -716,23 +750,15 @@ impl RunWriter {
         {
             epoch_starts.push((self.epoch, n));
         }
-        let facts = if snapshot {
-            state.facts().to_vec()
+        let (facts, lines, digest) = if snapshot {
+            let all = self.state.facts().to_vec();
+            let (lines, digest) = encode(&all)?;
+            (all, lines, digest)
         } else {
-            new_facts
+            (new_facts, new_lines, new_digest)
         };
-        let (_, digest) = encode_facts(&facts).map_err(|e| GenerationError::Corrupt {
-            key: self.chain.key(n),
-            reason: e.to_string(),
-        })?;
         let (facts, sealed) = match self.chain.store().sealer() {
-            Some(sealer) => {
-                let (lines, _) = encode_facts(&facts).map_err(|e| GenerationError::Corrupt {
-                    key: self.chain.key(n),
-                    reason: e.to_string(),
-                })?;
-                (Vec::new(), Some(sealer.seal(&lines)))
-            }
+            Some(sealer) => (Vec::new(), Some(sealer.seal(&lines))),
             None => (facts, None),
         };
         let generation = Generation {
@@ -745,7 +771,7 @@ impl RunWriter {
             epoch: self.epoch,
             writer: self.nonce.clone(),
             first_seq: if snapshot { 1 } else { self.committed.0 + 1 },
-            last_seq: state.last_seq().0,
+            last_seq: self.state.last_seq().0,
             epoch_starts: epoch_starts.clone(),
             at_ms: self.chain.store().clock().wall_ms(),
             facts_sha256: digest,
@@ -768,7 +794,6 @@ impl RunWriter {
             }
             Err(other) => return Err(other.into()),
         }
-        self.state = state;
         self.generation = n;
         self.committed = self.state.last_seq();
         self.epoch_starts = epoch_starts;

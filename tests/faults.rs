@@ -220,6 +220,8 @@ async fn partition_then_reconnect_loses_nothing() {
         "{error}"
     );
     assert_eq!(writer.committed().0, 5);
+    // The failed commit's facts were rolled back out of the writer's state too.
+    assert_eq!(writer.state().last_seq().0, 5);
     faulty.set_partitioned(false);
     writer.commit(facts[5..].to_vec()).await.unwrap();
     let loaded = generation::load(&store, &RunId::new("cut"), None)

@@ -158,6 +158,22 @@ async fn commit_and_load(store: Store) {
         writer.commit(vec![changed]).await,
         Err(GenerationError::Fold { .. })
     ));
+    // A refused commit leaves the state at what is committed, and a fact repeated within one
+    // commit is written once.
+    assert_eq!(writer.state().last_seq(), writer.committed());
+    let other = sample::run("run-b", 10, 6);
+    let mut repeated = RunWriter::create(&store, other[..2].to_vec(), 1, policy)
+        .await
+        .unwrap();
+    repeated
+        .commit(vec![other[2].clone(), other[2].clone()])
+        .await
+        .unwrap();
+    assert_eq!(repeated.generation(), 2);
+    let reloaded = generation::load(&store, &RunId::new("run-b"), None)
+        .await
+        .unwrap();
+    assert_eq!(reloaded.state.facts(), &other[..3]);
 }
 
 /// A new holder's first commit fences the old writer, which learns it lost the run.
