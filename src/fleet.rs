@@ -202,7 +202,7 @@ impl Node {
         )
         .await?;
         let runner = self.runner(writer, log, held.clone());
-        self.finish_drive(runner, held, session, None).await
+        Ok(self.finish_drive(runner, held, session, None).await?.0)
     }
 
     /// Drives until the run is no longer runnable here, then records where it stands.
@@ -212,7 +212,7 @@ impl Node {
         held: Held,
         session: Option<SessionId>,
         source: Option<(&RunId, &RecoveryRecord)>,
-    ) -> Result<Stopped, FleetError> {
+    ) -> Result<(Stopped, u64), FleetError> {
         let run = held.run.clone();
         let stopped = loop {
             match runner.drive().await? {
@@ -222,6 +222,7 @@ impl Node {
             }
         };
         // Done driving: drop the runner (and its lease watcher) before releasing the lease.
+        let generation = runner.writer.generation();
         drop(runner);
         match &stopped {
             Stopped::Finished(_) => {
@@ -244,7 +245,7 @@ impl Node {
                 self.holder.release(&held).await?;
             }
         }
-        Ok(stopped)
+        Ok((stopped, generation))
     }
 
     /// Continues an interrupted run under its recovery ID: takes the recovery run's lease,
@@ -262,8 +263,9 @@ impl Node {
             )
             .await?;
         let policy = SnapshotPolicy::default();
-        let writer = match generation::load(&self.store, &run, None).await {
-            Ok(_) => RunWriter::resume(&self.store, &run, held.epoch, policy).await?,
+        // Continue the recovery run if an earlier attempt started it, else seed it.
+        let writer = match RunWriter::resume(&self.store, &run, held.epoch, policy).await {
+            Ok(writer) => writer,
             Err(GenerationError::NotFound { .. }) => {
                 let source = generation::load(
                     &self.store,
@@ -312,14 +314,10 @@ impl Node {
         tracing::info!(recovery_id = %record.recovery_id, source_run = %record.source_run, epoch = held.epoch, "recovery started");
         let session = writer.state().session_id().cloned();
         let runner = self.runner(writer, log, held.clone());
-        let stopped = self
+        let (stopped, final_generation) = self
             .finish_drive(runner, held, session, Some((&record.source_run, record)))
             .await?;
         if let Stopped::Finished(terminal) = &stopped {
-            let final_generation = generation::load(&self.store, &run, None)
-                .await
-                .map(|l| l.generation)
-                .unwrap_or(0);
             let (current, etag) = recovery::read(&self.store, &record.recovery_id)
                 .await?
                 .ok_or_else(|| RecoveryError::Changed {

@@ -111,21 +111,13 @@ pub enum LeaseError {
     },
 }
 
-fn parse<T: serde::de::DeserializeOwned>(
-    key: &str,
-    kind: &str,
-    bytes: &[u8],
-) -> Result<T, LeaseError> {
-    layout::decode_object(key, kind, bytes).map_err(LeaseError::from)
-}
-
 /// Reads a run's lease.
 pub async fn read_lease(store: &Store, run: &RunId) -> Result<Option<LeaseView>, LeaseError> {
     let key = layout::lease(run.as_str());
     match store.read(&key).await? {
         None => Ok(None),
         Some(object) => {
-            let lease: Lease = parse(&key, LEASE_KIND, &object.bytes)?;
+            let lease: Lease = layout::decode_object(&key, LEASE_KIND, &object.bytes)?;
             if lease.run_id != *run {
                 return Err(layout::ObjectError::Corrupt {
                     key,
@@ -149,7 +141,7 @@ pub async fn read_heartbeat(
     match store.read(key).await? {
         None => Ok(None),
         Some(object) => {
-            let beat: Heartbeat = parse(key, HEARTBEAT_KIND, &object.bytes)?;
+            let beat: Heartbeat = layout::decode_object(key, HEARTBEAT_KIND, &object.bytes)?;
             Ok(Some((beat, object.etag)))
         }
     }

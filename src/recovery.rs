@@ -114,14 +114,6 @@ pub struct Admission {
     pub created: bool,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(
-    key: &str,
-    kind: &str,
-    bytes: &[u8],
-) -> Result<T, RecoveryError> {
-    layout::decode_object(key, kind, bytes).map_err(RecoveryError::from)
-}
-
 /// Reads a recovery record.
 pub async fn read(
     store: &Store,
@@ -131,7 +123,7 @@ pub async fn read(
     match store.read(&key).await? {
         None => Ok(None),
         Some(object) => {
-            let record: RecoveryRecord = parse(&key, RECORD_KIND, &object.bytes)?;
+            let record: RecoveryRecord = layout::decode_object(&key, RECORD_KIND, &object.bytes)?;
             if record.recovery_id != *recovery_id {
                 return Err(layout::ObjectError::Corrupt {
                     key,
@@ -148,7 +140,11 @@ async fn read_claim(store: &Store, source: &RunId) -> Result<Option<Claim>, Reco
     let key = layout::recovered_by(source.as_str());
     match store.read(&key).await? {
         None => Ok(None),
-        Some(object) => parse(&key, CLAIM_KIND, &object.bytes).map(Some),
+        Some(object) => Ok(Some(layout::decode_object(
+            &key,
+            CLAIM_KIND,
+            &object.bytes,
+        )?)),
     }
 }
 
