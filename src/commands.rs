@@ -16,6 +16,7 @@ use rekindle::generation;
 use rekindle::index::{self, IndexEntry, IndexScan, Phase};
 use rekindle::layout;
 use rekindle::lease::{self, Holder};
+use rekindle::lifecycle::Takeover;
 use rekindle::log::LogDir;
 use rekindle::recovery::{self, RecoveryState};
 use rekindle::runner::Stopped;
@@ -80,47 +81,48 @@ async fn admit(
     source: &RunId,
     recovery_id: &RecoveryId,
     force: bool,
+    takeover: Takeover,
 ) -> anyhow::Result<recovery::RecoveryRecord> {
     let holder = Holder::new(store, cli::default_id("cli"), CLI_TTL);
-    Ok(fleet::spawn_recovery(store, &holder, source, recovery_id, force).await?)
+    Ok(fleet::spawn_recovery(store, &holder, source, recovery_id, force, takeover).await?)
 }
 
 pub async fn recover(
     store: StoreArgs,
     source: String,
     recovery_id: String,
+    takeover: bool,
     wait: bool,
     force: bool,
 ) -> anyhow::Result<()> {
     let store = store.open(false).await.context("open the store")?;
     let source = RunId::new(source);
     let id = RecoveryId::new(recovery_id);
-    let record = admit(&store, &source, &id, force).await?;
+    let takeover = if takeover {
+        Takeover::Now
+    } else {
+        if let Some(view) = lease::read_lease(&store, &source).await?
+            && !view.lease.released
+            && recovery::read(&store, &id).await?.is_none()
+        {
+            println!(
+                "run {source} is held by '{}': watching its heartbeat for up to {:.1} s (its lease TTL) to be sure it is gone",
+                view.lease.holder,
+                view.lease.ttl_ms as f64 / 1000.0
+            );
+        }
+        Takeover::IfSilent
+    };
+    let record = admit(&store, &source, &id, force, takeover).await?;
     println!(
-        "recovery {id} of run {source}: {:?}, pinned to generation {}",
-        record.state, record.source_generation
+        "recovery {id} of run {source}: {}, pinned to generation {}",
+        record.state.describe(),
+        record.source_generation
     );
     if !wait {
         return Ok(());
     }
-    loop {
-        let (record, _) = recovery::read(&store, &id)
-            .await?
-            .context("the recovery record vanished")?;
-        match record.state {
-            RecoveryState::Finished => {
-                let result = record.result.context("finished without a result")?;
-                println!("recovery {id}: {} ({})", result.outcome, result.message);
-                return Ok(());
-            }
-            RecoveryState::DeadLettered => bail!(
-                "recovery {id} was dead-lettered after {} attempts: {}",
-                record.attempts,
-                record.last_error.unwrap_or_default()
-            ),
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
+    wait_all(&store, std::slice::from_ref(&id)).await
 }
 
 /// Waits until every recovery in `ids` finished or was dead-lettered; fails naming the
@@ -135,7 +137,11 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
             match record.state {
                 RecoveryState::Finished => break,
                 RecoveryState::DeadLettered => {
-                    dead.push(format!("{id} ({})", record.last_error.unwrap_or_default()));
+                    dead.push(format!(
+                        "{id} after {} failed attempts ({})",
+                        record.failures,
+                        record.last_error.unwrap_or_default()
+                    ));
                     break;
                 }
                 _ => tokio::time::sleep(Duration::from_millis(500)).await,
@@ -143,7 +149,14 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
         }
     }
     if dead.is_empty() {
-        println!("{} recoveries finished", ids.len());
+        if let [id] = ids
+            && let Some((record, _)) = recovery::read(store, id).await?
+            && let Some(result) = record.result
+        {
+            println!("recovery {id}: {} ({})", result.outcome, result.message);
+        } else {
+            println!("{} recoveries finished", ids.len());
+        }
         Ok(())
     } else {
         bail!(
@@ -209,7 +222,8 @@ pub async fn recover_all(
             continue;
         }
         let id = coordinator::recovery_id_for(&entry.run_id);
-        match admit(&store, &entry.run_id, &id, force).await {
+        // Judged silent above (or taken over on the operator's word): fence now.
+        match admit(&store, &entry.run_id, &id, force, Takeover::Now).await {
             Ok(record) => {
                 println!(
                     "recovery {id} of run {}: pinned to generation {}",
@@ -443,32 +457,8 @@ pub async fn answer(
         _ => bail!("give either --confirm CALL_ID --approve|--deny or --question ID --text TEXT"),
     };
     let source = RunId::new(run);
-    let key = layout::index_entry(source.as_str());
-    let entry = store
-        .read(&key)
-        .await?
-        .map(|o| layout::decode_object::<IndexEntry>(&key, "index.entry", &o.bytes))
-        .transpose()?
-        .with_context(|| format!("run \"{source}\" is not in the index of active runs"))?;
-    if entry.phase != Phase::Parked {
-        bail!("run \"{source}\" is not parked");
-    }
-    // A parked recovery is answered on the recovery run, which holds the newest state.
-    let target = entry
-        .recovery_id
-        .as_ref()
-        .map_or_else(|| source.clone(), |id| RunId::new(id.as_str()));
     let holder = Holder::new(&store, cli::default_id("cli"), CLI_TTL);
-    fleet::answer(&store, &holder, &target, answer).await?;
-    let mut next = entry.clone();
-    next.phase = if entry.recovery_id.is_some() {
-        Phase::Recovering
-    } else {
-        Phase::Running
-    };
-    next.holder = None;
-    next.updated_at_ms = store.clock().wall_ms();
-    index::put(&store, &next).await?;
+    fleet::answer_run(&store, &holder, &source, answer).await?;
     println!("run {source}: answered; the fleet resumes it");
     Ok(())
 }

@@ -20,11 +20,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::fact::{RecoveryId, RunId};
-use crate::generation::{GenerationError, RunWriter, SnapshotPolicy};
-use crate::index::{self, IndexEntry, IndexScan, Phase};
+use crate::index::{IndexEntry, IndexScan, Phase};
 use crate::layout::{self, FORMAT_VERSION};
 use crate::lease::{Attempt, ExpiryWatch, Held, Holder, Verdict};
-use crate::recovery::{self, RecoveryRecord, RecoveryState};
+use crate::lifecycle::{self, Event, LifecycleError, Takeover};
+use crate::recovery::{self, RecoveryError, RecoveryRecord, RecoveryState};
 use crate::store::{ETag, Store, StoreError};
 
 /// Default number of failed attempts before a recovery is dead-lettered.
@@ -44,6 +44,9 @@ pub struct Registration {
     pub heartbeat: String,
     pub capacity: u32,
     pub fingerprint_sha256: String,
+    /// The lease TTL the worker declared: it is judged dead only after this long silent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
 }
 
 impl Registration {
@@ -55,6 +58,7 @@ impl Registration {
             heartbeat,
             capacity,
             fingerprint_sha256,
+            ttl_ms: None,
         }
     }
 }
@@ -85,7 +89,7 @@ pub struct WorkerView {
     pub alive: bool,
 }
 
-/// A run being tracked, with its recovery record if it has one.
+/// A run being tracked, with its recovery record if it has one (and it was read this tick).
 #[derive(Clone, Debug)]
 pub struct RunView {
     pub entry: IndexEntry,
@@ -93,7 +97,7 @@ pub struct RunView {
     pub recovery: Option<RecoveryRecord>,
 }
 
-/// What the coordinator does next.
+/// What the coordinator does next. Each action on a recovery is one lifecycle event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Admit a recovery of an interrupted run.
@@ -103,14 +107,21 @@ pub enum Action {
         recovery: RecoveryId,
         worker: String,
     },
+    /// The worker running an attempt died: hand the recovery back (a failed attempt).
+    Abandon {
+        recovery: RecoveryId,
+        worker: String,
+    },
     /// Give up on a recovery after too many failed attempts.
     DeadLetter { source: RunId, recovery: RecoveryId },
-    /// Forget a run whose recovery finished.
-    Forget { source: RunId },
+    /// The index entry disagrees with the record (a crash between the two writes, or a
+    /// finished recovery): rewrite it from the record, or remove it.
+    Reconcile { source: RunId, recovery: RecoveryId },
 }
 
-/// Decides from one observation. Pure: the same observation gives the same actions.
-pub fn decide(workers: &[WorkerView], runs: &[RunView], max_attempts: u32) -> Vec<Action> {
+/// Decides from one observation. Pure: the same observation gives the same actions. The
+/// record decides, the index entry follows (see `lifecycle.rs`).
+pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Vec<Action> {
     let mut actions = Vec::new();
     // Free capacity of each live worker, counting recoveries already assigned to it.
     let mut free: BTreeMap<&str, i64> = workers
@@ -136,71 +147,78 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_attempts: u32) -> Ve
         }
     }
     for run in runs {
-        match run.entry.phase {
-            Phase::Parked | Phase::Dead => {}
-            Phase::Running => {
-                if !run.holder_alive {
-                    actions.push(Action::Admit {
-                        source: run.entry.run_id.clone(),
+        let source = &run.entry.run_id;
+        let Some(record) = &run.recovery else {
+            match run.entry.phase {
+                Phase::Running if !run.holder_alive => actions.push(Action::Admit {
+                    source: source.clone(),
+                }),
+                // Recovering but no record was found: admission crashed part-way, or the
+                // entry was written by hand. Admitting again is idempotent.
+                Phase::Recovering => actions.push(Action::Admit {
+                    source: source.clone(),
+                }),
+                _ => {}
+            }
+            continue;
+        };
+        if lifecycle::index_phase(record.state) != Some(run.entry.phase)
+            || run.entry.recovery_id.as_ref() != Some(&record.recovery_id)
+        {
+            actions.push(Action::Reconcile {
+                source: source.clone(),
+                recovery: record.recovery_id.clone(),
+            });
+        }
+        let assigned_alive = record
+            .assigned_to
+            .as_deref()
+            .is_some_and(|w| free.contains_key(w));
+        match record.state {
+            RecoveryState::Finished | RecoveryState::DeadLettered | RecoveryState::Parked => {}
+            RecoveryState::Running => {
+                if !assigned_alive && let Some(worker) = &record.assigned_to {
+                    actions.push(Action::Abandon {
+                        recovery: record.recovery_id.clone(),
+                        worker: worker.clone(),
                     });
                 }
             }
-            Phase::Recovering => {
-                let Some(record) = &run.recovery else {
-                    actions.push(Action::Admit {
-                        source: run.entry.run_id.clone(),
+            RecoveryState::Admitted => {
+                if record.failures >= max_failures {
+                    actions.push(Action::DeadLetter {
+                        source: source.clone(),
+                        recovery: record.recovery_id.clone(),
                     });
                     continue;
-                };
-                match record.state {
-                    RecoveryState::Finished => actions.push(Action::Forget {
-                        source: run.entry.run_id.clone(),
-                    }),
-                    RecoveryState::DeadLettered => {}
-                    RecoveryState::Admitted | RecoveryState::Running => {
-                        let failed_out = record.attempts >= max_attempts
-                            && record.state == RecoveryState::Admitted;
-                        if failed_out {
-                            actions.push(Action::DeadLetter {
-                                source: run.entry.run_id.clone(),
-                                recovery: record.recovery_id.clone(),
-                            });
-                            continue;
-                        }
-                        let assigned_alive = record
-                            .assigned_to
-                            .as_deref()
-                            .is_some_and(|w| free.contains_key(w));
-                        if assigned_alive {
-                            continue;
-                        }
-                        let eligible = workers.iter().filter(|w| {
-                            w.alive
-                                && (record.force
-                                    || w.registration.fingerprint_sha256
-                                        == run.entry.fingerprint_sha256)
-                        });
-                        let best = eligible
-                            .map(|w| {
-                                (
-                                    free.get(w.registration.worker.as_str())
-                                        .copied()
-                                        .unwrap_or(0),
-                                    &w.registration.worker,
-                                )
-                            })
-                            .filter(|(slots, _)| *slots > 0)
-                            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
-                        if let Some((_, worker)) = best {
-                            if let Some(slots) = free.get_mut(worker.as_str()) {
-                                *slots -= 1;
-                            }
-                            actions.push(Action::Assign {
-                                recovery: record.recovery_id.clone(),
-                                worker: worker.clone(),
-                            });
-                        }
+                }
+                if assigned_alive {
+                    continue;
+                }
+                let eligible = workers.iter().filter(|w| {
+                    w.alive
+                        && (record.force
+                            || w.registration.fingerprint_sha256 == run.entry.fingerprint_sha256)
+                });
+                let best = eligible
+                    .map(|w| {
+                        (
+                            free.get(w.registration.worker.as_str())
+                                .copied()
+                                .unwrap_or(0),
+                            &w.registration.worker,
+                        )
+                    })
+                    .filter(|(slots, _)| *slots > 0)
+                    .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
+                if let Some((_, worker)) = best {
+                    if let Some(slots) = free.get_mut(worker.as_str()) {
+                        *slots -= 1;
                     }
+                    actions.push(Action::Assign {
+                        recovery: record.recovery_id.clone(),
+                        worker: worker.clone(),
+                    });
                 }
             }
         }
@@ -213,6 +231,8 @@ pub struct CoordinatorOptions {
     pub id: String,
     pub ttl: Duration,
     pub scan_interval: Duration,
+    /// Failed attempts (errors, or workers that died mid-attempt) before a recovery is
+    /// dead-lettered. Yields, parks and graceful hand-backs do not count.
     pub max_attempts: u32,
 }
 
@@ -298,53 +318,67 @@ async fn tick(
     for bad in bad {
         tracing::warn!(key = %bad.key, error = %bad.error, "ignoring a bad index entry");
     }
-    let now = store.clock().monotonic();
-    // Liveness: a heartbeat whose listed ETag stays the same for a TTL is dead.
-    let mut alive: HashMap<String, bool> = HashMap::new();
+    let heartbeats = list_heartbeats(store).await?;
+    refresh_registrations(store, observer, &heartbeats).await?;
+    let alive = judge_liveness(store, options, observer, &entries, heartbeats);
+    let workers: Vec<WorkerView> = observer
+        .registrations
+        .values()
+        .map(|(_, registration)| WorkerView {
+            alive: alive.get(&registration.heartbeat).copied().unwrap_or(false),
+            registration: registration.clone(),
+        })
+        .collect();
+    let runs = observe_runs(store, observer, entries, &alive).await;
+    let actions = decide(&workers, &runs, options.max_attempts);
+    for action in &actions {
+        if let Err(error) = execute(store, holder, options, action).await {
+            tracing::warn!(?action, %error, "coordinator action failed");
+        }
+    }
+    write_inboxes(store, observer, &workers, &runs, &actions).await?;
+    Ok(actions)
+}
+
+/// Every heartbeat key with its listed ETag.
+async fn list_heartbeats(store: &Store) -> Result<Vec<(String, ETag)>, StoreError> {
+    let mut heartbeats = Vec::new();
     let mut after: Option<String> = None;
     loop {
         let page = store
             .list(layout::heartbeats_prefix(), after.as_deref(), 1000)
             .await?;
-        for listed in &page {
-            let etag = listed.etag.clone().unwrap_or_else(|| ETag(String::new()));
-            let verdict = observer.liveness.observe(
-                &RunId::new(listed.key.clone()),
-                &etag,
-                None,
-                options.ttl,
-                now,
-            );
-            alive.insert(listed.key.clone(), verdict == Verdict::Alive);
-        }
         let full = page.len() == 1000;
         after = page.last().map(|l| l.key.clone());
+        heartbeats.extend(page.into_iter().map(|listed| {
+            let etag = listed.etag.unwrap_or_else(|| ETag(String::new()));
+            (listed.key, etag)
+        }));
         if !full {
-            break;
+            return Ok(heartbeats);
         }
     }
-    // Registrations change only when a worker starts or stops, and a worker beats before it
-    // registers: list them only when the set of heartbeats changed (or now and then), and
-    // re-read only the entries whose ETag changed.
-    let holders: std::collections::BTreeSet<String> = alive.keys().cloned().collect();
+}
+
+/// Registrations change only when a worker starts or stops, and a worker beats before it
+/// registers: list them only when the set of heartbeats changed (or now and then), and
+/// re-read only the entries whose ETag changed.
+async fn refresh_registrations(
+    store: &Store,
+    observer: &mut Observer,
+    heartbeats: &[(String, ETag)],
+) -> Result<(), StoreError> {
+    let holders: std::collections::BTreeSet<String> =
+        heartbeats.iter().map(|(key, _)| key.clone()).collect();
     observer.ticks_since_registrations += 1;
     let relist = holders != observer.holders
         || observer.ticks_since_registrations >= REGISTRATIONS_REFRESH_TICKS;
     observer.holders = holders;
-    let listed = if relist {
-        observer.ticks_since_registrations = 0;
-        store.list(layout::workers_prefix(), None, 10_000).await?
-    } else {
-        observer
-            .registrations
-            .iter()
-            .map(|(key, (etag, _))| crate::store::Listed {
-                key: key.clone(),
-                etag: etag.clone(),
-                size: 0,
-            })
-            .collect()
-    };
+    if !relist {
+        return Ok(());
+    }
+    observer.ticks_since_registrations = 0;
+    let listed = store.list(layout::workers_prefix(), None, 10_000).await?;
     let mut registrations = HashMap::new();
     for entry in listed {
         let cached = observer
@@ -370,27 +404,76 @@ async fn tick(
         registrations.insert(entry.key.clone(), (entry.etag.clone(), registration));
     }
     observer.registrations = registrations;
-    let workers: Vec<WorkerView> = observer
+    Ok(())
+}
+
+/// Liveness: a heartbeat whose listed ETag stays the same for its holder's TTL is dead. The
+/// TTL is the longest of this coordinator's and the one each holder declared (in its index
+/// entry or registration): a host that beats every 10 s under a 30 s TTL is never judged by a
+/// coordinator's 3 s TTL. A heartbeat that is not listed is dead.
+fn judge_liveness(
+    store: &Store,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+    entries: &[IndexEntry],
+    heartbeats: Vec<(String, ETag)>,
+) -> HashMap<String, bool> {
+    let mut declared: HashMap<&str, u64> = HashMap::new();
+    let holders = entries
+        .iter()
+        .filter_map(|e| Some((e.holder.as_deref()?, e.holder_ttl_ms?)));
+    let workers = observer
         .registrations
         .values()
-        .map(|(_, registration)| WorkerView {
-            alive: alive.get(&registration.heartbeat).copied().unwrap_or(false),
-            registration: registration.clone(),
-        })
-        .collect();
+        .filter_map(|(_, r)| Some((r.heartbeat.as_str(), r.ttl_ms?)));
+    for (key, ttl_ms) in holders.chain(workers) {
+        let longest = declared.entry(key).or_default();
+        *longest = (*longest).max(ttl_ms);
+    }
+    let now = store.clock().monotonic();
+    let mut alive = HashMap::new();
+    for (key, etag) in heartbeats {
+        let ttl = options.ttl.max(Duration::from_millis(
+            declared.get(key.as_str()).copied().unwrap_or(0),
+        ));
+        let verdict = observer
+            .liveness
+            .observe(&RunId::new(key.clone()), &etag, None, ttl, now);
+        alive.insert(key, verdict == Verdict::Alive);
+    }
+    alive
+}
 
+/// Pairs each entry with its holder's liveness and, where it has a recovery, the record.
+/// Records of recovering runs are read every tick; those of parked runs only every
+/// [`REGISTRATIONS_REFRESH_TICKS`] ticks (a crash between an answer's record and index
+/// writes is repaired then); dead-lettered records never change.
+async fn observe_runs(
+    store: &Store,
+    observer: &Observer,
+    entries: Vec<IndexEntry>,
+    alive: &HashMap<String, bool>,
+) -> Vec<RunView> {
+    let sweep = observer.ticks_since_registrations == 0;
     let mut runs = Vec::with_capacity(entries.len());
     for entry in entries {
         let holder_alive = entry
             .holder
             .as_ref()
             .is_some_and(|key| alive.get(key).copied().unwrap_or(false));
-        let recovery = match (&entry.phase, &entry.recovery_id) {
-            (Phase::Recovering, Some(id)) => recovery::read(store, id)
-                .await
-                .ok()
-                .flatten()
-                .map(|(r, _)| r),
+        let read_record = match entry.phase {
+            Phase::Recovering => true,
+            Phase::Parked => sweep,
+            Phase::Running | Phase::Dead => false,
+        };
+        let recovery = match &entry.recovery_id {
+            Some(id) if read_record => match recovery::read(store, id).await {
+                Ok(record) => record.map(|(r, _)| r),
+                Err(error) => {
+                    tracing::warn!(recovery_id = %id, %error, "cannot read the recovery record");
+                    continue;
+                }
+            },
             _ => None,
         };
         runs.push(RunView {
@@ -399,18 +482,23 @@ async fn tick(
             recovery,
         });
     }
-    let actions = decide(&workers, &runs, options.max_attempts);
-    for action in &actions {
-        if let Err(error) = execute(store, holder, action, &runs).await {
-            tracing::warn!(?action, %error, "coordinator action failed");
-        }
-    }
-    // Each live worker's inbox: the recoveries assigned to it and not yet finished.
+    runs
+}
+
+/// Each live worker's inbox: the recoveries assigned to it and not yet finished. Written
+/// only when it changed.
+async fn write_inboxes(
+    store: &Store,
+    observer: &mut Observer,
+    workers: &[WorkerView],
+    runs: &[RunView],
+    actions: &[Action],
+) -> Result<(), StoreError> {
     let mut inboxes: HashMap<String, Vec<RecoveryId>> = workers
         .iter()
         .map(|w| (w.registration.worker.clone(), Vec::new()))
         .collect();
-    for run in &runs {
+    for run in runs {
         if let Some(record) = &run.recovery
             && matches!(
                 record.state,
@@ -422,7 +510,7 @@ async fn tick(
             list.push(record.recovery_id.clone());
         }
     }
-    for action in &actions {
+    for action in actions {
         if let Action::Assign { recovery, worker } = action
             && let Some(list) = inboxes.get_mut(worker)
             && !list.contains(recovery)
@@ -448,102 +536,107 @@ async fn tick(
             .await?;
         observer.inboxes.insert(worker, recoveries);
     }
-    Ok(actions)
+    Ok(())
 }
 
-/// Fences an interrupted source run before its recovery is pinned: takes its lease over
-/// (epoch + 1) and writes the fence generation, so a host that only seemed dead can never
-/// commit to it again, and the pin covers everything it ever acknowledged.
-pub async fn fence_source(
+/// Admits a recovery of an interrupted source under its deterministic ID, or under the ID
+/// that already claimed it (an operator's `rekindle recover` that crashed before indexing).
+async fn admit_interrupted(
     store: &Store,
     holder: &Arc<Holder>,
     source: &RunId,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let held = match crate::lease::read_lease(store, source).await? {
-        Some(view) if !view.lease.released => holder.take_over(&view).await?,
-        _ => holder.acquire(source).await?,
-    };
-    let fenced = RunWriter::resume(store, source, held.epoch, SnapshotPolicy::default()).await;
-    holder.release(&held).await?;
-    match fenced {
-        Ok(_) | Err(GenerationError::NotFound { .. }) => Ok(()),
-        Err(other) => Err(other.into()),
+) -> Result<(), LifecycleError> {
+    let mut id = recovery_id_for(source);
+    for _ in 0..2 {
+        match lifecycle::admit(store, holder, source, &id, false, Takeover::Now).await {
+            Ok(admitted) => {
+                tracing::info!(source_run = %source, recovery_id = %id, created = admitted.created, "interrupted run admitted");
+                return Ok(());
+            }
+            Err(LifecycleError::Recovery(RecoveryError::AlreadyRecovered { existing, .. })) => {
+                id = existing;
+            }
+            Err(LifecycleError::Recovery(RecoveryError::NothingToRecover { .. })) => {
+                // The host committed the end of its run, then died before leaving the index.
+                lifecycle::host_finished(store, source).await?;
+                return Ok(());
+            }
+            Err(LifecycleError::Recovery(RecoveryError::Source {
+                source: crate::generation::GenerationError::NotFound { .. },
+                ..
+            })) => {
+                // The host died before its first commit: nothing was acknowledged, so there
+                // is nothing to recover.
+                tracing::warn!(source_run = %source, "interrupted before its first commit; forgetting it");
+                lifecycle::host_finished(store, source).await?;
+                return Ok(());
+            }
+            Err(other) => return Err(other),
+        }
     }
+    Ok(())
 }
 
 async fn execute(
     store: &Store,
     holder: &Arc<Holder>,
+    options: &CoordinatorOptions,
     action: &Action,
-    runs: &[RunView],
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<(), LifecycleError> {
+    let event = |recovery: &RecoveryId, event: Event| {
+        let recovery = recovery.clone();
+        async move {
+            match lifecycle::transition(store, &recovery, None, event).await {
+                // Decided on a record that changed since: the next tick decides again.
+                Err(LifecycleError::Refused(refused)) => {
+                    tracing::debug!(%refused, "stale decision");
+                    Ok(None)
+                }
+                Ok((record, _)) => Ok(Some(record)),
+                Err(other) => Err(other),
+            }
+        }
+    };
     match action {
-        Action::Admit { source } => {
-            let id = recovery_id_for(source);
-            if recovery::read(store, &id).await?.is_none() {
-                fence_source(store, holder, source).await?;
-            }
-            let admission = match recovery::admit(store, source, &id, false).await {
-                Ok(admission) => Some(admission),
-                Err(recovery::RecoveryError::NothingToRecover { .. }) => {
-                    index::remove(store, source).await?;
-                    return Ok(());
-                }
-                Err(recovery::RecoveryError::Source {
-                    source: crate::generation::GenerationError::NotFound { .. },
-                    ..
-                }) => {
-                    // The host died before its first commit: nothing was acknowledged, so
-                    // there is nothing to recover.
-                    tracing::warn!(source_run = %source, "interrupted before its first commit; forgetting it");
-                    index::remove(store, source).await?;
-                    return Ok(());
-                }
-                Err(other) => return Err(other.into()),
-            };
-            if let Some(run) = runs.iter().find(|r| r.entry.run_id == *source) {
-                let mut entry = run.entry.clone();
-                entry.phase = Phase::Recovering;
-                entry.recovery_id = Some(id.clone());
-                entry.holder = None;
-                entry.updated_at_ms = store.clock().wall_ms();
-                index::put(store, &entry).await?;
-            }
-            if let Some(admission) = admission {
-                tracing::info!(source_run = %source, recovery_id = %id, created = admission.created, "interrupted run admitted");
+        Action::Admit { source } => admit_interrupted(store, holder, source).await?,
+        Action::Assign { recovery, worker } => {
+            event(
+                recovery,
+                Event::Assign {
+                    worker: worker.clone(),
+                },
+            )
+            .await?;
+        }
+        Action::Abandon { recovery, worker } => {
+            if let Some(record) = event(
+                recovery,
+                Event::Abandon {
+                    worker: worker.clone(),
+                },
+            )
+            .await?
+            {
+                tracing::warn!(recovery_id = %recovery, worker = %worker, failures = record.failures, "worker died mid-attempt; recovery handed back");
             }
         }
-        Action::Assign {
-            recovery: id,
-            worker,
-        } => {
-            if let Some((record, etag)) = recovery::read(store, id).await? {
-                recovery::update(store, &record, &etag, |r| {
-                    r.assigned_to = Some(worker.clone());
-                    r.state = RecoveryState::Admitted;
-                })
-                .await?;
-                tracing::info!(recovery_id = %id, worker = %worker, "assigned");
+        Action::DeadLetter { source, recovery } => {
+            if let Some(record) = event(
+                recovery,
+                Event::DeadLetter {
+                    max_failures: options.max_attempts,
+                },
+            )
+            .await?
+            {
+                tracing::error!(source_run = %source, recovery_id = %recovery, failures = record.failures, last_error = record.last_error.as_deref().unwrap_or(""), "recovery dead-lettered");
             }
         }
-        Action::DeadLetter {
-            source,
-            recovery: id,
-        } => {
-            if let Some((record, etag)) = recovery::read(store, id).await? {
-                recovery::update(store, &record, &etag, |r| {
-                    r.state = RecoveryState::DeadLettered
-                })
-                .await?;
+        Action::Reconcile { recovery, .. } => {
+            if let Some((record, _)) = recovery::read(store, recovery).await? {
+                lifecycle::sync_index(store, &record).await?;
             }
-            if let Some(run) = runs.iter().find(|r| r.entry.run_id == *source) {
-                let mut entry = run.entry.clone();
-                entry.phase = Phase::Dead;
-                index::put(store, &entry).await?;
-            }
-            tracing::error!(source_run = %source, recovery_id = %id, "recovery dead-lettered");
         }
-        Action::Forget { source } => index::remove(store, source).await?,
     }
     Ok(())
 }
@@ -583,7 +676,7 @@ mod tests {
         name: &str,
         state: RecoveryState,
         assigned: Option<&str>,
-        attempts: u32,
+        failures: u32,
     ) -> RecoveryRecord {
         RecoveryRecord {
             format: 1,
@@ -595,10 +688,13 @@ mod tests {
             source_epoch: 1,
             state,
             force: false,
-            attempts,
+            attempts: failures + 40,
+            failures,
             last_error: None,
             assigned_to: assigned.map(str::to_owned),
             result: None,
+            session_id: None,
+            fingerprint_sha256: "fp".into(),
             admitted_at_ms: 0,
             updated_at_ms: 0,
         }
@@ -606,8 +702,9 @@ mod tests {
 
     // Proves the decisions: admit runs whose holder is dead, leave live and parked ones,
     // assign by free capacity (counting what each worker already holds; ties go to the first
-    // name) to matching workers only, reassign a dead worker's recovery,
-    // dead-letter after too many attempts, and forget finished ones.
+    // name) to matching workers only, abandon an attempt whose worker died, dead-letter after
+    // too many *failures* (never attempts) and never while an attempt runs, and repair an
+    // index entry that disagrees with its record (a finished recovery's entry is removed).
     #[test]
     fn decide_assigns_by_capacity_and_fingerprint() {
         let workers = [
@@ -639,33 +736,56 @@ mod tests {
                 Some(record("failing", RecoveryState::Admitted, Some("roomy"), 5)),
             ),
             run(
+                "failing-but-running",
+                Phase::Recovering,
+                false,
+                Some(record(
+                    "failing-but-running",
+                    RecoveryState::Running,
+                    Some("busy"),
+                    7,
+                )),
+            ),
+            run(
                 "done",
                 Phase::Recovering,
                 false,
                 Some(record("done", RecoveryState::Finished, Some("roomy"), 1)),
             ),
+            run(
+                "parked-record",
+                Phase::Recovering,
+                false,
+                Some(record("parked-record", RecoveryState::Parked, None, 0)),
+            ),
         ];
         let actions = decide(&workers, &runs, 5);
+        let id = |name: &str| recovery_id_for(&RunId::new(name));
         assert_eq!(
             actions,
             vec![
                 Action::Admit {
                     source: RunId::new("crashed")
                 },
-                Action::Assign {
-                    recovery: recovery_id_for(&RunId::new("orphaned")),
-                    worker: "roomy".into()
+                Action::Abandon {
+                    recovery: id("orphaned"),
+                    worker: "dead".into()
                 },
                 Action::Assign {
-                    recovery: recovery_id_for(&RunId::new("new")),
-                    worker: "busy".into()
+                    recovery: id("new"),
+                    worker: "roomy".into()
                 },
                 Action::DeadLetter {
                     source: RunId::new("failing"),
-                    recovery: recovery_id_for(&RunId::new("failing"))
+                    recovery: id("failing")
                 },
-                Action::Forget {
-                    source: RunId::new("done")
+                Action::Reconcile {
+                    source: RunId::new("done"),
+                    recovery: id("done")
+                },
+                Action::Reconcile {
+                    source: RunId::new("parked-record"),
+                    recovery: id("parked-record")
                 },
             ]
         );

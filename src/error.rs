@@ -101,7 +101,9 @@ impl Error {
                 LeaseError::Store(error) => store_kind(error),
                 LeaseError::HeldByOther { .. }
                 | LeaseError::Contended { .. }
-                | LeaseError::StillAlive { .. } => ErrorKind::Conflict,
+                | LeaseError::StillAlive { .. }
+                | LeaseError::IdentityInUse { .. } => ErrorKind::Conflict,
+                LeaseError::Exists { .. } => ErrorKind::InvalidInput,
                 LeaseError::Lost { .. } => ErrorKind::Fenced,
                 LeaseError::Object(_) => ErrorKind::Corrupt,
             },

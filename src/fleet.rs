@@ -19,8 +19,9 @@ use crate::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
 use crate::host::{CommandTools, Model, ModelError, OpenAiModel, ScriptedModel, Tools};
 use crate::index::{self, IndexEntry, IndexError, Phase};
 use crate::lease::{Held, Holder, LeaseError};
+use crate::lifecycle::{self, Event, LifecycleError, Takeover};
 use crate::log::{LogDir, LogError};
-use crate::recovery::{self, RecoveryError, RecoveryRecord, RecoveryResult, RecoveryState};
+use crate::recovery::{self, RecoveryError, RecoveryRecord, RecoveryState};
 use crate::runner::{RunError, Runner, Stopped};
 use crate::store::Store;
 
@@ -98,8 +99,8 @@ pub enum FleetError {
         pinned: String,
         found: String,
     },
-    #[error("cannot fence run \"{run}\": {message}")]
-    Fence { run: RunId, message: String },
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
     #[error("run \"{run}\" is not parked waiting for {what}")]
     NotWaiting { run: RunId, what: String },
 }
@@ -172,24 +173,23 @@ impl Node {
             self.clock().wall_ms(),
         );
         entry.holder = Some(self.holder.heartbeat_key());
+        entry.holder_ttl_ms = Some(self.holder.ttl().as_millis() as u64);
         entry
     }
 
     /// Starts a run on this node and drives it until it ends, parks or is asked to stop.
+    /// A run ID that was ever used is refused before anything is written.
     pub async fn start_run(
         &self,
         run: &RunId,
         session: Option<SessionId>,
         prompt: &str,
     ) -> Result<Stopped, FleetError> {
-        let held = self.holder.acquire(run).await?;
+        let held = self.holder.acquire_new(run).await?;
         let now = self.clock().wall_ms();
         let facts = opening_facts(run, session.clone(), &self.agent, prompt, now);
-        index::put(
-            &self.store,
-            &self.entry(run, session.clone(), Phase::Running),
-        )
-        .await?;
+        let entry = self.entry(run, session, Phase::Running);
+        lifecycle::host_started(&self.store, &entry).await?;
         self.logs.remove_log(run.as_str())?;
         let (mut log, _) = self.logs.open_log(run.as_str())?;
         log.append_all(&facts)?;
@@ -202,56 +202,53 @@ impl Node {
         )
         .await?;
         let runner = self.runner(writer, log, held.clone());
-        Ok(self.finish_drive(runner, held, session, None).await?.0)
+        let (stopped, _) = self.drive_until_stopped(runner, &held, false).await?;
+        match &stopped {
+            Stopped::Finished(_) => lifecycle::host_finished(&self.store, run).await?,
+            Stopped::Parked(_) | Stopped::WaitingForInput => {
+                lifecycle::host_parked(&self.store, &entry).await?
+            }
+            Stopped::StepCap | Stopped::StopRequested => {}
+        }
+        // Released after the index says where the run stands: a coordinator that sees the
+        // lease free sees the entry too.
+        self.holder.release(&held).await?;
+        Ok(stopped)
     }
 
-    /// Drives until the run is no longer runnable here, then records where it stands.
-    async fn finish_drive(
+    /// Drives until the run is no longer runnable here. A host keeps going past the per-call
+    /// step cap (each call commits first); a recovery attempt stops there and yields.
+    async fn drive_until_stopped(
         &self,
         mut runner: Runner,
-        held: Held,
-        session: Option<SessionId>,
-        source: Option<(&RunId, &RecoveryRecord)>,
+        held: &Held,
+        yield_at_step_cap: bool,
     ) -> Result<(Stopped, u64), FleetError> {
-        let run = held.run.clone();
         let stopped = loop {
-            match runner.drive().await? {
-                // The host keeps going past the per-call step cap; each call commits first.
-                Stopped::StepCap if source.is_none() => continue,
-                other => break other,
+            match runner.drive().await {
+                Ok(Stopped::StepCap) if !yield_at_step_cap => continue,
+                Ok(other) => break other,
+                Err(error) => {
+                    tracing::debug!(run_id = %held.run, epoch = held.epoch, %error, "drive stopped");
+                    return Err(error.into());
+                }
             }
         };
-        // Done driving: drop the runner (and its lease watcher) before releasing the lease.
+        // Done driving: drop the runner (and its lease watcher) before the lease is released.
         let generation = runner.writer.generation();
         drop(runner);
-        match &stopped {
-            Stopped::Finished(_) => {
-                index::remove(&self.store, &run).await?;
-                if let Some((source_run, _)) = source {
-                    index::remove(&self.store, source_run).await?;
-                }
-                self.holder.release(&held).await?;
-            }
-            Stopped::Parked(_) | Stopped::WaitingForInput => {
-                let index_run = source.map_or(&run, |(s, _)| s);
-                let mut entry = self.entry(index_run, session, Phase::Parked);
-                entry.holder = None;
-                entry.recovery_id = source.map(|(_, r)| r.recovery_id.clone());
-                index::put(&self.store, &entry).await?;
-                self.holder.release(&held).await?;
-            }
-            Stopped::StepCap | Stopped::StopRequested => {
-                // Yielded: release so another node resumes at once.
-                self.holder.release(&held).await?;
-            }
-        }
         Ok((stopped, generation))
     }
 
     /// Continues an interrupted run under its recovery ID: takes the recovery run's lease,
     /// seeds it from the pinned source generation (or continues it if an earlier attempt
-    /// already started it), checks the resume guard, and drives it.
-    pub async fn execute_recovery(&self, record: &RecoveryRecord) -> Result<Stopped, FleetError> {
+    /// already started it), checks the resume guard, drives it until it ends, parks or
+    /// reaches the step cap, and releases the lease. Returns why it stopped and the newest
+    /// generation. It changes no record: the caller reports the outcome as a lifecycle event.
+    pub async fn execute_recovery(
+        &self,
+        record: &RecoveryRecord,
+    ) -> Result<(Stopped, u64), FleetError> {
         let run = RunId::new(record.recovery_id.as_str());
         let held = self
             .holder
@@ -312,29 +309,12 @@ impl Node {
         let (mut log, _) = self.logs.open_log(run.as_str())?;
         log.append_all(writer.state().facts())?;
         tracing::info!(recovery_id = %record.recovery_id, source_run = %record.source_run, epoch = held.epoch, "recovery started");
-        let session = writer.state().session_id().cloned();
         let runner = self.runner(writer, log, held.clone());
-        let (stopped, final_generation) = self
-            .finish_drive(runner, held, session, Some((&record.source_run, record)))
-            .await?;
-        if let Stopped::Finished(terminal) = &stopped {
-            let (current, etag) = recovery::read(&self.store, &record.recovery_id)
-                .await?
-                .ok_or_else(|| RecoveryError::Changed {
-                    recovery_id: record.recovery_id.clone(),
-                })?;
-            recovery::update(&self.store, &current, &etag, |r| {
-                r.state = RecoveryState::Finished;
-                r.result = Some(RecoveryResult {
-                    outcome: terminal.outcome,
-                    message: terminal.message.clone(),
-                    final_generation,
-                });
-            })
-            .await?;
-            tracing::info!(recovery_id = %record.recovery_id, outcome = %terminal.outcome, "recovery finished");
+        let driven = self.drive_until_stopped(runner, &held, true).await;
+        if driven.is_ok() {
+            self.holder.release(&held).await?;
         }
-        Ok(stopped)
+        driven
     }
 }
 
@@ -370,55 +350,75 @@ pub fn opening_facts(
 /// (takes its lease over and writes a fence generation, so its old host can never commit
 /// again), admits the recovery pinned to the source's newest generation, and marks the run
 /// in the index so the fleet executes it. Idempotent: the same ID again returns the
-/// existing recovery; another ID for the same source is refused naming the first.
+/// existing recovery; another ID for the same source is refused naming the first. A source
+/// whose holder is alive is refused unless `takeover` is [`Takeover::Now`].
 pub async fn spawn_recovery(
     store: &Store,
     holder: &Arc<Holder>,
     source: &RunId,
     recovery_id: &RecoveryId,
     force: bool,
+    takeover: Takeover,
 ) -> Result<RecoveryRecord, FleetError> {
-    if recovery::read(store, recovery_id).await?.is_none() {
-        crate::coordinator::fence_source(store, holder, source)
-            .await
-            .map_err(|error| FleetError::Fence {
-                run: source.clone(),
-                message: error.to_string(),
-            })?;
-    }
-    let admission = recovery::admit(store, source, recovery_id, force).await?;
-    let fingerprint = generation::load(store, source, Some(admission.record.source_generation))
+    Ok(lifecycle::admit(store, holder, source, recovery_id, force, takeover)
         .await?
-        .state
-        .meta()
-        .map(|m| m.fingerprint.sha256())
-        .unwrap_or_default();
-    let mut entry = IndexEntry::new(
-        source.clone(),
-        None,
-        Phase::Recovering,
-        fingerprint,
-        store.clock().wall_ms(),
-    );
-    entry.recovery_id = Some(recovery_id.clone());
-    index::put(store, &entry).await?;
-    Ok(admission.record)
+        .record)
 }
 
-/// Records a human's answer to a parked run (by its run ID: the recovery run if it has
-/// one). Takes the lease briefly; the fleet then resumes the run.
-pub async fn answer(
+/// Answers a parked run by its source run ID: commits the answer on the run that holds the
+/// newest state (its recovery's run, if it has one), then lets the fleet continue it (for a
+/// recovery, the lifecycle's `Answer` event; for a host's own run, an entry with no holder,
+/// which the coordinator admits). Safe to repeat after a crash between those writes: an
+/// answer already committed is not committed again, the transition is finished.
+pub async fn answer_run(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+    answer: Answer,
+) -> Result<(), FleetError> {
+    let not_waiting = || FleetError::NotWaiting {
+        run: source.clone(),
+        what: answer.describe(),
+    };
+    let entry = index::read(store, source).await?.ok_or_else(not_waiting)?;
+    match &entry.recovery_id {
+        Some(id) => {
+            let (record, etag) = recovery::read(store, id).await?.ok_or_else(not_waiting)?;
+            if record.state != RecoveryState::Parked {
+                return Err(not_waiting());
+            }
+            commit_answer(store, holder, &RunId::new(id.as_str()), &answer).await?;
+            lifecycle::transition(store, id, Some((record, etag)), Event::Answer).await?;
+        }
+        None => {
+            if entry.phase != Phase::Parked {
+                return Err(not_waiting());
+            }
+            commit_answer(store, holder, source, &answer).await?;
+            lifecycle::host_answered(store, &entry).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Commits a human's answer to parked run `run`, taking its lease briefly. A run that is no
+/// longer parked (and has not ended) was answered before a crash: nothing more to commit.
+async fn commit_answer(
     store: &Store,
     holder: &Arc<Holder>,
     run: &RunId,
-    answer: Answer,
+    answer: &Answer,
 ) -> Result<(), FleetError> {
     let held = holder.acquire(run).await?;
     let result = async {
         let mut writer =
             RunWriter::resume(store, run, held.epoch, SnapshotPolicy::default()).await?;
         let parked = writer.state().parked().cloned();
-        let body = match (&answer, parked) {
+        if parked.is_none() && writer.state().terminal().is_none() {
+            tracing::info!(run_id = %run, "already answered; finishing the hand-back");
+            return Ok(());
+        }
+        let body = match (answer, parked) {
             (
                 Answer::Confirm { call_id, approve },
                 Some(crate::fold::Parked::Confirmation {

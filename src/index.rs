@@ -41,6 +41,10 @@ pub struct IndexEntry {
     /// run is interrupted.
     #[serde(default)]
     pub holder: Option<String>,
+    /// The lease TTL the holder declared: the coordinator judges it silent only after this
+    /// long (or its own TTL, if longer), never after a shorter TTL of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_ttl_ms: Option<u64>,
     /// The recovery that continues this run, once admitted.
     #[serde(default)]
     pub recovery_id: Option<crate::fact::RecoveryId>,
@@ -72,6 +76,7 @@ impl IndexEntry {
             session_id,
             phase,
             holder: None,
+            holder_ttl_ms: None,
             recovery_id: None,
             fingerprint_sha256,
             updated_at_ms: now_ms,
@@ -86,6 +91,15 @@ pub async fn put(store: &Store, entry: &IndexEntry) -> Result<(), IndexError> {
         .put(&layout::index_entry(entry.run_id.as_str()), bytes)
         .await?;
     Ok(())
+}
+
+/// Reads a run's entry.
+pub async fn read(store: &Store, run: &RunId) -> Result<Option<IndexEntry>, IndexError> {
+    let key = layout::index_entry(run.as_str());
+    match store.read(&key).await? {
+        None => Ok(None),
+        Some(object) => Ok(Some(layout::decode_object(&key, KIND, &object.bytes)?)),
+    }
 }
 
 /// Removes a run's entry (idempotent).

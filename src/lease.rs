@@ -99,6 +99,18 @@ pub enum LeaseError {
     },
     #[error(transparent)]
     Object(#[from] layout::ObjectError),
+    #[error(
+        "run \"{run}\" already exists (its lease is there); choose another run ID, or continue it with `rekindle recover`"
+    )]
+    Exists { run: RunId },
+    #[error(
+        "holder ID '{holder}' is in use by another live process (its heartbeat '{key}' changed within its {ttl_ms} ms TTL); give this process another ID"
+    )]
+    IdentityInUse {
+        holder: String,
+        key: String,
+        ttl_ms: u64,
+    },
     #[error("lease of run \"{run}\" kept changing; gave up after {CAS_ATTEMPTS} attempts")]
     Contended { run: RunId },
     #[error(
@@ -225,10 +237,58 @@ impl Holder {
         Ok(())
     }
 
-    /// Removes the heartbeat on a graceful stop (after releasing leases).
-    pub async fn retire(&self) -> Result<(), LeaseError> {
-        self.store.delete(&self.heartbeat_key()).await?;
+    /// Makes sure no other live process uses this holder ID before this one beats under it:
+    /// a heartbeat left by another incarnation is watched for its declared TTL on this
+    /// process's monotonic clock; if it changes, the ID is taken and this process must not
+    /// start. A heartbeat that stays unchanged for its TTL belongs to a process that is gone.
+    pub async fn claim_identity(&self) -> Result<(), LeaseError> {
+        let key = self.heartbeat_key();
+        let Some((first, first_etag)) = read_heartbeat(&self.store, &key).await? else {
+            return Ok(());
+        };
+        if first.holder_nonce == self.nonce {
+            return Ok(());
+        }
+        let ttl = Duration::from_millis(first.ttl_ms);
+        let clock = Arc::clone(self.store.clock());
+        let start = clock.monotonic();
+        let poll = (ttl / 6).clamp(Duration::from_millis(10), Duration::from_millis(1000));
+        while clock.monotonic().saturating_sub(start) < ttl {
+            tokio::time::sleep(poll).await;
+            match read_heartbeat(&self.store, &key).await? {
+                None => return Ok(()),
+                Some((_, etag)) if etag == first_etag => {}
+                Some(_) => {
+                    return Err(LeaseError::IdentityInUse {
+                        holder: self.id.clone(),
+                        key,
+                        ttl_ms: first.ttl_ms,
+                    });
+                }
+            }
+        }
+        tracing::info!(holder = %self.id, "the previous process with this ID is gone; taking the ID over");
         Ok(())
+    }
+
+    /// Removes the heartbeat on a graceful stop (after releasing leases), unless another
+    /// process beats under the same key now (then it is not ours to remove).
+    pub async fn retire(&self) -> Result<(), LeaseError> {
+        let key = self.heartbeat_key();
+        if let Some((beat, _)) = read_heartbeat(&self.store, &key).await?
+            && beat.holder_nonce != self.nonce
+        {
+            return Ok(());
+        }
+        self.store.delete(&key).await?;
+        Ok(())
+    }
+
+    /// Whether the heartbeat under this holder's key is this process's own.
+    pub async fn owns_heartbeat(&self) -> Result<bool, LeaseError> {
+        Ok(read_heartbeat(&self.store, &self.heartbeat_key())
+            .await?
+            .is_some_and(|(beat, _)| beat.holder_nonce == self.nonce))
     }
 
     fn lease(&self, run: &RunId, epoch: u64, released: bool) -> Bytes {
@@ -245,6 +305,25 @@ impl Holder {
             at_ms: self.store.clock().wall_ms(),
         };
         Bytes::from(serde_json::to_vec(&lease).unwrap_or_default())
+    }
+
+    /// Takes the lease of a run that never had one (create-if-absent): the gate for starting
+    /// a new run. Leases are never deleted, so a run ID that was ever used is refused here,
+    /// without changing anything, and epochs never restart.
+    pub async fn acquire_new(&self, run: &RunId) -> Result<Held, LeaseError> {
+        let key = layout::lease(run.as_str());
+        match self.store.create(&key, self.lease(run, 1, false)).await {
+            Ok(etag) => {
+                tracing::info!(run_id = %run, epoch = 1, holder = %self.id, "lease acquired");
+                Ok(Held {
+                    run: run.clone(),
+                    epoch: 1,
+                    etag,
+                })
+            }
+            Err(StoreError::AlreadyExists { .. }) => Err(LeaseError::Exists { run: run.clone() }),
+            Err(other) => Err(other.into()),
+        }
     }
 
     /// Takes the lease if nobody holds it: absent, released, or held by an earlier

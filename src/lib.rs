@@ -38,6 +38,7 @@ pub mod generation;
 pub mod host;
 pub mod index;
 pub mod layout;
+pub mod lifecycle;
 pub mod lease;
 pub mod log;
 pub mod measure;

@@ -86,10 +86,11 @@ enum Command {
         /// one lease TTL.
         #[arg(long)]
         all: bool,
-        /// With --all: do not wait a TTL; take over every running run now. For an operator
-        /// who knows the old hosts are gone. Safe, because fencing stops any survivor's
-        /// commits, but a survivor's in-flight tool call may run twice.
-        #[arg(long, requires = "all")]
+        /// Do not wait a TTL for a holder that still heartbeats: take the run over now. For
+        /// an operator who knows the old host is gone. Safe for the run, because fencing
+        /// stops the old holder's commits, but its in-flight tool call may run twice.
+        /// Without it, a run whose holder's heartbeat changes within its TTL is refused.
+        #[arg(long)]
         takeover: bool,
         /// Wait until the recoveries finished (or were dead-lettered).
         #[arg(long)]
@@ -314,7 +315,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => match (all, source_run, recovery_id) {
             (true, _, _) => block_on(commands::recover_all(store, takeover, wait, force)),
             (false, Some(source), Some(id)) => {
-                block_on(commands::recover(store, source, id, wait, force))
+                block_on(commands::recover(store, source, id, takeover, wait, force))
             }
             _ => Err(anyhow::anyhow!(
                 "give SOURCE_RUN --recovery-id ID, or --all"

@@ -1,8 +1,9 @@
 //! Recovery records: the durable, idempotent admission of a recovery under a host-chosen ID.
 //!
-//! This module owns `recoveries/<shard>/<recovery>` and the source run's
-//! `recovered-by` claim. It never executes a recovery; it records that one was admitted,
-//! pinned to the source run's newest generation and its digest, and what became of it.
+//! This module owns the format of `recoveries/<shard>/<recovery>` and the source run's
+//! `recovered-by` claim, and creating them. It never executes a recovery and never changes a
+//! record after creating it: every later change is a lifecycle event (`lifecycle.rs`), which
+//! is the only caller of [`swap`].
 //!
 //! Architecture invariant: the same recovery ID is executed at most once (brief, invariant 5).
 //! Admission is create-if-absent on both the source's claim and the record, so on every node
@@ -25,10 +26,34 @@ const CLAIM_KIND: &str = "recovery.claim";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecoveryState {
+    /// Waiting for an attempt; `assigned_to` names the worker it is offered to, if any.
     Admitted,
+    /// An attempt is live on `assigned_to`.
     Running,
+    /// Waiting for a human's answer; no attempt runs until it is recorded.
+    Parked,
+    /// Ended; `result` says how. Terminal.
     Finished,
+    /// Given up after too many failed attempts; `last_error` says why. Terminal.
     DeadLettered,
+}
+
+impl RecoveryState {
+    /// No event leaves a terminal state.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RecoveryState::Finished | RecoveryState::DeadLettered)
+    }
+
+    /// The state as users read it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RecoveryState::Admitted => "admitted",
+            RecoveryState::Running => "running",
+            RecoveryState::Parked => "parked",
+            RecoveryState::Finished => "finished",
+            RecoveryState::DeadLettered => "dead-lettered",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,14 +79,25 @@ pub struct RecoveryRecord {
     /// Admitted despite a configuration mismatch (skips the resume guard).
     #[serde(default)]
     pub force: bool,
+    /// Attempts started (for operators; never a reason to give up).
     #[serde(default)]
     pub attempts: u32,
+    /// Attempts that failed (an error, or the worker died mid-attempt); dead-lettering counts
+    /// only these. Yields at the step cap, parks and graceful hand-backs are not failures.
+    #[serde(default)]
+    pub failures: u32,
     #[serde(default)]
     pub last_error: Option<String>,
     #[serde(default)]
     pub assigned_to: Option<String>,
     #[serde(default)]
     pub result: Option<RecoveryResult>,
+    /// The source's session and configuration fingerprint, so the index entry can be
+    /// rebuilt from the record alone.
+    #[serde(default)]
+    pub session_id: Option<crate::fact::SessionId>,
+    #[serde(default)]
+    pub fingerprint_sha256: String,
     pub admitted_at_ms: u64,
     pub updated_at_ms: u64,
 }
@@ -148,7 +184,13 @@ async fn read_claim(store: &Store, source: &RunId) -> Result<Option<Claim>, Reco
     }
 }
 
-/// Admits a recovery of `source` under `recovery_id`, idempotently.
+/// The recovery ID that claimed `source`, if any.
+pub async fn claimed_by(store: &Store, source: &RunId) -> Result<Option<RecoveryId>, RecoveryError> {
+    Ok(read_claim(store, source).await?.map(|claim| claim.recovery_id))
+}
+
+/// Creates the claim and the record of a recovery of `source` under `recovery_id`,
+/// idempotently. Callers go through `lifecycle::admit`, which fences the source first.
 pub async fn admit(
     store: &Store,
     source: &RunId,
@@ -236,9 +278,16 @@ pub async fn admit(
         state: RecoveryState::Admitted,
         force,
         attempts: 0,
+        failures: 0,
         last_error: None,
         assigned_to: None,
         result: None,
+        session_id: loaded.state.session_id().cloned(),
+        fingerprint_sha256: loaded
+            .state
+            .meta()
+            .map(|meta| meta.fingerprint.sha256())
+            .unwrap_or_default(),
         admitted_at_ms: now,
         updated_at_ms: now,
     };
@@ -272,22 +321,19 @@ pub async fn admit(
     }
 }
 
-/// Changes a record by compare-and-swap on the version read.
-pub async fn update(
+/// Replaces a record by compare-and-swap on the version read. Only the lifecycle calls this:
+/// it decides the new record with its pure transition function first.
+pub(crate) async fn swap(
     store: &Store,
-    record: &RecoveryRecord,
+    next: &RecoveryRecord,
     etag: &ETag,
-    change: impl FnOnce(&mut RecoveryRecord),
-) -> Result<(RecoveryRecord, ETag), RecoveryError> {
-    let mut next = record.clone();
-    change(&mut next);
-    next.updated_at_ms = store.clock().wall_ms();
-    let key = layout::recovery(record.recovery_id.as_str());
-    let bytes = Bytes::from(serde_json::to_vec(&next).unwrap_or_default());
+) -> Result<ETag, RecoveryError> {
+    let key = layout::recovery(next.recovery_id.as_str());
+    let bytes = Bytes::from(serde_json::to_vec(next).unwrap_or_default());
     match store.swap(&key, bytes, etag).await {
-        Ok(etag) => Ok((next, etag)),
+        Ok(etag) => Ok(etag),
         Err(StoreError::Changed { .. }) => Err(RecoveryError::Changed {
-            recovery_id: record.recovery_id.clone(),
+            recovery_id: next.recovery_id.clone(),
         }),
         Err(other) => Err(other.into()),
     }

@@ -1,10 +1,15 @@
 //! The worker: registers, heartbeats, and executes the recoveries assigned to it.
 //!
 //! Per poll it reads one object, its inbox. For each new assignment (up to its concurrency)
-//! it marks the recovery running (compare-and-swap, counting the attempt) and executes it on
-//! this node. A failed attempt is recorded with its error and handed back; the coordinator
-//! dead-letters a recovery that keeps failing. On stop (SIGTERM) it takes no new work, lets
-//! each running recovery finish its current step and commit, releases the leases and exits.
+//! it starts an attempt (the lifecycle's `Start`, a compare-and-swap that only succeeds on a
+//! recovery offered to this worker and waiting) and executes it on this node; how the attempt
+//! ended is reported as one lifecycle event: `Finish`, `Park`, `Yield` (step cap or stop; not
+//! a failure) or `Fail`. The coordinator dead-letters a recovery that keeps failing. On stop
+//! (SIGTERM) it takes no new work, lets each running recovery finish its current step and
+//! commit, hands the recoveries back, releases the leases and exits.
+//!
+//! A worker ID is owned by one live process at a time: a worker that finds another live
+//! process beating under its ID refuses to start (`Holder::claim_identity`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,13 +20,22 @@ use bytes::Bytes;
 
 use crate::coordinator::{Registration, read_inbox};
 use crate::fact::RecoveryId;
-use crate::fleet::{Agent, Node};
+use crate::fleet::{Agent, FleetError, Node};
 use crate::layout;
-use crate::lease::Holder;
+use crate::lease::{Holder, LeaseError};
+use crate::lifecycle::{self, Event, LifecycleError};
 use crate::log::LogDir;
-use crate::recovery::{self, RecoveryState};
+use crate::recovery::{self, RecoveryResult, RecoveryState};
 use crate::runner::Stopped;
 use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
 
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
@@ -57,18 +71,20 @@ pub async fn run(
     options: WorkerOptions,
     stop: Arc<AtomicBool>,
     stats: Arc<WorkerStats>,
-) -> Result<(), StoreError> {
+) -> Result<(), WorkerError> {
     let holder = Holder::with_role(&store, options.id.clone(), options.ttl, "worker");
+    holder.claim_identity().await?;
     // Heartbeats stop only after the running recoveries are done and released.
     let beating_stop = Arc::new(AtomicBool::new(false));
     holder.beat().await.ok();
     let beating = holder.spawn_heartbeat(Arc::clone(&beating_stop));
-    let registration = Registration::new(
+    let mut registration = Registration::new(
         &options.id,
         holder.heartbeat_key(),
         options.concurrency,
         agent.fingerprint_sha256(),
     );
+    registration.ttl_ms = Some(options.ttl.as_millis() as u64);
     store
         .put(
             &layout::worker(&options.id),
@@ -123,92 +139,159 @@ pub async fn run(
     let deadline = tokio::time::Instant::now() + options.shutdown_deadline;
     for (id, mut task) in running {
         if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
-            tracing::warn!(recovery_id = %id, "still running at the shutdown deadline; abandoned to another worker");
+            tracing::warn!(recovery_id = %id, "still running at the shutdown deadline; handed back to another worker");
             task.abort();
+            // Our decision, not a failure: the step in flight may run again, as after any
+            // stop, and the next worker waits out this attempt's lease.
+            let event = Event::Yield {
+                worker: options.id.clone(),
+                keep_assignment: false,
+            };
+            if let Err(error) = lifecycle::transition(&store, &id, None, event).await {
+                tracing::debug!(recovery_id = %id, %error, "hand-back at the deadline");
+            }
         }
     }
     beating_stop.store(true, Ordering::SeqCst);
     let _ = beating.await;
-    let _ = store.delete(&layout::worker(&options.id)).await;
+    // Only our own registration and heartbeat are removed: another process may have taken
+    // the ID over after this one was judged gone.
+    if holder.owns_heartbeat().await.unwrap_or(false) {
+        let _ = store.delete(&layout::worker(&options.id)).await;
+    }
     let _ = holder.retire().await;
     tracing::info!(worker_id = %options.id, "worker stopped");
     Ok(())
 }
 
-/// One attempt at one recovery.
+/// Attempts at one recovery offered to this worker: start, execute, report how it ended.
+/// At the step cap the recovery is yielded and, still offered to this worker, started again
+/// at once (each resume is bounded; none counts as a failure).
 async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats) {
     let store = &node.store;
-    let Ok(Some((record, etag))) = recovery::read(store, id).await else {
-        return;
-    };
-    if !matches!(
-        record.state,
-        RecoveryState::Admitted | RecoveryState::Running
-    ) || record.assigned_to.as_deref() != Some(worker)
-    {
-        return;
-    }
-    let Ok((record, _)) = recovery::update(store, &record, &etag, |r| {
-        r.state = RecoveryState::Running;
-        r.attempts += 1;
-    })
-    .await
-    else {
-        return;
-    };
-    stats.started.fetch_add(1, Ordering::Relaxed);
-    let outcome = node.execute_recovery(&record).await;
-    let (error, finished) = match &outcome {
-        Ok(Stopped::Finished(_)) => (None, true),
-        Ok(_) => (None, false),
-        Err(error) if error_is_fenced(error) => {
-            tracing::info!(recovery_id = %id, %error, "another worker owns this recovery now");
+    loop {
+        let Ok(Some((record, etag))) = recovery::read(store, id).await else {
+            return;
+        };
+        // Only a recovery offered to this worker and waiting for an attempt: a stale inbox
+        // also lists parked and finished ones, which must not run again.
+        if record.state != RecoveryState::Admitted
+            || record.assigned_to.as_deref() != Some(worker)
+        {
             return;
         }
-        Err(error) => {
-            tracing::warn!(recovery_id = %id, %error, "recovery attempt failed");
-            (Some(error.to_string()), false)
-        }
-    };
-    if finished {
-        // The run's history is in the bucket; the local log was only its journal.
-        if let Err(error) = node.logs.remove_log(id.as_str()) {
-            tracing::warn!(recovery_id = %id, %error, "cannot remove the local fact log");
-        }
-        let new = stats
-            .finished_ids
-            .lock()
-            .map(|mut ids| ids.insert(id.clone()))
-            .unwrap_or(true);
-        if new {
-            stats.finished.fetch_add(1, Ordering::Relaxed);
-        }
-        return;
-    }
-    if error.is_some() {
-        stats.failed.fetch_add(1, Ordering::Relaxed);
-    }
-    // Hand the recovery back: yielded (step cap, stop), parked, or failed.
-    if let Ok(Some((current, etag))) = recovery::read(store, id).await
-        && current.state == RecoveryState::Running
-    {
-        let _ = recovery::update(store, &current, &etag, |r| {
-            r.state = RecoveryState::Admitted;
-            if let Some(error) = error {
-                r.last_error = Some(error);
+        let start = Event::Start {
+            worker: worker.to_owned(),
+        };
+        let record = match lifecycle::transition(store, id, Some((record, etag)), start).await {
+            Ok((record, _)) => record,
+            Err(error) => {
+                tracing::debug!(recovery_id = %id, %error, "not started");
+                return;
             }
-        })
-        .await;
+        };
+        stats.started.fetch_add(1, Ordering::Relaxed);
+        let outcome = node.execute_recovery(&record).await;
+        let worker = worker.to_owned();
+        let (event, again) = match outcome {
+            Ok((Stopped::Finished(terminal), final_generation)) => (
+                Event::Finish {
+                    worker,
+                    result: RecoveryResult {
+                        outcome: terminal.outcome,
+                        message: terminal.message.clone(),
+                        final_generation,
+                    },
+                },
+                false,
+            ),
+            Ok((Stopped::Parked(_) | Stopped::WaitingForInput, _)) => {
+                (Event::Park { worker }, false)
+            }
+            Ok((Stopped::StepCap, _)) => (
+                Event::Yield {
+                    worker,
+                    keep_assignment: true,
+                },
+                !node.stop.load(Ordering::SeqCst),
+            ),
+            Ok((Stopped::StopRequested, _)) => (
+                Event::Yield {
+                    worker,
+                    keep_assignment: false,
+                },
+                false,
+            ),
+            Err(error) if error_is_fenced(&error) => {
+                // Someone with a higher epoch owns the recovery run now (this worker was
+                // judged dead and its attempt abandoned). If the record still says this
+                // attempt runs, hand it back rather than leave it to a timeout.
+                tracing::info!(recovery_id = %id, %error, "another attempt owns this recovery now");
+                (
+                    Event::Yield {
+                        worker,
+                        keep_assignment: false,
+                    },
+                    false,
+                )
+            }
+            Err(error) => {
+                tracing::warn!(recovery_id = %id, %error, "recovery attempt failed");
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                (
+                    Event::Fail {
+                        worker,
+                        error: error.to_string(),
+                    },
+                    false,
+                )
+            }
+        };
+        let finished = matches!(event, Event::Finish { .. });
+        match lifecycle::transition(store, id, None, event).await {
+            Ok(_) => {}
+            Err(LifecycleError::Refused(refused)) => {
+                tracing::info!(recovery_id = %id, %refused, "attempt outcome not recorded");
+                return;
+            }
+            Err(error) => {
+                // The record stays Running on this worker; while it lives the next scan leaves
+                // it alone, so report it loudly.
+                tracing::error!(recovery_id = %id, %error, "cannot record the attempt's outcome");
+                return;
+            }
+        }
+        if finished {
+            recovery_finished(node, id, stats);
+            return;
+        }
+        if !again {
+            return;
+        }
     }
 }
 
-fn error_is_fenced(error: &crate::fleet::FleetError) -> bool {
+/// After a finished recovery: the run's history is in the bucket, the local log was only its
+/// journal.
+fn recovery_finished(node: &Node, id: &RecoveryId, stats: &WorkerStats) {
+    if let Err(error) = node.logs.remove_log(id.as_str()) {
+        tracing::warn!(recovery_id = %id, %error, "cannot remove the local fact log");
+    }
+    let new = stats
+        .finished_ids
+        .lock()
+        .map(|mut ids| ids.insert(id.clone()))
+        .unwrap_or(true);
+    if new {
+        stats.finished.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn error_is_fenced(error: &FleetError) -> bool {
     match error {
-        crate::fleet::FleetError::Run(run) => run.is_fenced(),
-        crate::fleet::FleetError::Generation(crate::generation::GenerationError::Fenced {
-            ..
-        }) => true,
-        crate::fleet::FleetError::Lease(crate::lease::LeaseError::Lost { .. }) => true,
+        FleetError::Run(run) => run.is_fenced(),
+        FleetError::Generation(crate::generation::GenerationError::Fenced { .. }) => true,
+        FleetError::Lease(LeaseError::Lost { .. }) => true,
         _ => false,
     }
 }

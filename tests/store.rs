@@ -10,6 +10,7 @@ use rekindle::fact::{RecoveryId, RunId, Seq};
 use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
 use rekindle::layout;
 use rekindle::lease::{self, Holder, LeaseError};
+use rekindle::lifecycle::{self, Event, LifecycleError};
 use rekindle::recovery::{self, RecoveryError};
 use rekindle::sample;
 use rekindle::store::{Store, StoreError};
@@ -300,15 +301,40 @@ async fn recovery_records(store: Store) {
         "run \"src-1\" is already being recovered as 'rec-1'"
     );
     let (record, etag) = recovery::read(&store, &id).await.unwrap().unwrap();
-    let (updated, _) = recovery::update(&store, &record, &etag, |r| {
-        r.state = recovery::RecoveryState::Finished;
-    })
+    // Changes go through the lifecycle: offered, started, finished. A decision taken on the
+    // stale version is re-decided on the current one, and a finished record refuses it.
+    let w = || "w-1".to_string();
+    lifecycle::transition(&store, &id, Some((record.clone(), etag.clone())), Event::Assign { worker: w() })
+        .await
+        .unwrap();
+    lifecycle::transition(&store, &id, None, Event::Start { worker: w() })
+        .await
+        .unwrap();
+    let result = recovery::RecoveryResult {
+        outcome: rekindle::fact::Outcome::Completed,
+        message: "done".into(),
+        final_generation: 9,
+    };
+    let (updated, _) = lifecycle::transition(
+        &store,
+        &id,
+        None,
+        Event::Finish {
+            worker: w(),
+            result,
+        },
+    )
     .await
     .unwrap();
-    assert!(matches!(
-        recovery::update(&store, &record, &etag, |r| r.attempts += 1).await,
-        Err(RecoveryError::Changed { .. })
-    ));
+    assert_eq!(updated.state, recovery::RecoveryState::Finished);
+    assert_eq!((updated.attempts, updated.failures), (1, 0));
+    let stale = lifecycle::transition(&store, &id, Some((record, etag)), Event::Assign { worker: w() })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale, LifecycleError::Refused(_)),
+        "a finished recovery was reopened: {stale}"
+    );
     let finished = recovery::admit(&store, &source, &id, false).await.unwrap();
     assert_eq!(finished.record, updated);
 
