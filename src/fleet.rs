@@ -360,9 +360,11 @@ pub async fn spawn_recovery(
     force: bool,
     takeover: Takeover,
 ) -> Result<RecoveryRecord, FleetError> {
-    Ok(lifecycle::admit(store, holder, source, recovery_id, force, takeover)
-        .await?
-        .record)
+    Ok(
+        lifecycle::admit(store, holder, source, recovery_id, force, takeover)
+            .await?
+            .record,
+    )
 }
 
 /// Answers a parked run by its source run ID: commits the answer on the run that holds the

@@ -185,8 +185,13 @@ async fn read_claim(store: &Store, source: &RunId) -> Result<Option<Claim>, Reco
 }
 
 /// The recovery ID that claimed `source`, if any.
-pub async fn claimed_by(store: &Store, source: &RunId) -> Result<Option<RecoveryId>, RecoveryError> {
-    Ok(read_claim(store, source).await?.map(|claim| claim.recovery_id))
+pub async fn claimed_by(
+    store: &Store,
+    source: &RunId,
+) -> Result<Option<RecoveryId>, RecoveryError> {
+    Ok(read_claim(store, source)
+        .await?
+        .map(|claim| claim.recovery_id))
 }
 
 /// Creates the claim and the record of a recovery of `source` under `recovery_id`,

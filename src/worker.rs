@@ -175,8 +175,7 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
         };
         // Only a recovery offered to this worker and waiting for an attempt: a stale inbox
         // also lists parked and finished ones, which must not run again.
-        if record.state != RecoveryState::Admitted
-            || record.assigned_to.as_deref() != Some(worker)
+        if record.state != RecoveryState::Admitted || record.assigned_to.as_deref() != Some(worker)
         {
             return;
         }

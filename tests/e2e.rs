@@ -340,7 +340,11 @@ async fn same_recovery_id_twice_executes_once() {
     assert!(first.contains("watching its heartbeat"), "{first}");
     let second = stdout(&fleet.cli(&["recover", run, "--recovery-id", "mine"]));
     assert_eq!(first.lines().last(), second.lines().last());
-    assert_eq!(second.lines().count(), 1, "a replay waits for nothing: {second}");
+    assert_eq!(
+        second.lines().count(),
+        1,
+        "a replay waits for nothing: {second}"
+    );
     let other = fleet.cli(&["recover", run, "--recovery-id", "other"]);
     assert_eq!(other.status.code(), Some(1));
     let error = String::from_utf8_lossy(&other.stderr);

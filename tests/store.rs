@@ -304,9 +304,14 @@ async fn recovery_records(store: Store) {
     // Changes go through the lifecycle: offered, started, finished. A decision taken on the
     // stale version is re-decided on the current one, and a finished record refuses it.
     let w = || "w-1".to_string();
-    lifecycle::transition(&store, &id, Some((record.clone(), etag.clone())), Event::Assign { worker: w() })
-        .await
-        .unwrap();
+    lifecycle::transition(
+        &store,
+        &id,
+        Some((record.clone(), etag.clone())),
+        Event::Assign { worker: w() },
+    )
+    .await
+    .unwrap();
     lifecycle::transition(&store, &id, None, Event::Start { worker: w() })
         .await
         .unwrap();
@@ -328,9 +333,14 @@ async fn recovery_records(store: Store) {
     .unwrap();
     assert_eq!(updated.state, recovery::RecoveryState::Finished);
     assert_eq!((updated.attempts, updated.failures), (1, 0));
-    let stale = lifecycle::transition(&store, &id, Some((record, etag)), Event::Assign { worker: w() })
-        .await
-        .unwrap_err();
+    let stale = lifecycle::transition(
+        &store,
+        &id,
+        Some((record, etag)),
+        Event::Assign { worker: w() },
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(stale, LifecycleError::Refused(_)),
         "a finished recovery was reopened: {stale}"

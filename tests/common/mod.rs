@@ -1,6 +1,8 @@
 //! Shared test helpers: opening each backend the conformance suite runs on.
 #![allow(dead_code)]
 
+pub mod crash;
+
 use std::sync::Arc;
 use std::time::Duration;
 

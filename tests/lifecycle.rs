@@ -1,0 +1,1016 @@
+//! The recovery lifecycle: the pure transition function's properties, and regression tests
+//! for the lifecycle bugs found by review (each named after what broke), run as a fleet in
+//! one process on the memory store under tokio's paused, virtual clock, with in-process
+//! tools that record every execution in a ledger.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use proptest::prelude::*;
+use rekindle::clock::Clock;
+use rekindle::config::Config;
+use rekindle::coordinator::{self, CoordinatorOptions, recovery_id_for};
+use rekindle::fact::{Outcome, RecoveryId, RunId, ToolCall};
+use rekindle::fleet::{self, Agent, FleetError, Node};
+use rekindle::host::{CommandTools, ToolContext, ToolDefinition, ToolOutput, Tools};
+use rekindle::index::{self, Phase};
+use rekindle::layout;
+use rekindle::lease::{self, Holder, LeaseError};
+use rekindle::lifecycle::{self, Event, LifecycleError, Takeover, apply};
+use rekindle::log::LogDir;
+use rekindle::recovery::{self, RecoveryRecord, RecoveryResult, RecoveryState};
+use rekindle::runner::Stopped;
+use rekindle::store::{Backend, Store};
+use rekindle::worker::{self, WorkerOptions, WorkerStats};
+
+use common::crash::Crashable;
+
+// ---------------------------------------------------------------------------------------
+// The pure transition function.
+
+fn fresh_record() -> RecoveryRecord {
+    RecoveryRecord {
+        format: 1,
+        kind: "recovery".into(),
+        recovery_id: RecoveryId::new("rec"),
+        source_run: RunId::new("src"),
+        source_generation: 3,
+        source_digest: "d".into(),
+        source_epoch: 1,
+        state: RecoveryState::Admitted,
+        force: false,
+        attempts: 0,
+        failures: 0,
+        last_error: None,
+        assigned_to: None,
+        result: None,
+        session_id: None,
+        fingerprint_sha256: "fp".into(),
+        admitted_at_ms: 0,
+        updated_at_ms: 0,
+    }
+}
+
+fn result() -> RecoveryResult {
+    RecoveryResult {
+        outcome: Outcome::Completed,
+        message: "done".into(),
+        final_generation: 9,
+    }
+}
+
+const WORKERS: [&str; 2] = ["w1", "w2"];
+
+fn any_event() -> impl Strategy<Value = Event> {
+    let worker = prop::sample::select(WORKERS.to_vec()).prop_map(str::to_owned);
+    prop_oneof![
+        worker.clone().prop_map(|worker| Event::Assign { worker }),
+        worker.clone().prop_map(|worker| Event::Start { worker }),
+        (worker.clone(), any::<bool>()).prop_map(|(worker, keep_assignment)| Event::Yield {
+            worker,
+            keep_assignment
+        }),
+        worker.clone().prop_map(|worker| Event::Park { worker }),
+        Just(Event::Answer),
+        worker.clone().prop_map(|worker| Event::Fail {
+            worker,
+            error: "boom".into()
+        }),
+        worker.clone().prop_map(|worker| Event::Abandon { worker }),
+        worker.prop_map(|worker| Event::Finish {
+            worker,
+            result: result()
+        }),
+        (0u32..4).prop_map(|max_failures| Event::DeadLetter { max_failures }),
+    ]
+}
+
+/// Drives a record to an end the way a healthy fleet would: answer, abandon a dead attempt,
+/// assign, start, finish. Returns the events used.
+fn drive_to_end(mut record: RecoveryRecord) -> (RecoveryRecord, usize) {
+    let mut steps = 0;
+    while !record.state.is_terminal() {
+        let event = match record.state {
+            RecoveryState::Parked => Event::Answer,
+            RecoveryState::Running => Event::Abandon {
+                worker: record.assigned_to.clone().unwrap_or_default(),
+            },
+            RecoveryState::Admitted if record.assigned_to.is_none() => Event::Assign {
+                worker: "w1".into(),
+            },
+            RecoveryState::Admitted => Event::Start {
+                worker: record.assigned_to.clone().unwrap_or_default(),
+            },
+            RecoveryState::Finished | RecoveryState::DeadLettered => unreachable!(),
+        };
+        let event = match (&event, record.state) {
+            // A started attempt finishes.
+            (Event::Abandon { worker }, RecoveryState::Running) if steps > 0 => Event::Finish {
+                worker: worker.clone(),
+                result: result(),
+            },
+            _ => event,
+        };
+        record = apply(&record, &event, 1).expect("the healthy path applies");
+        steps += 1;
+        assert!(steps < 10, "no end after {steps} events: {record:?}");
+    }
+    (record, steps)
+}
+
+proptest! {
+    // Proves, over random event sequences: no event leaves a terminal state; `failures`
+    // counts exactly the accepted Fail and Abandon events (yields, parks and hand-backs never
+    // count); `attempts` counts accepted starts; dead-lettering happens only from Admitted
+    // (no live attempt) and only after enough failures; and from every reachable record a
+    // healthy fleet reaches an end in a few events.
+    #[test]
+    fn transitions_keep_the_lifecycle_rules(events in prop::collection::vec(any_event(), 0..60)) {
+        let mut record = fresh_record();
+        let (mut failures, mut starts) = (0u32, 0u32);
+        for event in &events {
+            let before = record.clone();
+            match apply(&record, event, 7) {
+                Ok(next) => {
+                    prop_assert!(!before.state.is_terminal(), "{event:?} left terminal {before:?}");
+                    match event {
+                        Event::Fail { .. } | Event::Abandon { .. } => failures += 1,
+                        Event::Start { .. } => starts += 1,
+                        Event::DeadLetter { max_failures } => {
+                            prop_assert_eq!(before.state, RecoveryState::Admitted);
+                            prop_assert!(before.failures >= *max_failures);
+                        }
+                        _ => {}
+                    }
+                    if next.state == RecoveryState::Running {
+                        prop_assert!(next.assigned_to.is_some());
+                    }
+                    record = next;
+                }
+                Err(refused) => {
+                    prop_assert_eq!(refused.state, before.state);
+                    prop_assert_eq!(&record, &before);
+                }
+            }
+            prop_assert_eq!(record.failures, failures);
+            prop_assert_eq!(record.attempts, starts);
+        }
+        let (end, _) = drive_to_end(record);
+        prop_assert!(end.state.is_terminal());
+    }
+}
+
+// Proves every state is reachable from a fresh admission, and that a dead-lettered or
+// finished record refuses every event (a stale coordinator cannot reopen it).
+#[test]
+fn every_state_is_reachable_and_terminal_states_refuse_everything() {
+    let events: Vec<Event> = WORKERS
+        .iter()
+        .flat_map(|w| {
+            let worker = (*w).to_owned();
+            vec![
+                Event::Assign {
+                    worker: worker.clone(),
+                },
+                Event::Start {
+                    worker: worker.clone(),
+                },
+                Event::Yield {
+                    worker: worker.clone(),
+                    keep_assignment: true,
+                },
+                Event::Park {
+                    worker: worker.clone(),
+                },
+                Event::Fail {
+                    worker: worker.clone(),
+                    error: "x".into(),
+                },
+                Event::Abandon {
+                    worker: worker.clone(),
+                },
+                Event::Finish {
+                    worker,
+                    result: result(),
+                },
+            ]
+        })
+        .chain([Event::Answer, Event::DeadLetter { max_failures: 1 }])
+        .collect();
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut frontier = vec![fresh_record()];
+    let mut visited = 0;
+    while let Some(record) = frontier.pop() {
+        visited += 1;
+        assert!(visited < 10_000, "the state space should be small");
+        let key = format!(
+            "{:?}",
+            (record.state, &record.assigned_to, record.failures.min(2))
+        );
+        if !seen.insert(key) || record.failures > 2 {
+            continue;
+        }
+        for event in &events {
+            match apply(&record, event, 1) {
+                Ok(next) => frontier.push(next),
+                Err(refused) => assert_eq!(refused.state, record.state),
+            }
+            if record.state.is_terminal() {
+                assert!(
+                    apply(&record, event, 1).is_err(),
+                    "{event:?} reopened {record:?}"
+                );
+            }
+        }
+    }
+    let states: BTreeSet<&str> = seen
+        .iter()
+        .map(|key| {
+            key.split(',')
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches('(')
+        })
+        .collect();
+    for state in ["Admitted", "Running", "Parked", "Finished", "DeadLettered"] {
+        assert!(states.contains(state), "{state} unreachable: {states:?}");
+    }
+}
+
+// Regression (finding 13): an assignment decided before a recovery finished never reopens
+// it — Assign on a finished record is refused.
+#[test]
+fn assign_never_reopens_a_finished_record() {
+    let mut record = fresh_record();
+    record.state = RecoveryState::Finished;
+    record.result = Some(result());
+    let refused = apply(
+        &record,
+        &Event::Assign {
+            worker: "w1".into(),
+        },
+        1,
+    )
+    .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "recovery 'rec' is finished; cannot assign it: the recovery has ended"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// A fleet in one process, on virtual time.
+
+/// A clock on tokio's (paused) virtual time, shared by every simulated process.
+#[derive(Debug)]
+struct VirtualClock {
+    start: tokio::time::Instant,
+    nonces: AtomicU64,
+}
+
+impl Clock for VirtualClock {
+    fn wall_ms(&self) -> u64 {
+        1_700_000_000_000 + self.start.elapsed().as_millis() as u64
+    }
+    fn monotonic(&self) -> Duration {
+        self.start.elapsed()
+    }
+    fn nonce(&self) -> String {
+        format!("nonce-{:08}", self.nonces.fetch_add(1, Ordering::SeqCst))
+    }
+}
+
+/// Every tool execution: (run, call, epoch).
+#[derive(Clone, Default)]
+struct Ledger(Arc<Mutex<Vec<(String, String, u64)>>>);
+
+impl Ledger {
+    fn calls(&self, run: &str) -> Vec<(String, u64)> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(r, _, _)| r == run || r == recovery_id_for(&RunId::new(run)).as_str())
+            .map(|(_, call, epoch)| (call.clone(), *epoch))
+            .collect()
+    }
+}
+
+/// Tools that run in-process (a child process would make the virtual clock jump) and
+/// record each execution.
+struct LedgerTools {
+    declared: CommandTools,
+    ledger: Ledger,
+    delay: Duration,
+}
+
+#[async_trait]
+impl Tools for LedgerTools {
+    fn definitions(&self) -> Vec<ToolDefinition> {
+        self.declared.definitions()
+    }
+    fn needs_confirmation(&self, name: &str) -> bool {
+        self.declared.needs_confirmation(name)
+    }
+    async fn call(&self, call: &ToolCall, context: &ToolContext) -> ToolOutput {
+        self.ledger.0.lock().unwrap().push((
+            context.run_id.clone(),
+            call.id.as_str().to_owned(),
+            context.epoch,
+        ));
+        tokio::time::sleep(self.delay).await;
+        ToolOutput {
+            output: "ok".into(),
+            is_error: false,
+            duration_ms: self.delay.as_millis() as u64,
+        }
+    }
+}
+
+struct Harness {
+    dir: tempfile::TempDir,
+    clock: Arc<VirtualClock>,
+    bucket: Arc<InMemory>,
+    ledger: Ledger,
+    agent: Agent,
+    /// Steps each run takes: one tool call each.
+    steps: usize,
+}
+
+const TTL: Duration = Duration::from_millis(900);
+
+impl Harness {
+    /// A run of `steps` tool calls; the call at `confirm_at` (0-based) needs a human's
+    /// approval first.
+    fn new(steps: usize, steps_per_resume: u32, confirm_at: Option<usize>) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let turns: Vec<serde_json::Value> = (0..steps)
+            .map(|i| {
+                let tool = if Some(i) == confirm_at { "approve" } else { "record" };
+                serde_json::json!({"content": format!("step {i}"), "tool_calls": [{"name": tool, "arguments": {}}]})
+            })
+            .collect();
+        std::fs::write(
+            dir.path().join("script.json"),
+            serde_json::to_vec(&turns).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("rekindle.toml"),
+            format!(
+                "[model]\nkind = \"scripted\"\nname = \"m\"\nscript = \"script.json\"\n[budgets]\nsteps_per_resume = {steps_per_resume}\n[[tools]]\nname = \"record\"\ncommand = [\"true\"]\n[[tools]]\nname = \"approve\"\ncommand = [\"true\"]\nconfirm = true\n"
+            ),
+        )
+        .unwrap();
+        let config = Config::load(&dir.path().join("rekindle.toml")).unwrap();
+        let mut agent = Agent::from_config(config.clone()).unwrap();
+        let ledger = Ledger::default();
+        agent.tools = Arc::new(LedgerTools {
+            declared: CommandTools::new(config.tools.clone()),
+            ledger: ledger.clone(),
+            delay: Duration::from_millis(5),
+        });
+        Harness {
+            dir,
+            clock: Arc::new(VirtualClock {
+                start: tokio::time::Instant::now(),
+                nonces: AtomicU64::new(0),
+            }),
+            bucket: Arc::new(InMemory::new()),
+            ledger,
+            agent,
+            steps,
+        }
+    }
+
+    /// Every tool call takes `delay` (virtual time).
+    fn with_tool_delay(mut self, delay: Duration) -> Harness {
+        let tools = self.agent.config.tools.clone();
+        self.agent.tools = Arc::new(LedgerTools {
+            declared: CommandTools::new(tools),
+            ledger: self.ledger.clone(),
+            delay,
+        });
+        self
+    }
+
+    fn store_over(&self, inner: Arc<dyn ObjectStore>) -> Store {
+        Store::from_parts(
+            inner,
+            Backend::Memory,
+            "memory://lifecycle",
+            "",
+            common::fast_retry(),
+            self.clock.clone(),
+        )
+    }
+
+    /// A healthy process's view of the bucket.
+    fn store(&self) -> Store {
+        self.store_over(self.bucket.clone())
+    }
+
+    /// A process's view that can be killed at a chosen write.
+    fn crashable(&self) -> (Store, Arc<Crashable>) {
+        let crashable = Crashable::new(self.bucket.clone());
+        (self.store_over(crashable.clone()), crashable)
+    }
+
+    fn node(&self, store: &Store, id: &str, ttl: Duration) -> Node {
+        Node {
+            store: store.clone(),
+            agent: self.agent.clone(),
+            logs: LogDir::open(self.dir.path().join(format!("logs-{id}"))).unwrap(),
+            holder: Holder::new(store, id, ttl),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn worker_options(&self, id: &str) -> WorkerOptions {
+        WorkerOptions {
+            id: id.into(),
+            concurrency: 4,
+            ttl: TTL,
+            poll_interval: Duration::from_millis(100),
+            shutdown_deadline: Duration::from_secs(5),
+            crash: None,
+        }
+    }
+
+    fn spawn_worker(
+        &self,
+        store: &Store,
+        options: WorkerOptions,
+        stop: &Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<Result<(), worker::WorkerError>> {
+        let logs = LogDir::open(self.dir.path().join(format!("logs-{}", options.id))).unwrap();
+        tokio::spawn(worker::run(
+            store.clone(),
+            self.agent.clone(),
+            logs,
+            options,
+            Arc::clone(stop),
+            Arc::new(WorkerStats::default()),
+        ))
+    }
+
+    fn spawn_coordinator(
+        &self,
+        store: &Store,
+        id: &str,
+        ttl: Duration,
+        max_attempts: u32,
+        stop: &Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let options = CoordinatorOptions {
+            id: id.into(),
+            ttl,
+            scan_interval: Duration::from_millis(200),
+            max_attempts,
+        };
+        let store = store.clone();
+        let stop = Arc::clone(stop);
+        tokio::spawn(async move {
+            coordinator::run(store, options, stop).await.unwrap();
+        })
+    }
+
+    /// Starts a host run that dies (kill -9) right after its `after`th tool call.
+    async fn crashed_host(&self, run: &str, after: usize) {
+        let (store, crashable) = self.crashable();
+        let node = self.node(&store, &format!("host-{run}"), TTL);
+        node.holder.beat().await.unwrap();
+        let beating = node
+            .holder
+            .spawn_heartbeat(Arc::new(AtomicBool::new(false)));
+        let id = RunId::new(run);
+        let task = tokio::spawn(async move { node.start_run(&id, None, "go").await });
+        while self.ledger.calls(run).len() < after {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        crashable.crash();
+        task.abort();
+        beating.abort();
+    }
+
+    /// Waits (virtual time) until `check` holds, failing after `limit`.
+    async fn until<F: std::future::Future<Output = bool>>(
+        &self,
+        limit: Duration,
+        what: &str,
+        mut check: impl FnMut() -> F,
+    ) {
+        let start = tokio::time::Instant::now();
+        while !check().await {
+            assert!(start.elapsed() < limit, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn record(&self, run: &str) -> Option<RecoveryRecord> {
+        recovery::read(&self.store(), &recovery_id_for(&RunId::new(run)))
+            .await
+            .unwrap()
+            .map(|(r, _)| r)
+    }
+
+    /// Each call ran at most once per interruption of its run's lineage, and every call of
+    /// the script ran.
+    fn audit(&self, run: &str, interruptions: usize) {
+        let mut runs: BTreeMap<String, usize> = BTreeMap::new();
+        for (call, _) in self.ledger.calls(run) {
+            *runs.entry(call).or_default() += 1;
+        }
+        assert_eq!(runs.len(), self.steps, "calls that ran: {runs:?}");
+        let repeats: usize = runs.values().map(|n| n - 1).sum();
+        assert!(
+            repeats <= interruptions,
+            "{repeats} repeated calls for {interruptions} interruptions: {runs:?}"
+        );
+    }
+}
+
+// Regression (finding 3): a recovery that makes progress is never dead-lettered. With a
+// step cap of 2 steps per resume, a 24-step recovery yields a dozen times; counting those
+// yields as attempts dead-lettered it at max_attempts 2.
+#[tokio::test(start_paused = true)]
+async fn long_recovery_yielding_at_the_step_cap_is_never_dead_lettered() {
+    let harness = Harness::new(24, 2, None);
+    harness.crashed_host("long", 1).await;
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 2, &stop);
+    let worker = harness.spawn_worker(&store, harness.worker_options("w1"), &stop);
+    harness
+        .until(Duration::from_secs(120), "the recovery to end", || async {
+            harness
+                .record("long")
+                .await
+                .is_some_and(|r| r.state.is_terminal())
+        })
+        .await;
+    let record = harness.record("long").await.unwrap();
+    assert_eq!(record.state, RecoveryState::Finished, "{record:?}");
+    assert_eq!(record.failures, 0);
+    assert!(record.attempts > 2, "{record:?}");
+    harness.audit("long", 1);
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+    coordinator.await.unwrap();
+}
+
+// Regression (finding 3): dead-lettering never overwrites a running attempt. The
+// coordinator decided on the Admitted version; a worker started an attempt before the
+// write: the compare-and-swap rereads, and the Running record refuses.
+#[tokio::test(start_paused = true)]
+async fn dead_letter_never_overwrites_a_running_attempt() {
+    let harness = Harness::new(4, 32, None);
+    harness.crashed_host("contested", 1).await;
+    let store = harness.store();
+    let holder = Holder::new(&store, "cli", TTL);
+    let id = recovery_id_for(&RunId::new("contested"));
+    lifecycle::admit(
+        &store,
+        &holder,
+        &RunId::new("contested"),
+        &id,
+        false,
+        Takeover::Now,
+    )
+    .await
+    .unwrap();
+    let w = || "w1".to_string();
+    lifecycle::transition(&store, &id, None, Event::Assign { worker: w() })
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        lifecycle::transition(&store, &id, None, Event::Start { worker: w() })
+            .await
+            .unwrap();
+        lifecycle::transition(
+            &store,
+            &id,
+            None,
+            Event::Fail {
+                worker: w(),
+                error: "boom".into(),
+            },
+        )
+        .await
+        .unwrap();
+        lifecycle::transition(&store, &id, None, Event::Assign { worker: w() })
+            .await
+            .unwrap();
+    }
+    let decided_on = recovery::read(&store, &id).await.unwrap().unwrap();
+    assert_eq!(decided_on.0.failures, 3);
+    lifecycle::transition(&store, &id, None, Event::Start { worker: w() })
+        .await
+        .unwrap();
+    let error = lifecycle::transition(
+        &store,
+        &id,
+        Some(decided_on),
+        Event::DeadLetter { max_failures: 3 },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(error, LifecycleError::Refused(_)), "{error}");
+    let (now, _) = recovery::read(&store, &id).await.unwrap().unwrap();
+    assert_eq!(now.state, RecoveryState::Running);
+}
+
+// Regression (finding 4): a worker killed -9 at any write of a recovery attempt — between
+// the terminal commit, the record and the index entry included — strands nothing: another
+// worker and the coordinator finish the recovery, the record ends Finished, the index entry
+// is gone, and no call ran more than once per interruption.
+#[tokio::test(start_paused = true)]
+async fn a_worker_killed_at_every_write_of_an_attempt_strands_nothing() {
+    // Count the writes of one worker's whole life through an uninterrupted attempt first.
+    let writes = {
+        let harness = Harness::new(3, 32, None);
+        harness.crashed_host("count", 1).await;
+        let store = harness.store();
+        let stop = Arc::new(AtomicBool::new(false));
+        let coordinator = harness.spawn_coordinator(&store, "c", TTL, 5, &stop);
+        let measured = harness.store();
+        let worker = harness.spawn_worker(&measured, harness.worker_options("w1"), &stop);
+        harness
+            .until(Duration::from_secs(60), "the measured attempt", || async {
+                harness
+                    .record("count")
+                    .await
+                    .is_some_and(|r| r.state == RecoveryState::Finished)
+            })
+            .await;
+        stop.store(true, Ordering::SeqCst);
+        worker.await.unwrap().unwrap();
+        coordinator.await.unwrap();
+        let metrics = measured.metrics();
+        metrics.put + metrics.conditional_put + metrics.delete
+    };
+    assert!(writes > 5, "an attempt makes {writes} writes");
+    for crash_at in 1..=writes as i64 {
+        for lands in [false, true] {
+            let harness = Harness::new(3, 32, None);
+            let run = format!("boundary-{crash_at}-{lands}");
+            harness.crashed_host(&run, 1).await;
+            let store = harness.store();
+            let stop = Arc::new(AtomicBool::new(false));
+            let coordinator = harness.spawn_coordinator(&store, "c", TTL, 5, &stop);
+            // The first worker dies at the chosen write of its attempt.
+            // The first worker dies at its `crash_at`th write (counted from its start).
+            let (doomed, crashable) = harness.crashable();
+            crashable.crash_at_write(crash_at, lands);
+            let mut options = harness.worker_options("doomed");
+            let crash = Arc::new(AtomicBool::new(false));
+            options.crash = Some(Arc::clone(&crash));
+            let first = harness.spawn_worker(&doomed, options, &stop);
+            harness
+                .until(Duration::from_secs(60), "the crash", || async {
+                    crashable.crashed()
+                        || harness
+                            .record(&run)
+                            .await
+                            .is_some_and(|r| r.state == RecoveryState::Finished)
+                })
+                .await;
+            crash.store(true, Ordering::SeqCst);
+            first.abort();
+            let second = harness.spawn_worker(&store, harness.worker_options("rescuer"), &stop);
+            harness
+                .until(
+                    Duration::from_secs(120),
+                    &format!("crash at write {crash_at} (lands {lands}) to be repaired"),
+                    || async {
+                        let finished = harness
+                            .record(&run)
+                            .await
+                            .is_some_and(|r| r.state == RecoveryState::Finished);
+                        let indexed = index::read(&store, &RunId::new(run.as_str()))
+                            .await
+                            .unwrap()
+                            .is_some();
+                        finished && !indexed
+                    },
+                )
+                .await;
+            harness.audit(&run, 2);
+            stop.store(true, Ordering::SeqCst);
+            second.await.unwrap().unwrap();
+            coordinator.await.unwrap();
+        }
+    }
+}
+
+// Regression (finding 5): a parked recovery is not re-run from a worker's stale inbox: no
+// new attempt, no new lease epoch, no fence generation per poll.
+#[tokio::test(start_paused = true)]
+async fn a_parked_recovery_is_not_rerun_from_a_stale_inbox() {
+    let harness = Harness::new(4, 32, Some(2));
+    harness.crashed_host("parks", 1).await;
+    let store = harness.store();
+    let holder = Holder::new(&store, "cli", TTL);
+    let id = recovery_id_for(&RunId::new("parks"));
+    lifecycle::admit(
+        &store,
+        &holder,
+        &RunId::new("parks"),
+        &id,
+        false,
+        Takeover::Now,
+    )
+    .await
+    .unwrap();
+    lifecycle::transition(
+        &store,
+        &id,
+        None,
+        Event::Assign {
+            worker: "w1".into(),
+        },
+    )
+    .await
+    .unwrap();
+    // No coordinator: the inbox keeps listing the recovery after it parks.
+    let inbox = serde_json::json!({"format": 1, "kind": "inbox", "worker": "w1", "recoveries": [id.as_str()]});
+    store
+        .put(
+            &layout::inbox("w1"),
+            bytes::Bytes::from(serde_json::to_vec(&inbox).unwrap()),
+        )
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = harness.spawn_worker(&store, harness.worker_options("w1"), &stop);
+    harness
+        .until(Duration::from_secs(60), "the recovery to park", || async {
+            harness
+                .record("parks")
+                .await
+                .is_some_and(|r| r.state == RecoveryState::Parked)
+        })
+        .await;
+    let run = RunId::new(id.as_str());
+    let epoch = lease::read_lease(&store, &run)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease
+        .epoch;
+    let generation = rekindle::generation::load(&store, &run, None)
+        .await
+        .unwrap()
+        .generation;
+    // Many polls later.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let record = harness.record("parks").await.unwrap();
+    assert_eq!((record.state, record.attempts), (RecoveryState::Parked, 1));
+    assert_eq!(
+        lease::read_lease(&store, &run)
+            .await
+            .unwrap()
+            .unwrap()
+            .lease
+            .epoch,
+        epoch
+    );
+    assert_eq!(
+        rekindle::generation::load(&store, &run, None)
+            .await
+            .unwrap()
+            .generation,
+        generation
+    );
+    assert_eq!(
+        index::read(&store, &RunId::new("parks"))
+            .await
+            .unwrap()
+            .unwrap()
+            .phase,
+        Phase::Parked
+    );
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+}
+
+// Regression (finding 10): starting a run under an ID that exists (here a completed run)
+// is refused before anything is written: its lease and index stay exactly as they were.
+#[tokio::test(start_paused = true)]
+async fn a_refused_start_writes_nothing() {
+    let harness = Harness::new(2, 32, None);
+    let store = harness.store();
+    let node = harness.node(&store, "host-1", TTL);
+    node.holder.beat().await.unwrap();
+    let run = RunId::new("taken-id");
+    let stopped = node.start_run(&run, None, "go").await.unwrap();
+    assert!(matches!(stopped, Stopped::Finished(_)));
+    let before = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    let again = harness.node(&store, "host-2", TTL);
+    again.holder.beat().await.unwrap();
+    let error = again.start_run(&run, None, "go").await.unwrap_err();
+    assert!(
+        matches!(error, FleetError::Lease(LeaseError::Exists { .. })),
+        "{error}"
+    );
+    assert!(error.to_string().contains("already exists"), "{error}");
+    let after = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    assert_eq!(after.etag, before.etag, "the lease was changed");
+    assert!(index::read(&store, &run).await.unwrap().is_none());
+    // And the coordinator finds nothing to do.
+    let coordinator = Holder::new(&store, "c", TTL);
+    let options = CoordinatorOptions {
+        id: "c".into(),
+        ttl: TTL,
+        scan_interval: Duration::from_millis(100),
+        max_attempts: 5,
+    };
+    let actions = coordinator::tick_once(&store, &coordinator, &options)
+        .await
+        .unwrap();
+    assert!(actions.is_empty(), "{actions:?}");
+}
+
+// Regression (finding 11a): the coordinator judges a holder by the TTL the holder declared:
+// a live host with a 6 s TTL, beating every 2 s, is never fenced by a coordinator whose own
+// TTL is 0.9 s, and none of its calls runs twice.
+#[tokio::test(start_paused = true)]
+async fn a_live_host_with_a_longer_ttl_is_not_fenced() {
+    // Each call takes 0.5 s: the run lasts 3 s, longer than the coordinator's TTL and
+    // than the 2 s the host's heartbeat stays unchanged between beats.
+    let harness = Harness::new(6, 32, None).with_tool_delay(Duration::from_millis(500));
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 5, &stop);
+    let worker = harness.spawn_worker(&store, harness.worker_options("w1"), &stop);
+    let node = harness.node(&store, "patient-host", Duration::from_secs(6));
+    node.holder.beat().await.unwrap();
+    let host_stop = Arc::new(AtomicBool::new(false));
+    let beating = node.holder.spawn_heartbeat(Arc::clone(&host_stop));
+    let run = RunId::new("patient");
+    let watcher = {
+        let store = store.clone();
+        let run = run.clone();
+        tokio::spawn(async move {
+            let mut epochs = BTreeSet::new();
+            for _ in 0..40 {
+                if let Ok(Some(view)) = lease::read_lease(&store, &run).await {
+                    epochs.insert(view.lease.epoch);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            epochs
+        })
+    };
+    let outcome = {
+        let run = run.clone();
+        tokio::spawn(async move { node.start_run(&run, None, "go").await })
+    };
+    let stopped = outcome.await.unwrap().unwrap();
+    assert!(matches!(stopped, Stopped::Finished(_)), "{stopped:?}");
+    let epochs = watcher.await.unwrap();
+    assert!(
+        epochs.iter().all(|&e| e == 1),
+        "the live host was fenced: epochs {epochs:?}"
+    );
+    assert!(harness.record("patient").await.is_none());
+    harness.audit("patient", 0);
+    host_stop.store(true, Ordering::SeqCst);
+    beating.await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+    coordinator.await.unwrap();
+}
+
+// Regression (finding 11b): admitting a recovery of a run whose holder heartbeats normally
+// is refused unless the caller takes it over explicitly: the live host is not fenced.
+#[tokio::test(start_paused = true)]
+async fn recover_refuses_a_live_holder_without_takeover() {
+    let harness = Harness::new(2, 32, Some(1));
+    let store = harness.store();
+    let node = harness.node(&store, "live-host", TTL);
+    node.holder.beat().await.unwrap();
+    let host_stop = Arc::new(AtomicBool::new(false));
+    let beating = node.holder.spawn_heartbeat(Arc::clone(&host_stop));
+    let run = RunId::new("alive");
+    // The host holds the run's lease and beats.
+    let held = node.holder.acquire_new(&run).await.unwrap();
+    let cli = Holder::new(&store, "cli", TTL);
+    let id = RecoveryId::new("mine");
+    let error = fleet::spawn_recovery(&store, &cli, &run, &id, false, Takeover::IfSilent)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            FleetError::Lifecycle(LifecycleError::HolderAlive { .. })
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("--takeover"), "{error}");
+    let lease = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    assert_eq!((lease.lease.epoch, lease.etag), (held.epoch, held.etag));
+    assert!(recovery::read(&store, &id).await.unwrap().is_none());
+    // Once the host is gone (silent for its TTL), the same call admits.
+    host_stop.store(true, Ordering::SeqCst);
+    beating.await.unwrap();
+    let error = fleet::spawn_recovery(&store, &cli, &run, &id, false, Takeover::IfSilent)
+        .await
+        .unwrap_err();
+    // Nothing was committed: there is nothing to recover, and it says so.
+    assert!(error.to_string().contains("has no generations"), "{error}");
+}
+
+// Regression (finding 12): a second worker with the ID of a live one refuses to start, and
+// its failed start does not remove the live worker's registration or heartbeat.
+#[tokio::test(start_paused = true)]
+async fn a_second_worker_with_the_same_id_refuses_to_start() {
+    let harness = Harness::new(2, 32, None);
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let first = harness.spawn_worker(&store, harness.worker_options("w1"), &stop);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other_stop = Arc::new(AtomicBool::new(false));
+    let second = harness.spawn_worker(&store, harness.worker_options("w1"), &other_stop);
+    let error = second.await.unwrap().unwrap_err();
+    assert!(
+        error.to_string().contains("in use by another live process"),
+        "{error}"
+    );
+    assert!(store.head(&layout::worker("w1")).await.unwrap().is_some());
+    assert!(
+        store
+            .head(&layout::heartbeat("w1"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // After a clean stop the ID is free at once.
+    stop.store(true, Ordering::SeqCst);
+    first.await.unwrap().unwrap();
+    assert!(
+        store
+            .head(&layout::heartbeat("w1"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let again_stop = Arc::new(AtomicBool::new(false));
+    let again = harness.spawn_worker(&store, harness.worker_options("w1"), &again_stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!again.is_finished());
+    again_stop.store(true, Ordering::SeqCst);
+    again.await.unwrap().unwrap();
+}
+
+// Regression (finding 13): a graceful stop hands the recovery back without counting a
+// failure, and another worker finishes it.
+#[tokio::test(start_paused = true)]
+async fn graceful_stop_hands_back_without_a_failure() {
+    let harness = Harness::new(12, 32, None);
+    harness.crashed_host("handed", 1).await;
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 1, &stop);
+    let leaving = Arc::new(AtomicBool::new(false));
+    let first = harness.spawn_worker(&store, harness.worker_options("leaving"), &leaving);
+    harness
+        .until(Duration::from_secs(60), "the first attempt", || async {
+            harness.ledger.calls("handed").len() >= 3
+        })
+        .await;
+    leaving.store(true, Ordering::SeqCst);
+    first.await.unwrap().unwrap();
+    // Handed back, not failed. (The coordinator may have offered it to the leaving worker
+    // again while it drained; once that worker's heartbeat is gone it is reassigned.)
+    let record = harness.record("handed").await.unwrap();
+    assert_eq!(
+        (record.state, record.failures),
+        (RecoveryState::Admitted, 0),
+        "{record:?}"
+    );
+    let second = harness.spawn_worker(&store, harness.worker_options("staying"), &stop);
+    harness
+        .until(
+            Duration::from_secs(60),
+            "the recovery to finish",
+            || async {
+                harness
+                    .record("handed")
+                    .await
+                    .is_some_and(|r| r.state == RecoveryState::Finished)
+            },
+        )
+        .await;
+    harness.audit("handed", 2);
+    stop.store(true, Ordering::SeqCst);
+    second.await.unwrap().unwrap();
+    coordinator.await.unwrap();
+}
