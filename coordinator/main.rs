@@ -23,7 +23,8 @@ struct Args {
     lease_ttl_ms: u64,
     #[arg(long, default_value_t = 10_000)]
     scan_interval_ms: u64,
-    /// Failed attempts before a recovery is dead-lettered.
+    /// Failed attempts (errors, or a worker dying mid-attempt) before a recovery is
+    /// dead-lettered. Step-cap yields, parks and graceful hand-backs do not count.
     #[arg(long, default_value_t = coordinator::DEFAULT_MAX_ATTEMPTS)]
     max_attempts: u32,
     /// Log as JSON lines.

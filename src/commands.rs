@@ -405,12 +405,18 @@ pub async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Res
     }
     match &record {
         Some(record) => println!(
-            "recovery    {} of {} from generation {}: {:?}, {} attempts{}",
+            "recovery    {} of {} from generation {}: {}{}, {} attempts, {} failed{}",
             record.recovery_id,
             record.source_run,
             record.source_generation,
-            record.state,
+            record.state.describe(),
+            record
+                .assigned_to
+                .as_ref()
+                .map(|w| format!(" on {w}"))
+                .unwrap_or_default(),
             record.attempts,
+            record.failures,
             record
                 .last_error
                 .as_ref()

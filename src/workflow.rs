@@ -16,7 +16,7 @@ use crate::coordinator::recovery_id_for;
 use crate::fact::{Outcome, RunId, SessionId};
 use crate::fleet::{Agent, FleetError};
 use crate::generation::{GenerationError, RunWriter, SnapshotPolicy};
-use crate::index::{self, IndexEntry, Phase};
+use crate::index::{IndexEntry, Phase};
 use crate::recovery::{self, RecoveryState};
 use crate::store::Store;
 
@@ -176,6 +176,8 @@ async fn dispatch(
         agent.fingerprint_sha256(),
         now,
     );
-    index::put(store, &entry).await.map_err(FleetError::from)?;
+    crate::lifecycle::host_started(store, &entry)
+        .await
+        .map_err(FleetError::from)?;
     Ok(())
 }
