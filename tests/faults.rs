@@ -6,15 +6,17 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rekindle::clock::SystemClock;
 use rekindle::fact::RunId;
 use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
 use rekindle::lease::{Holder, LeaseError};
 use rekindle::sample;
-use rekindle::store::faults::FaultPlan;
-use rekindle::store::{RetryPolicy, StoreError};
+use rekindle::store::faults::{FaultPlan, FaultyStore};
+use rekindle::store::{Backend, RetryPolicy, Store, StoreError};
 
 const CAS_CHILD: &str = "REKINDLE_TEST_CAS_CHILD_DIR";
 const LEASE_CHILD: &str = "REKINDLE_TEST_LEASE_CHILD_DIR";
@@ -153,6 +155,106 @@ async fn conditional_request_conflicts_are_retried() {
         .await
         .unwrap();
     assert_eq!(loaded.state.facts(), &facts[..]);
+}
+
+// Proves a 409 ConditionalRequestConflict on a compare-and-swap (reported by object_store as
+// "already exists", nothing written) is retried like a transient conflict, not treated as a
+// hard error: every swap lands exactly once, and leases are taken and released through it.
+#[tokio::test]
+async fn conflict_409_on_swap_is_retried_not_fatal() {
+    let plan = FaultPlan {
+        update_conflict_409_per_mille: 400,
+        ..FaultPlan::default()
+    };
+    let (store, faulty) = common::faulty_memory(plan, 9);
+    let mut etag = store
+        .create("counter", Bytes::from_static(b"0"))
+        .await
+        .unwrap();
+    for i in 1..=30 {
+        etag = store
+            .swap("counter", Bytes::from(i.to_string()), &etag)
+            .await
+            .unwrap_or_else(|e| panic!("swap {i}: {e}"));
+    }
+    let stored = store.read("counter").await.unwrap().unwrap();
+    assert_eq!(
+        (stored.bytes, stored.etag),
+        (Bytes::from_static(b"30"), etag)
+    );
+    let holder = Holder::new(&store, "w", Duration::from_secs(10));
+    for round in 0..5 {
+        let held = holder
+            .acquire(&RunId::new("conflicted"))
+            .await
+            .unwrap_or_else(|e| panic!("acquire {round}: {e}"));
+        holder
+            .release(&held)
+            .await
+            .unwrap_or_else(|e| panic!("release {round}: {e}"));
+    }
+    assert!(
+        faulty
+            .counts
+            .errors
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 5
+    );
+}
+
+// Proves a local compare-and-swap whose attempt deadline fires keeps the key's lock until its
+// write has really landed: a second swap against the old version waits and is refused,
+// instead of succeeding and then being overwritten by the late write. The fault wrapper's
+// detached delay stands in for object_store's blocking write that outlives its future.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_swap_timeout_keeps_the_lock_until_the_write_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let local = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root).unwrap());
+    let faulty = FaultyStore::new(local, FaultPlan::default(), 11);
+    let open = |attempt_timeout: Duration| {
+        Store::from_parts(
+            faulty.clone(),
+            Backend::Local { root: root.clone() },
+            "file://timeout",
+            "",
+            RetryPolicy {
+                max_retries: 0,
+                attempt_timeout,
+                ..common::fast_retry()
+            },
+            SystemClock::shared(),
+        )
+    };
+    let impatient = open(Duration::from_millis(50));
+    let patient = open(Duration::from_secs(5));
+    let first = patient
+        .create("k", Bytes::from_static(b"v0"))
+        .await
+        .unwrap();
+    faulty.set_plan(FaultPlan {
+        detached_write_delay: Duration::from_millis(400),
+        ..FaultPlan::default()
+    });
+    let error = impatient
+        .swap("k", Bytes::from_static(b"slow"), &first)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");
+    faulty.set_plan(FaultPlan::default());
+    let second = patient.swap("k", Bytes::from_static(b"b"), &first).await;
+    // Let the late write land whatever happened.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let stored = patient.read("k").await.unwrap().unwrap().bytes;
+    match second {
+        Ok(_) => assert_eq!(
+            stored,
+            Bytes::from_static(b"b"),
+            "an acknowledged swap was overwritten by a write whose attempt had timed out"
+        ),
+        Err(StoreError::Changed { .. }) => assert_eq!(stored, Bytes::from_static(b"slow")),
+        Err(other) => panic!("unexpected error: {other}"),
+    }
 }
 
 // Proves a real conflict (412 / existing key) is answered at once, never retried.
