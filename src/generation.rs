@@ -727,8 +727,29 @@ impl RunWriter {
     }
 
     /// Writes the generation holding `new_facts` (already folded into the state) in the next
-    /// slot: a delta, or a snapshot of the whole run when the policy says so.
+    /// slot: a delta, or a snapshot of the whole run when the policy says so. If the slot turns
+    /// out to hold a generation this writer wrote earlier (a lost acknowledgement), it is
+    /// adopted and the facts it lacks go into the slot after it.
     async fn write(&mut self, new_facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
+        let (mut new_facts, mut first) = (new_facts, first);
+        // Each turn either lands or adopts a slot and moves past it; only slots this writer
+        // wrote are adopted, so the loop ends.
+        loop {
+            match self.write_slot(new_facts, first).await? {
+                None => return Ok(()),
+                Some(remaining) if remaining.is_empty() => return Ok(()),
+                Some(remaining) => (new_facts, first) = (remaining, false),
+            }
+        }
+    }
+
+    /// One slot of [`write`](Self::write): `None` when the generation landed, or the facts
+    /// still to write after adopting our own earlier generation found in the slot.
+    async fn write_slot(
+        &mut self,
+        new_facts: Vec<Fact>,
+        first: bool,
+    ) -> Result<Option<Vec<Fact>>, GenerationError> {
         let n = self.generation + 1;
         let encode = |facts: &[Fact]| {
             encode_facts(facts).map_err(|e| GenerationError::Corrupt {
@@ -790,7 +811,8 @@ impl RunWriter {
         match self.chain.store().create(&key, bytes).await {
             Ok(_) => {}
             Err(StoreError::AlreadyExists { .. }) => {
-                return Err(self.occupied(n, &key).await);
+                let (ours, size) = self.occupied(n, &key).await?;
+                return self.adopt(n, &key, ours, size).await.map(Some);
             }
             Err(other) => return Err(other.into()),
         }
@@ -809,27 +831,32 @@ impl RunWriter {
             self.delta_count += 1;
             self.delta_bytes += size;
         }
-        Ok(())
+        Ok(None)
     }
 
-    /// Someone else holds slot `n`: tell a fencing successor from a conflict.
-    async fn occupied(&self, n: u64, key: &str) -> GenerationError {
-        let other = match self.chain.store().read(key).await {
-            Ok(Some(object)) => {
-                match decode_with(self.chain.store().sealer(), key, &self.run, &object.bytes) {
-                    Ok(generation) => generation,
-                    Err(error) => return error,
-                }
-            }
-            Ok(None) => {
-                return GenerationError::Discontinuous {
+    /// Slot `n` is taken. Returns the generation in it (and its size in bytes) if this writer
+    /// wrote it; otherwise tells a fencing successor from a conflict.
+    async fn occupied(&self, n: u64, key: &str) -> Result<(Generation, u64), GenerationError> {
+        let (other, size) = match self.chain.store().read(key).await? {
+            Some(object) => (
+                decode_with(self.chain.store().sealer(), key, &self.run, &object.bytes)?,
+                object.bytes.len() as u64,
+            ),
+            None => {
+                return Err(GenerationError::Discontinuous {
                     key: key.to_owned(),
                     reason: "the slot was reported taken but is empty".into(),
-                };
+                });
             }
-            Err(error) => return error.into(),
         };
-        if other.epoch > self.epoch {
+        // Our nonce: an earlier commit of ours landed although we were told it failed (its
+        // response was lost and the store's own read-back could not run, e.g. retries ran
+        // out). The bytes differ from this attempt's (a later `at_ms`), so only the nonce
+        // tells it is ours, not another writer's conflict.
+        if other.writer == self.nonce {
+            return Ok((other, size));
+        }
+        Err(if other.epoch > self.epoch {
             tracing::info!(run_id = %self.run, epoch = self.epoch, by_epoch = other.epoch, generation = n, "fenced");
             GenerationError::Fenced {
                 run: self.run.clone(),
@@ -844,6 +871,76 @@ impl RunWriter {
                 epoch: self.epoch,
                 by_epoch: other.epoch,
             }
+        })
+    }
+
+    /// Takes our own generation `ours`, found in slot `n`, as committed: the state becomes the
+    /// committed prefix plus its facts, the bookkeeping follows it, and the facts of the
+    /// current commit it does not hold are returned to be written after it.
+    async fn adopt(
+        &mut self,
+        n: u64,
+        key: &str,
+        ours: Generation,
+        size: u64,
+    ) -> Result<Vec<Fact>, GenerationError> {
+        let discontinuous = |reason: String| GenerationError::Discontinuous {
+            key: key.to_owned(),
+            reason,
+        };
+        if ours.first_seq > self.committed.0 + 1 || (!ours.snapshot && ours.base != self.base) {
+            return Err(discontinuous(format!(
+                "our own generation covers seqs {}..={} on snapshot {}, but this writer committed up to seq {} on snapshot {}",
+                ours.first_seq, ours.last_seq, ours.base, self.committed.0, self.base
+            )));
         }
+        tracing::info!(run_id = %self.run, epoch = self.epoch, generation = n, "adopted our own generation after a lost acknowledgement");
+        // The facts of this commit, already folded: set aside, then folded again after the
+        // adopted generation's (which may hold fewer, more, or the same).
+        let pending = self
+            .state
+            .facts()
+            .get(self.committed.0 as usize..)
+            .unwrap_or_default()
+            .to_vec();
+        self.roll_back()?;
+        for fact in ours.facts {
+            // Facts up to `committed` (all of them, in a snapshot) must be identical.
+            self.state
+                .apply(fact)
+                .map_err(|source| GenerationError::Fold {
+                    key: key.to_owned(),
+                    source,
+                })?;
+        }
+        self.generation = n;
+        self.committed = self.state.last_seq();
+        self.epoch_starts = ours.epoch_starts;
+        if ours.snapshot {
+            self.base = n;
+            self.snapshot_bytes = size;
+            self.delta_count = 0;
+            self.delta_bytes = 0;
+            if let Err(error) = self.chain.advance_hint(n).await {
+                tracing::warn!(run_id = %self.run, generation = n, %error, "could not advance the head hint");
+            }
+        } else {
+            self.delta_count += 1;
+            self.delta_bytes += size;
+        }
+        let mut remaining = Vec::new();
+        for fact in pending {
+            match self.state.apply(fact.clone()) {
+                Ok(crate::fold::Applied::Appended) => remaining.push(fact),
+                Ok(crate::fold::Applied::Duplicate) => {}
+                Err(source) => {
+                    return Err(GenerationError::Fold {
+                        key: "(commit)".into(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(remaining)
     }
 }

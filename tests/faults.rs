@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rekindle::clock::SystemClock;
+use object_store::memory::InMemory;
+use rekindle::clock::{Clock, ManualClock, SystemClock};
 use rekindle::fact::RunId;
 use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
 use rekindle::lease::{Holder, LeaseError};
@@ -200,6 +201,67 @@ async fn conflict_409_on_swap_is_retried_not_fatal() {
             .load(std::sync::atomic::Ordering::Relaxed)
             > 5
     );
+}
+
+// Proves a commit whose create landed but was reported unavailable (response lost, no retry
+// left to adopt it) is recognised by its writer nonce when the same writer commits the same
+// facts again with new bytes: the slot is adopted as ours instead of being reported as
+// another writer's conflict, and facts beyond it go into the next slot.
+#[tokio::test]
+async fn own_slot_after_lost_ack_is_not_a_conflict() {
+    let faulty = FaultyStore::new(Arc::new(InMemory::new()), FaultPlan::default(), 10);
+    let clock = ManualClock::new(1_000);
+    let shared: Arc<dyn Clock> = clock.clone();
+    let store = Store::from_parts(
+        faulty.clone(),
+        Backend::Memory,
+        "memory://lost-ack",
+        "",
+        RetryPolicy {
+            max_retries: 0,
+            ..common::fast_retry()
+        },
+        shared,
+    );
+    let lose = FaultPlan {
+        lost_response_per_mille: 1000,
+        ..FaultPlan::default()
+    };
+    let facts = sample::run("lost-ack", 20, 10);
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
+        .await
+        .unwrap();
+    writer.commit(facts[2..4].to_vec()).await.unwrap();
+
+    faulty.set_plan(lose);
+    let error = writer.commit(facts[4..6].to_vec()).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            GenerationError::Store(StoreError::Unavailable { .. })
+        ),
+        "{error}"
+    );
+    assert_eq!((writer.generation(), writer.committed().0), (2, 4));
+    // The same facts again, at a later time (so different bytes): slot 3 is ours.
+    faulty.set_plan(FaultPlan::default());
+    clock.advance(Duration::from_millis(5));
+    writer.commit(facts[4..6].to_vec()).await.unwrap();
+    assert_eq!((writer.generation(), writer.committed().0), (3, 6));
+
+    // Lost again, then retried with more facts: slot 4 is adopted, the rest goes to slot 5.
+    faulty.set_plan(lose);
+    writer.commit(facts[6..8].to_vec()).await.unwrap_err();
+    faulty.set_plan(FaultPlan::default());
+    clock.advance(Duration::from_millis(5));
+    writer.commit(facts[6..10].to_vec()).await.unwrap();
+    assert_eq!((writer.generation(), writer.committed().0), (5, 10));
+    writer.commit(facts[10..].to_vec()).await.unwrap();
+    let loaded = generation::load(&store, &RunId::new("lost-ack"), None)
+        .await
+        .unwrap();
+    assert_eq!(loaded.state.facts(), &facts[..]);
+    assert_eq!(loaded.generation, 6);
 }
 
 // Proves a local compare-and-swap whose attempt deadline fires keeps the key's lock until its
