@@ -61,7 +61,10 @@ pub struct Generation {
     #[serde(default)]
     pub epoch_starts: Vec<(u64, u64)>,
     pub at_ms: u64,
-    /// SHA-256 of the facts' encoded lines, checked on load.
+    /// SHA-256 of the facts' encoded lines, checked on load. Empty when the facts are sealed:
+    /// a plaintext digest would let anyone holding the bucket confirm guesses about the sealed
+    /// facts, and the cipher's tag already authenticates them with their envelope.
+    #[serde(default)]
     pub facts_sha256: String,
     /// Empty when the facts are sealed.
     #[serde(default)]
@@ -162,6 +165,42 @@ fn facts_digest(facts: &[Fact]) -> Result<String, fact::DecodeError> {
     encode_facts(facts).map(|(_, digest)| digest)
 }
 
+/// The envelope fields a sealed payload is bound to, authenticated as the cipher's associated
+/// data: whatever loading trusts about a generation besides its facts.
+#[derive(Serialize)]
+struct SealContext<'a> {
+    format: u32,
+    kind: &'a str,
+    run_id: &'a RunId,
+    generation: u64,
+    epoch: u64,
+    first_seq: u64,
+    last_seq: u64,
+    snapshot: bool,
+    base: u64,
+    algorithm: &'a str,
+    key_id: &'a str,
+}
+
+/// The associated data for sealing `generation`'s facts with `algorithm` and key `key_id`.
+fn seal_context(generation: &Generation, algorithm: &str, key_id: &str) -> Vec<u8> {
+    let context = SealContext {
+        format: generation.format,
+        kind: &generation.kind,
+        run_id: &generation.run_id,
+        generation: generation.generation,
+        epoch: generation.epoch,
+        first_seq: generation.first_seq,
+        last_seq: generation.last_seq,
+        snapshot: generation.snapshot,
+        base: generation.base,
+        algorithm,
+        key_id,
+    };
+    // Numbers, booleans and strings always serialize; field order is fixed by the struct.
+    serde_json::to_vec(&context).unwrap_or_default()
+}
+
 /// Parses and checks one generation object read from `key` (a sealed one cannot be opened).
 pub fn decode(key: &str, run: &RunId, bytes: &[u8]) -> Result<Generation, GenerationError> {
     decode_with(None, key, run, bytes)
@@ -194,12 +233,18 @@ pub fn decode_with(
             },
         })?;
     let mut generation = generation;
+    // Payloads sealed with their envelope as associated data carry no plaintext digest: the
+    // tag checks facts and envelope together. Legacy sealed payloads (no `aad` marker, written
+    // before envelopes were bound) open without it and are checked against their digest.
+    let mut check_digest = true;
     if let Some(sealed) = generation.sealed.take() {
+        check_digest = !sealed.aad;
+        let context = seal_context(&generation, &sealed.algorithm, &sealed.key_id);
         let plaintext = sealer
             .ok_or_else(|| crate::seal::SealError::UnknownKey {
                 key_id: sealed.key_id.clone(),
             })
-            .and_then(|sealer| sealer.open(&sealed))
+            .and_then(|sealer| sealer.open(&sealed, &context))
             .map_err(|error| GenerationError::Sealed {
                 key: key.to_owned(),
                 reason: error.to_string(),
@@ -224,9 +269,11 @@ pub fn decode_with(
             generation.generation
         )));
     }
-    let digest = facts_digest(&generation.facts).map_err(|e| corrupt(e.to_string()))?;
-    if digest != generation.facts_sha256 {
-        return Err(corrupt("facts do not match their SHA-256".into()));
+    if check_digest {
+        let digest = facts_digest(&generation.facts).map_err(|e| corrupt(e.to_string()))?;
+        if digest != generation.facts_sha256 {
+            return Err(corrupt("facts do not match their SHA-256".into()));
+        }
     }
     let expected_len = (generation.last_seq + 1).saturating_sub(generation.first_seq);
     let in_order = generation
@@ -778,11 +825,7 @@ impl RunWriter {
         } else {
             (new_facts, new_lines, new_digest)
         };
-        let (facts, sealed) = match self.chain.store().sealer() {
-            Some(sealer) => (Vec::new(), Some(sealer.seal(&lines))),
-            None => (facts, None),
-        };
-        let generation = Generation {
+        let mut generation = Generation {
             format: FORMAT_VERSION,
             kind: KIND.into(),
             run_id: self.run.clone(),
@@ -797,8 +840,16 @@ impl RunWriter {
             at_ms: self.chain.store().clock().wall_ms(),
             facts_sha256: digest,
             facts,
-            sealed,
+            sealed: None,
         };
+        if let Some(sealer) = self.chain.store().sealer() {
+            // Sealed with the envelope as associated data, so the payload cannot be moved
+            // under another run, slot, epoch or seq range; no plaintext digest is kept.
+            let context = seal_context(&generation, crate::seal::ALGORITHM, sealer.key_id());
+            generation.sealed = Some(sealer.seal(&lines, &context));
+            generation.facts = Vec::new();
+            generation.facts_sha256 = String::new();
+        }
         let bytes =
             Bytes::from(
                 serde_json::to_vec(&generation).map_err(|e| GenerationError::Corrupt {
