@@ -717,7 +717,9 @@ impl Store {
     /// Runs `section` under the local lock of `key`, in a task of its own. A caller that stops
     /// waiting (the per-attempt deadline in `retrying` drops its future) does not cancel the
     /// task, and dropping a `JoinHandle` does not either: the lock is released only after the
-    /// section, and object_store's blocking write inside it, have finished.
+    /// section, and object_store's blocking write inside it, have finished. A caller that gave
+    /// up while the task still waited for the lock never has its write done later: the task
+    /// then skips the section.
     async fn locked<T, F, Fut>(
         &self,
         op: &'static str,
@@ -735,8 +737,19 @@ impl Store {
         let root = root.clone();
         let store = self.clone();
         let owned = key.to_owned();
+        let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Set when this future is dropped or finishes, whichever comes first.
+        let _caller = Abandon(Arc::clone(&abandoned));
         tokio::spawn(async move {
             let _lock = local_lock(&root, &owned).await?;
+            if abandoned.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable {
+                    op,
+                    key: owned,
+                    attempts: 1,
+                    message: "the caller gave up while waiting for the local lock".into(),
+                });
+            }
             section(store, owned).await
         })
         .await
@@ -985,6 +998,15 @@ fn classify(op: &'static str, key: &str, error: object_store::Error) -> StoreErr
             key: key.to_owned(),
             message,
         },
+    }
+}
+
+/// Marks a locked section's caller as gone when dropped.
+struct Abandon(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 

@@ -266,8 +266,9 @@ async fn own_slot_after_lost_ack_is_not_a_conflict() {
 
 // Proves a local compare-and-swap whose attempt deadline fires keeps the key's lock until its
 // write has really landed: a second swap against the old version waits and is refused,
-// instead of succeeding and then being overwritten by the late write. The fault wrapper's
-// detached delay stands in for object_store's blocking write that outlives its future.
+// instead of succeeding and then being overwritten by the late write; an overwrite abandoned
+// while waiting for that lock is never done afterwards. The fault wrapper's detached delay
+// stands in for object_store's blocking write that outlives its future.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_swap_timeout_keeps_the_lock_until_the_write_lands() {
     let dir = tempfile::tempdir().unwrap();
@@ -304,6 +305,12 @@ async fn local_swap_timeout_keeps_the_lock_until_the_write_lands() {
         .unwrap_err();
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");
     faulty.set_plan(FaultPlan::default());
+    // An overwrite that gives up while the slow write holds the lock never lands later.
+    let error = impatient
+        .put("k", Bytes::from_static(b"late"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");
     let second = patient.swap("k", Bytes::from_static(b"b"), &first).await;
     // Let the late write land whatever happened.
     tokio::time::sleep(Duration::from_millis(600)).await;
