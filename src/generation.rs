@@ -61,7 +61,10 @@ pub struct Generation {
     #[serde(default)]
     pub epoch_starts: Vec<(u64, u64)>,
     pub at_ms: u64,
-    /// SHA-256 of the facts' encoded lines, checked on load.
+    /// SHA-256 of the facts' encoded lines, checked on load. Empty when the facts are sealed:
+    /// a plaintext digest would let anyone holding the bucket confirm guesses about the sealed
+    /// facts, and the cipher's tag already authenticates them with their envelope.
+    #[serde(default)]
     pub facts_sha256: String,
     /// Empty when the facts are sealed.
     #[serde(default)]
@@ -162,6 +165,42 @@ fn facts_digest(facts: &[Fact]) -> Result<String, fact::DecodeError> {
     encode_facts(facts).map(|(_, digest)| digest)
 }
 
+/// The envelope fields a sealed payload is bound to, authenticated as the cipher's associated
+/// data: whatever loading trusts about a generation besides its facts.
+#[derive(Serialize)]
+struct SealContext<'a> {
+    format: u32,
+    kind: &'a str,
+    run_id: &'a RunId,
+    generation: u64,
+    epoch: u64,
+    first_seq: u64,
+    last_seq: u64,
+    snapshot: bool,
+    base: u64,
+    algorithm: &'a str,
+    key_id: &'a str,
+}
+
+/// The associated data for sealing `generation`'s facts with `algorithm` and key `key_id`.
+fn seal_context(generation: &Generation, algorithm: &str, key_id: &str) -> Vec<u8> {
+    let context = SealContext {
+        format: generation.format,
+        kind: &generation.kind,
+        run_id: &generation.run_id,
+        generation: generation.generation,
+        epoch: generation.epoch,
+        first_seq: generation.first_seq,
+        last_seq: generation.last_seq,
+        snapshot: generation.snapshot,
+        base: generation.base,
+        algorithm,
+        key_id,
+    };
+    // Numbers, booleans and strings always serialize; field order is fixed by the struct.
+    serde_json::to_vec(&context).unwrap_or_default()
+}
+
 /// Parses and checks one generation object read from `key` (a sealed one cannot be opened).
 pub fn decode(key: &str, run: &RunId, bytes: &[u8]) -> Result<Generation, GenerationError> {
     decode_with(None, key, run, bytes)
@@ -194,12 +233,18 @@ pub fn decode_with(
             },
         })?;
     let mut generation = generation;
+    // Payloads sealed with their envelope as associated data carry no plaintext digest: the
+    // tag checks facts and envelope together. Legacy sealed payloads (no `aad` marker, written
+    // before envelopes were bound) open without it and are checked against their digest.
+    let mut check_digest = true;
     if let Some(sealed) = generation.sealed.take() {
+        check_digest = !sealed.aad;
+        let context = seal_context(&generation, &sealed.algorithm, &sealed.key_id);
         let plaintext = sealer
             .ok_or_else(|| crate::seal::SealError::UnknownKey {
                 key_id: sealed.key_id.clone(),
             })
-            .and_then(|sealer| sealer.open(&sealed))
+            .and_then(|sealer| sealer.open(&sealed, &context))
             .map_err(|error| GenerationError::Sealed {
                 key: key.to_owned(),
                 reason: error.to_string(),
@@ -224,9 +269,11 @@ pub fn decode_with(
             generation.generation
         )));
     }
-    let digest = facts_digest(&generation.facts).map_err(|e| corrupt(e.to_string()))?;
-    if digest != generation.facts_sha256 {
-        return Err(corrupt("facts do not match their SHA-256".into()));
+    if check_digest {
+        let digest = facts_digest(&generation.facts).map_err(|e| corrupt(e.to_string()))?;
+        if digest != generation.facts_sha256 {
+            return Err(corrupt("facts do not match their SHA-256".into()));
+        }
     }
     let expected_len = (generation.last_seq + 1).saturating_sub(generation.first_seq);
     let in_order = generation
@@ -727,8 +774,29 @@ impl RunWriter {
     }
 
     /// Writes the generation holding `new_facts` (already folded into the state) in the next
-    /// slot: a delta, or a snapshot of the whole run when the policy says so.
+    /// slot: a delta, or a snapshot of the whole run when the policy says so. If the slot turns
+    /// out to hold a generation this writer wrote earlier (a lost acknowledgement), it is
+    /// adopted and the facts it lacks go into the slot after it.
     async fn write(&mut self, new_facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
+        let (mut new_facts, mut first) = (new_facts, first);
+        // Each turn either lands or adopts a slot and moves past it; only slots this writer
+        // wrote are adopted, so the loop ends.
+        loop {
+            match self.write_slot(new_facts, first).await? {
+                None => return Ok(()),
+                Some(remaining) if remaining.is_empty() => return Ok(()),
+                Some(remaining) => (new_facts, first) = (remaining, false),
+            }
+        }
+    }
+
+    /// One slot of [`write`](Self::write): `None` when the generation landed, or the facts
+    /// still to write after adopting our own earlier generation found in the slot.
+    async fn write_slot(
+        &mut self,
+        new_facts: Vec<Fact>,
+        first: bool,
+    ) -> Result<Option<Vec<Fact>>, GenerationError> {
         let n = self.generation + 1;
         let encode = |facts: &[Fact]| {
             encode_facts(facts).map_err(|e| GenerationError::Corrupt {
@@ -757,11 +825,7 @@ impl RunWriter {
         } else {
             (new_facts, new_lines, new_digest)
         };
-        let (facts, sealed) = match self.chain.store().sealer() {
-            Some(sealer) => (Vec::new(), Some(sealer.seal(&lines))),
-            None => (facts, None),
-        };
-        let generation = Generation {
+        let mut generation = Generation {
             format: FORMAT_VERSION,
             kind: KIND.into(),
             run_id: self.run.clone(),
@@ -776,8 +840,16 @@ impl RunWriter {
             at_ms: self.chain.store().clock().wall_ms(),
             facts_sha256: digest,
             facts,
-            sealed,
+            sealed: None,
         };
+        if let Some(sealer) = self.chain.store().sealer() {
+            // Sealed with the envelope as associated data, so the payload cannot be moved
+            // under another run, slot, epoch or seq range; no plaintext digest is kept.
+            let context = seal_context(&generation, crate::seal::ALGORITHM, sealer.key_id());
+            generation.sealed = Some(sealer.seal(&lines, &context));
+            generation.facts = Vec::new();
+            generation.facts_sha256 = String::new();
+        }
         let bytes =
             Bytes::from(
                 serde_json::to_vec(&generation).map_err(|e| GenerationError::Corrupt {
@@ -790,7 +862,8 @@ impl RunWriter {
         match self.chain.store().create(&key, bytes).await {
             Ok(_) => {}
             Err(StoreError::AlreadyExists { .. }) => {
-                return Err(self.occupied(n, &key).await);
+                let (ours, size) = self.occupied(n, &key).await?;
+                return self.adopt(n, &key, ours, size).await.map(Some);
             }
             Err(other) => return Err(other.into()),
         }
@@ -809,27 +882,32 @@ impl RunWriter {
             self.delta_count += 1;
             self.delta_bytes += size;
         }
-        Ok(())
+        Ok(None)
     }
 
-    /// Someone else holds slot `n`: tell a fencing successor from a conflict.
-    async fn occupied(&self, n: u64, key: &str) -> GenerationError {
-        let other = match self.chain.store().read(key).await {
-            Ok(Some(object)) => {
-                match decode_with(self.chain.store().sealer(), key, &self.run, &object.bytes) {
-                    Ok(generation) => generation,
-                    Err(error) => return error,
-                }
-            }
-            Ok(None) => {
-                return GenerationError::Discontinuous {
+    /// Slot `n` is taken. Returns the generation in it (and its size in bytes) if this writer
+    /// wrote it; otherwise tells a fencing successor from a conflict.
+    async fn occupied(&self, n: u64, key: &str) -> Result<(Generation, u64), GenerationError> {
+        let (other, size) = match self.chain.store().read(key).await? {
+            Some(object) => (
+                decode_with(self.chain.store().sealer(), key, &self.run, &object.bytes)?,
+                object.bytes.len() as u64,
+            ),
+            None => {
+                return Err(GenerationError::Discontinuous {
                     key: key.to_owned(),
                     reason: "the slot was reported taken but is empty".into(),
-                };
+                });
             }
-            Err(error) => return error.into(),
         };
-        if other.epoch > self.epoch {
+        // Our nonce: an earlier commit of ours landed although we were told it failed (its
+        // response was lost and the store's own read-back could not run, e.g. retries ran
+        // out). The bytes differ from this attempt's (a later `at_ms`), so only the nonce
+        // tells it is ours, not another writer's conflict.
+        if other.writer == self.nonce {
+            return Ok((other, size));
+        }
+        Err(if other.epoch > self.epoch {
             tracing::info!(run_id = %self.run, epoch = self.epoch, by_epoch = other.epoch, generation = n, "fenced");
             GenerationError::Fenced {
                 run: self.run.clone(),
@@ -844,6 +922,76 @@ impl RunWriter {
                 epoch: self.epoch,
                 by_epoch: other.epoch,
             }
+        })
+    }
+
+    /// Takes our own generation `ours`, found in slot `n`, as committed: the state becomes the
+    /// committed prefix plus its facts, the bookkeeping follows it, and the facts of the
+    /// current commit it does not hold are returned to be written after it.
+    async fn adopt(
+        &mut self,
+        n: u64,
+        key: &str,
+        ours: Generation,
+        size: u64,
+    ) -> Result<Vec<Fact>, GenerationError> {
+        let discontinuous = |reason: String| GenerationError::Discontinuous {
+            key: key.to_owned(),
+            reason,
+        };
+        if ours.first_seq > self.committed.0 + 1 || (!ours.snapshot && ours.base != self.base) {
+            return Err(discontinuous(format!(
+                "our own generation covers seqs {}..={} on snapshot {}, but this writer committed up to seq {} on snapshot {}",
+                ours.first_seq, ours.last_seq, ours.base, self.committed.0, self.base
+            )));
         }
+        tracing::info!(run_id = %self.run, epoch = self.epoch, generation = n, "adopted our own generation after a lost acknowledgement");
+        // The facts of this commit, already folded: set aside, then folded again after the
+        // adopted generation's (which may hold fewer, more, or the same).
+        let pending = self
+            .state
+            .facts()
+            .get(self.committed.0 as usize..)
+            .unwrap_or_default()
+            .to_vec();
+        self.roll_back()?;
+        for fact in ours.facts {
+            // Facts up to `committed` (all of them, in a snapshot) must be identical.
+            self.state
+                .apply(fact)
+                .map_err(|source| GenerationError::Fold {
+                    key: key.to_owned(),
+                    source,
+                })?;
+        }
+        self.generation = n;
+        self.committed = self.state.last_seq();
+        self.epoch_starts = ours.epoch_starts;
+        if ours.snapshot {
+            self.base = n;
+            self.snapshot_bytes = size;
+            self.delta_count = 0;
+            self.delta_bytes = 0;
+            if let Err(error) = self.chain.advance_hint(n).await {
+                tracing::warn!(run_id = %self.run, generation = n, %error, "could not advance the head hint");
+            }
+        } else {
+            self.delta_count += 1;
+            self.delta_bytes += size;
+        }
+        let mut remaining = Vec::new();
+        for fact in pending {
+            match self.state.apply(fact.clone()) {
+                Ok(crate::fold::Applied::Appended) => remaining.push(fact),
+                Ok(crate::fold::Applied::Duplicate) => {}
+                Err(source) => {
+                    return Err(GenerationError::Fold {
+                        key: "(commit)".into(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(remaining)
     }
 }

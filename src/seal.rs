@@ -3,7 +3,9 @@
 //! When a key is configured, a generation's facts are written sealed: the JSONL of its facts
 //! encrypted with a fresh random 96-bit nonce, together with the key's ID so keys can rotate
 //! (older keys stay configured for reading). The envelope — run, generation number, epoch,
-//! seq range — stays in the clear, because fencing and loading need it. Plaintext generations
+//! seq range — stays in the clear, because fencing and loading need it, and is authenticated as
+//! the cipher's associated data: a sealed payload moved under another envelope (another run,
+//! slot, epoch or seq range) fails to open. Plaintext generations
 //! remain readable, so a bucket can be migrated gradually. Reading a sealed generation without
 //! its key fails with an error naming the object and the key ID. Never logs key material.
 //!
@@ -11,13 +13,16 @@
 //! `REKINDLE_SEAL_KEY_FILE` (a file holding them), `REKINDLE_SEAL_KEY_ID` (default: derived
 //! from the key), and `REKINDLE_SEAL_OLD_KEYS` (`id:hex,id:hex`) for rotation.
 
-use aes_gcm::aead::{Aead, Generate, KeyInit};
+use aes_gcm::aead::{Aead, Generate, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::sha256_hex;
+
+/// The cipher every sealed payload names.
+pub const ALGORITHM: &str = "AES-256-GCM";
 
 /// A sealed payload as stored in a generation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +31,14 @@ pub struct Sealed {
     pub key_id: String,
     pub nonce: String,
     pub ciphertext: String,
+    /// Whether the envelope was authenticated as associated data. Payloads sealed before
+    /// envelopes were bound lack the field (false) and still open without it, as readers accept
+    /// every older version (brief, invariant 9); such a legacy payload can still be moved into
+    /// another envelope undetected, until it is rewritten (a later snapshot carries its facts
+    /// sealed the new way). Clearing the flag on a new payload does not help an attacker: its
+    /// tag only verifies with the associated data.
+    #[serde(default)]
+    pub aad: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,25 +146,28 @@ impl Sealer {
         &self.current.0
     }
 
-    /// Encrypts with the current key and a fresh random nonce.
-    pub fn seal(&self, plaintext: &[u8]) -> Sealed {
+    /// Encrypts with the current key and a fresh random nonce, authenticating `context` (the
+    /// envelope the payload belongs to) as associated data.
+    pub fn seal(&self, plaintext: &[u8], context: &[u8]) -> Sealed {
         let nonce = Nonce::generate();
+        let payload = Payload {
+            msg: plaintext,
+            aad: context,
+        };
         // Encryption into a Vec cannot fail for payloads below the 64 GiB GCM limit.
-        let ciphertext = self
-            .current
-            .1
-            .encrypt(&nonce, plaintext)
-            .unwrap_or_default();
+        let ciphertext = self.current.1.encrypt(&nonce, payload).unwrap_or_default();
         Sealed {
-            algorithm: "AES-256-GCM".into(),
+            algorithm: ALGORITHM.into(),
             key_id: self.current.0.clone(),
             nonce: BASE64.encode(nonce.as_slice()),
             ciphertext: BASE64.encode(ciphertext),
+            aad: true,
         }
     }
 
-    /// Decrypts with whichever configured key the payload names.
-    pub fn open(&self, sealed: &Sealed) -> Result<Vec<u8>, SealError> {
+    /// Decrypts with whichever configured key the payload names; `context` must be the
+    /// envelope it was sealed under (ignored for a legacy payload sealed without one).
+    pub fn open(&self, sealed: &Sealed, context: &[u8]) -> Result<Vec<u8>, SealError> {
         let cipher = std::iter::once(&self.current)
             .chain(&self.older)
             .find(|(id, _)| *id == sealed.key_id)
@@ -171,9 +187,15 @@ impl Sealer {
         let ciphertext = BASE64
             .decode(&sealed.ciphertext)
             .map_err(|_| damaged("ciphertext is not base64"))?;
-        cipher
-            .decrypt(&nonce, ciphertext.as_slice())
-            .map_err(|_| damaged("authentication failed (wrong key or tampered data)"))
+        let payload = Payload {
+            msg: ciphertext.as_slice(),
+            aad: if sealed.aad { context } else { b"" },
+        };
+        cipher.decrypt(&nonce, payload).map_err(|_| {
+            damaged(
+                "authentication failed (wrong key, tampered data, or a payload moved from another envelope)",
+            )
+        })
     }
 }
 
@@ -193,24 +215,24 @@ mod tests {
     #[test]
     fn seal_open_rotate() {
         let old = Sealer::new(KEY, Some("2025")).unwrap();
-        let sealed = old.seal(b"facts");
-        assert_ne!(old.seal(b"facts").nonce, sealed.nonce);
-        assert_eq!(old.open(&sealed).unwrap(), b"facts");
+        let sealed = old.seal(b"facts", b"envelope");
+        assert_ne!(old.seal(b"facts", b"envelope").nonce, sealed.nonce);
+        assert_eq!(old.open(&sealed, b"envelope").unwrap(), b"facts");
         let mut tampered = sealed.clone();
         tampered.ciphertext = BASE64.encode(b"not the ciphertext at all");
         assert!(matches!(
-            old.open(&tampered),
+            old.open(&tampered, b"envelope"),
             Err(SealError::Damaged { .. })
         ));
         let rotated = Sealer::new(OTHER, Some("2026"))
             .unwrap()
             .with_older("2025", KEY)
             .unwrap();
-        assert_eq!(rotated.open(&sealed).unwrap(), b"facts");
-        assert_eq!(rotated.seal(b"x").key_id, "2026");
+        assert_eq!(rotated.open(&sealed, b"envelope").unwrap(), b"facts");
+        assert_eq!(rotated.seal(b"x", b"").key_id, "2026");
         let error = Sealer::new(OTHER, Some("2026"))
             .unwrap()
-            .open(&sealed)
+            .open(&sealed, b"envelope")
             .unwrap_err();
         assert!(
             error
@@ -219,5 +241,36 @@ mod tests {
         );
         assert!(!format!("{rotated:?}").contains("0102"));
         assert!(Sealer::new("short", None).is_err());
+    }
+
+    // Proves the envelope is bound: another context fails, clearing the marker does not strip
+    // the binding, and a legacy payload (sealed without associated data, no marker) still opens.
+    #[test]
+    fn envelope_is_associated_data() {
+        let sealer = Sealer::new(KEY, Some("2026")).unwrap();
+        let sealed = sealer.seal(b"facts", b"run a, generation 3");
+        assert!(matches!(
+            sealer.open(&sealed, b"run b, generation 3"),
+            Err(SealError::Damaged { .. })
+        ));
+        let downgraded = Sealed {
+            aad: false,
+            ..sealed.clone()
+        };
+        assert!(sealer.open(&downgraded, b"anything").is_err());
+        let nonce = Nonce::generate();
+        let legacy = Sealed {
+            algorithm: "AES-256-GCM".into(),
+            key_id: "2026".into(),
+            nonce: BASE64.encode(nonce.as_slice()),
+            ciphertext: BASE64.encode(sealer.current.1.encrypt(&nonce, &b"old"[..]).unwrap()),
+            aad: false,
+        };
+        let json = serde_json::to_string(&legacy)
+            .unwrap()
+            .replace(",\"aad\":false", "");
+        let legacy: Sealed = serde_json::from_str(&json).unwrap();
+        assert!(!legacy.aad);
+        assert_eq!(sealer.open(&legacy, b"anything").unwrap(), b"old");
     }
 }

@@ -11,8 +11,20 @@
 //! never retried as if it were transient. A create or swap that reports a conflict is read
 //! back: identical bytes mean the write was ours (its response was lost, or the client retried
 //! it internally) and it is adopted; a missing key (409 ConditionalRequestConflict) is retried.
+//! A swap refused with a 409 (which object_store reports as "already exists") is judged the same
+//! way as a 412: our bytes are adopted, an unchanged version is retried, anything else changed.
 //! Every payload written through this module carries a writer nonce, so identical bytes can
 //! only come from the same write.
+//!
+//! Architecture invariant: the local directory backend is as durable as the local fact log.
+//! object_store's `LocalFileSystem` runs with `with_fsync(true)`: a create or overwrite syncs the
+//! file before publishing it, then its parent directory and every directory it had to create,
+//! before the write returns; a delete is followed by an fsync of the parent directory here.
+//!
+//! Architecture invariant: a local compare-and-swap, overwrite or delete holds the key's lock
+//! until its write has finished, even when the caller stops waiting (an attempt deadline): the
+//! locked section runs in a task of its own, so a late write can never land after another
+//! writer took the lock and read the old version.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -239,6 +251,9 @@ pub struct Store {
     clock: Arc<dyn Clock>,
     /// Client-side encryption of generation payloads, when configured.
     sealer: Option<Arc<crate::seal::Sealer>>,
+    /// Directories fsynced by this store after local deletes (a test seam: object_store syncs
+    /// writes itself and cannot be observed).
+    local_directory_syncs: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -282,8 +297,12 @@ impl Store {
             std::fs::create_dir_all(&root).map_err(|e| {
                 invalid(&format!("cannot create directory {}: {e}", root.display()))
             })?;
+            // Without `with_fsync` (off by default) an acknowledged write could vanish in a power
+            // loss. With it, object_store syncs the staged file before publishing it, then the
+            // parent directory and each directory it created, all inside its blocking write.
             let local = object_store::local::LocalFileSystem::new_with_prefix(&root)
-                .map_err(|e| invalid(&e.to_string()))?;
+                .map_err(|e| invalid(&e.to_string()))?
+                .with_fsync(true);
             (Arc::new(local), Backend::Local { root }, String::new())
         };
         // Test-only fault injection for real processes, switched on by the environment.
@@ -363,6 +382,7 @@ impl Store {
             retry,
             clock,
             sealer: None,
+            local_directory_syncs: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -398,6 +418,11 @@ impl Store {
 
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
+    }
+
+    /// How many directories this store fsynced after local deletes.
+    pub fn local_directory_syncs(&self) -> u64 {
+        self.local_directory_syncs.load(Ordering::Relaxed)
     }
 
     fn path(&self, key: &str) -> Path {
@@ -507,40 +532,64 @@ impl Store {
 
     /// Replaces `key` only if its current version is `expected`.
     pub async fn swap(&self, key: &str, bytes: Bytes, expected: &ETag) -> Result<ETag, StoreError> {
-        self.retrying("swap", key, || self.try_swap(key, bytes.clone(), expected))
-            .await
+        let attempts = AtomicU64::new(0);
+        self.retrying("swap", key, || {
+            let retry = attempts.fetch_add(1, Ordering::Relaxed) > 0;
+            self.try_swap(key, bytes.clone(), expected, retry)
+        })
+        .await
     }
 
-    async fn try_swap(&self, key: &str, bytes: Bytes, expected: &ETag) -> Result<ETag, StoreError> {
-        if let Backend::Local { root } = &self.backend {
-            let _lock = local_lock(root, key).await?;
-            return match self.read_once(key).await? {
-                Some(current) if current.etag == *expected => {
-                    self.put_once(key, bytes, PutMode::Overwrite, true).await
-                }
-                _ => Err(StoreError::Changed {
-                    key: key.to_owned(),
-                }),
-            };
+    /// One swap attempt; `retry` says an earlier attempt of the same swap failed, possibly
+    /// after its write landed.
+    async fn try_swap(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        expected: &ETag,
+        retry: bool,
+    ) -> Result<ETag, StoreError> {
+        if let Backend::Local { .. } = &self.backend {
+            let expected = expected.clone();
+            return self
+                .locked("swap", key, move |store, key| async move {
+                    match store.read_once(&key).await? {
+                        Some(current) if current.etag == expected => {
+                            store.put_once(&key, bytes, PutMode::Overwrite, true).await
+                        }
+                        // Our own write from an earlier attempt whose deadline fired: it ran
+                        // to the end under the lock, so the retry finds it here. Only on a
+                        // retry: the local backend never writes twice within one attempt, and
+                        // a first attempt finding equal bytes met another writer's equal state.
+                        Some(current) if retry && current.bytes == bytes => Ok(current.etag),
+                        _ => Err(StoreError::Changed { key }),
+                    }
+                })
+                .await;
         }
         let mode = PutMode::Update(UpdateVersion {
             e_tag: Some(expected.0.clone()),
             version: None,
         });
         match self.put_once(key, bytes.clone(), mode, true).await {
-            Err(StoreError::Changed { .. }) => match self.read_once(key).await? {
-                Some(current) if current.bytes == bytes => Ok(current.etag),
-                // Still the expected version: the refusal was a transient conflict.
-                Some(current) if current.etag == *expected => Err(StoreError::Unavailable {
-                    op: "swap",
-                    key: key.to_owned(),
-                    attempts: 1,
-                    message: "conditional request conflict".into(),
-                }),
-                _ => Err(StoreError::Changed {
-                    key: key.to_owned(),
-                }),
-            },
+            // S3 answers a concurrent conditional write with 409 ConditionalRequestConflict,
+            // which object_store reports as "already exists" even for an If-Match update. Like
+            // a 412 it says nothing about who won: read back and judge the same way.
+            Err(StoreError::Changed { .. } | StoreError::AlreadyExists { .. }) => {
+                match self.read_once(key).await? {
+                    Some(current) if current.bytes == bytes => Ok(current.etag),
+                    // Still the expected version: the refusal was a transient conflict.
+                    Some(current) if current.etag == *expected => Err(StoreError::Unavailable {
+                        op: "swap",
+                        key: key.to_owned(),
+                        attempts: 1,
+                        message: "conditional request conflict".into(),
+                    }),
+                    _ => Err(StoreError::Changed {
+                        key: key.to_owned(),
+                    }),
+                }
+            }
             other => other,
         }
     }
@@ -548,10 +597,12 @@ impl Store {
     /// Writes `key` unconditionally (heartbeats and hints, whose last writer may win).
     pub async fn put(&self, key: &str, bytes: Bytes) -> Result<ETag, StoreError> {
         self.retrying("put", key, || async {
-            if let Backend::Local { root } = &self.backend {
-                let _lock = local_lock(root, key).await?;
+            if let Backend::Local { .. } = &self.backend {
+                let bytes = bytes.clone();
                 return self
-                    .put_once(key, bytes.clone(), PutMode::Overwrite, false)
+                    .locked("put", key, move |store, key| async move {
+                        store.put_once(&key, bytes, PutMode::Overwrite, false).await
+                    })
                     .await;
             }
             self.put_once(key, bytes.clone(), PutMode::Overwrite, false)
@@ -642,17 +693,108 @@ impl Store {
     /// Deletes `key`; deleting a missing key succeeds (as on S3, unlike the local backend).
     pub async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.retrying("delete", key, || async {
-            let _lock = match &self.backend {
-                Backend::Local { root } => Some(local_lock(root, key).await?),
-                _ => None,
-            };
-            bump(&self.metrics.delete, 1);
-            match self.inner.delete(&self.path(key)).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(error) => Err(classify("delete", key, error)),
+            if let Backend::Local { .. } = &self.backend {
+                return self
+                    .locked("delete", key, |store, key| async move {
+                        store.delete_once(&key).await?;
+                        store.sync_parent_directory(&key).await
+                    })
+                    .await;
+            }
+            self.delete_once(key).await
+        })
+        .await
+    }
+
+    async fn delete_once(&self, key: &str) -> Result<(), StoreError> {
+        bump(&self.metrics.delete, 1);
+        match self.inner.delete(&self.path(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(error) => Err(classify("delete", key, error)),
+        }
+    }
+
+    /// Runs `section` under the local lock of `key`, in a task of its own. A caller that stops
+    /// waiting (the per-attempt deadline in `retrying` drops its future) does not cancel the
+    /// task, and dropping a `JoinHandle` does not either: the lock is released only after the
+    /// section, and object_store's blocking write inside it, have finished. A caller that gave
+    /// up while the task still waited for the lock never has its write done later: the task
+    /// then skips the section.
+    async fn locked<T, F, Fut>(
+        &self,
+        op: &'static str,
+        key: &str,
+        section: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Store, String) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let Backend::Local { root } = &self.backend else {
+            return section(self.clone(), key.to_owned()).await;
+        };
+        let root = root.clone();
+        let store = self.clone();
+        let owned = key.to_owned();
+        let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Set when this future is dropped or finishes, whichever comes first.
+        let _caller = Abandon(Arc::clone(&abandoned));
+        tokio::spawn(async move {
+            let _lock = local_lock(&root, &owned).await?;
+            if abandoned.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable {
+                    op,
+                    key: owned,
+                    attempts: 1,
+                    message: "the caller gave up while waiting for the local lock".into(),
+                });
+            }
+            section(store, owned).await
+        })
+        .await
+        .map_err(|error| StoreError::Failed {
+            op,
+            key: key.to_owned(),
+            message: format!("the locked section stopped: {error}"),
+        })?
+    }
+
+    /// Makes a local delete durable: fsyncs the directory that held `key` (object_store's
+    /// `with_fsync` covers writes, not standalone deletes). A directory that does not exist
+    /// holds nothing to sync.
+    async fn sync_parent_directory(&self, key: &str) -> Result<(), StoreError> {
+        let Backend::Local { root } = &self.backend else {
+            return Ok(());
+        };
+        // Local keys have no prefix, and layout keys use only characters that object_store
+        // maps to the file system unchanged, so this is the directory it deleted from.
+        let Some(directory) = root
+            .join(self.path(key).as_ref())
+            .parent()
+            .map(|p| p.to_path_buf())
+        else {
+            return Ok(());
+        };
+        let syncs = Arc::clone(&self.local_directory_syncs);
+        let synced = tokio::task::spawn_blocking(move || {
+            match std::fs::File::open(&directory).and_then(|dir| dir.sync_all()) {
+                Ok(()) => {
+                    syncs.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(error) => Err(format!("fsync {}: {error}", directory.display())),
             }
         })
         .await
+        .map_err(|error| error.to_string())
+        .and_then(|inner| inner);
+        synced.map_err(|message| StoreError::Failed {
+            op: "delete",
+            key: key.to_owned(),
+            message,
+        })
     }
 
     /// Lists up to `limit` keys under `prefix` (a key prefix ending in `/`), in key order,
@@ -856,6 +998,15 @@ fn classify(op: &'static str, key: &str, error: object_store::Error) -> StoreErr
             key: key.to_owned(),
             message,
         },
+    }
+}
+
+/// Marks a locked section's caller as gone when dropped.
+struct Abandon(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 

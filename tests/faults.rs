@@ -6,15 +6,18 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use object_store::memory::InMemory;
+use rekindle::clock::{Clock, ManualClock, SystemClock};
 use rekindle::fact::RunId;
 use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
 use rekindle::lease::{Holder, LeaseError};
 use rekindle::sample;
-use rekindle::store::faults::FaultPlan;
-use rekindle::store::{RetryPolicy, StoreError};
+use rekindle::store::faults::{FaultPlan, FaultyStore};
+use rekindle::store::{Backend, RetryPolicy, Store, StoreError};
 
 const CAS_CHILD: &str = "REKINDLE_TEST_CAS_CHILD_DIR";
 const LEASE_CHILD: &str = "REKINDLE_TEST_LEASE_CHILD_DIR";
@@ -153,6 +156,174 @@ async fn conditional_request_conflicts_are_retried() {
         .await
         .unwrap();
     assert_eq!(loaded.state.facts(), &facts[..]);
+}
+
+// Proves a 409 ConditionalRequestConflict on a compare-and-swap (reported by object_store as
+// "already exists", nothing written) is retried like a transient conflict, not treated as a
+// hard error: every swap lands exactly once, and leases are taken and released through it.
+#[tokio::test]
+async fn conflict_409_on_swap_is_retried_not_fatal() {
+    let plan = FaultPlan {
+        update_conflict_409_per_mille: 400,
+        ..FaultPlan::default()
+    };
+    let (store, faulty) = common::faulty_memory(plan, 9);
+    let mut etag = store
+        .create("counter", Bytes::from_static(b"0"))
+        .await
+        .unwrap();
+    for i in 1..=30 {
+        etag = store
+            .swap("counter", Bytes::from(i.to_string()), &etag)
+            .await
+            .unwrap_or_else(|e| panic!("swap {i}: {e}"));
+    }
+    let stored = store.read("counter").await.unwrap().unwrap();
+    assert_eq!(
+        (stored.bytes, stored.etag),
+        (Bytes::from_static(b"30"), etag)
+    );
+    let holder = Holder::new(&store, "w", Duration::from_secs(10));
+    for round in 0..5 {
+        let held = holder
+            .acquire(&RunId::new("conflicted"))
+            .await
+            .unwrap_or_else(|e| panic!("acquire {round}: {e}"));
+        holder
+            .release(&held)
+            .await
+            .unwrap_or_else(|e| panic!("release {round}: {e}"));
+    }
+    assert!(
+        faulty
+            .counts
+            .errors
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 5
+    );
+}
+
+// Proves a commit whose create landed but was reported unavailable (response lost, no retry
+// left to adopt it) is recognised by its writer nonce when the same writer commits the same
+// facts again with new bytes: the slot is adopted as ours instead of being reported as
+// another writer's conflict, and facts beyond it go into the next slot.
+#[tokio::test]
+async fn own_slot_after_lost_ack_is_not_a_conflict() {
+    let faulty = FaultyStore::new(Arc::new(InMemory::new()), FaultPlan::default(), 10);
+    let clock = ManualClock::new(1_000);
+    let shared: Arc<dyn Clock> = clock.clone();
+    let store = Store::from_parts(
+        faulty.clone(),
+        Backend::Memory,
+        "memory://lost-ack",
+        "",
+        RetryPolicy {
+            max_retries: 0,
+            ..common::fast_retry()
+        },
+        shared,
+    );
+    let lose = FaultPlan {
+        lost_response_per_mille: 1000,
+        ..FaultPlan::default()
+    };
+    let facts = sample::run("lost-ack", 20, 10);
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
+        .await
+        .unwrap();
+    writer.commit(facts[2..4].to_vec()).await.unwrap();
+
+    faulty.set_plan(lose);
+    let error = writer.commit(facts[4..6].to_vec()).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            GenerationError::Store(StoreError::Unavailable { .. })
+        ),
+        "{error}"
+    );
+    assert_eq!((writer.generation(), writer.committed().0), (2, 4));
+    // The same facts again, at a later time (so different bytes): slot 3 is ours.
+    faulty.set_plan(FaultPlan::default());
+    clock.advance(Duration::from_millis(5));
+    writer.commit(facts[4..6].to_vec()).await.unwrap();
+    assert_eq!((writer.generation(), writer.committed().0), (3, 6));
+
+    // Lost again, then retried with more facts: slot 4 is adopted, the rest goes to slot 5.
+    faulty.set_plan(lose);
+    writer.commit(facts[6..8].to_vec()).await.unwrap_err();
+    faulty.set_plan(FaultPlan::default());
+    clock.advance(Duration::from_millis(5));
+    writer.commit(facts[6..10].to_vec()).await.unwrap();
+    assert_eq!((writer.generation(), writer.committed().0), (5, 10));
+    writer.commit(facts[10..].to_vec()).await.unwrap();
+    let loaded = generation::load(&store, &RunId::new("lost-ack"), None)
+        .await
+        .unwrap();
+    assert_eq!(loaded.state.facts(), &facts[..]);
+    assert_eq!(loaded.generation, 6);
+}
+
+// Proves a local compare-and-swap whose attempt deadline fires keeps the key's lock until its
+// write has really landed: a second swap against the old version waits and is refused,
+// instead of succeeding and then being overwritten by the late write; an overwrite abandoned
+// while waiting for that lock is never done afterwards. The fault wrapper's detached delay
+// stands in for object_store's blocking write that outlives its future.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_swap_timeout_keeps_the_lock_until_the_write_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let local = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root).unwrap());
+    let faulty = FaultyStore::new(local, FaultPlan::default(), 11);
+    let open = |attempt_timeout: Duration| {
+        Store::from_parts(
+            faulty.clone(),
+            Backend::Local { root: root.clone() },
+            "file://timeout",
+            "",
+            RetryPolicy {
+                max_retries: 0,
+                attempt_timeout,
+                ..common::fast_retry()
+            },
+            SystemClock::shared(),
+        )
+    };
+    let impatient = open(Duration::from_millis(50));
+    let patient = open(Duration::from_secs(5));
+    let first = patient
+        .create("k", Bytes::from_static(b"v0"))
+        .await
+        .unwrap();
+    faulty.set_plan(FaultPlan {
+        detached_write_delay: Duration::from_millis(400),
+        ..FaultPlan::default()
+    });
+    let error = impatient
+        .swap("k", Bytes::from_static(b"slow"), &first)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");
+    faulty.set_plan(FaultPlan::default());
+    // An overwrite that gives up while the slow write holds the lock never lands later.
+    let error = impatient
+        .put("k", Bytes::from_static(b"late"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");
+    let second = patient.swap("k", Bytes::from_static(b"b"), &first).await;
+    // Let the late write land whatever happened.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let stored = patient.read("k").await.unwrap().unwrap().bytes;
+    match second {
+        Ok(_) => assert_eq!(
+            stored,
+            Bytes::from_static(b"b"),
+            "an acknowledged swap was overwritten by a write whose attempt had timed out"
+        ),
+        Err(StoreError::Changed { .. }) => assert_eq!(stored, Bytes::from_static(b"slow")),
+        Err(other) => panic!("unexpected error: {other}"),
+    }
 }
 
 // Proves a real conflict (412 / existing key) is answered at once, never retried.

@@ -2,8 +2,9 @@
 //!
 //! It sits *under* [`Store`](super::Store), so the real retry, adoption and fencing code runs
 //! against: transient errors (as a 503 SlowDown surfaces), added latency, stalls past the
-//! request deadline, writes that land but whose response is lost, and a full partition (the
-//! process keeps running but every request fails). Decisions come from a seeded generator, so
+//! request deadline, writes that land but whose response is lost, 409 conflicts on conditional
+//! creates and updates, writes that finish after their caller gave up, and a full partition
+//! (the process keeps running but every request fails). Decisions come from a seeded generator, so
 //! a failing seed replays exactly. Never used in production paths.
 
 use std::fmt;
@@ -39,6 +40,13 @@ pub struct FaultPlan {
     /// A conditional create is refused with 409 ConditionalRequestConflict (surfacing as
     /// "already exists") although nothing was written.
     pub conflict_409_per_mille: u32,
+    /// A conditional update (If-Match) is refused with 409 ConditionalRequestConflict, which
+    /// object_store also reports as "already exists", although nothing was written.
+    pub update_conflict_409_per_mille: u32,
+    /// Every write takes this long once it has started, and completes even if the caller
+    /// stops waiting (as object_store's local backend keeps writing on a blocking thread
+    /// after its future is dropped).
+    pub detached_write_delay: Duration,
     /// Behave like a server that accepts conditional headers and ignores them.
     pub ignore_conditions: bool,
     /// Behave like a server that checks conditions, then writes without a lock.
@@ -123,6 +131,7 @@ impl FaultyStore {
                 "stall_ms" => plan.stall = Duration::from_millis(value),
                 "latency_ms" => plan.latency = Duration::from_millis(value),
                 "conflict" => plan.conflict_409_per_mille = value as u32,
+                "update_conflict" => plan.update_conflict_409_per_mille = value as u32,
                 other => tracing::warn!(setting = other, "unknown REKINDLE_FAULTS setting"),
             }
         }
@@ -231,6 +240,14 @@ impl ObjectStore for FaultyStore {
                 source: "409 ConditionalRequestConflict (injected)".into(),
             });
         }
+        if matches!(opts.mode, PutMode::Update(_)) && self.roll(plan.update_conflict_409_per_mille)
+        {
+            self.counts.errors.fetch_add(1, Ordering::Relaxed);
+            return Err(object_store::Error::AlreadyExists {
+                path: location.to_string(),
+                source: "409 ConditionalRequestConflict on If-Match (injected)".into(),
+            });
+        }
         let mut opts = opts;
         if plan.ignore_conditions {
             opts.mode = PutMode::Overwrite;
@@ -257,7 +274,20 @@ impl ObjectStore for FaultyStore {
             tokio::time::sleep(Duration::from_millis(5)).await;
             opts.mode = PutMode::Overwrite;
         }
-        let result = self.inner.put_opts(location, payload, opts).await;
+        let result = if plan.detached_write_delay.is_zero() {
+            self.inner.put_opts(location, payload, opts).await
+        } else {
+            // A spawned task runs to completion even when this future is dropped.
+            let inner = Arc::clone(&self.inner);
+            let location = location.clone();
+            let delay = plan.detached_write_delay;
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                inner.put_opts(&location, payload, opts).await
+            })
+            .await
+            .map_err(|error| object_store::Error::JoinError { source: error })?
+        };
         if matches!(fault, Fault::LoseResponse) && result.is_ok() {
             self.counts.lost_responses.fetch_add(1, Ordering::Relaxed);
             return Err(transient("response lost after the write landed (injected)"));
