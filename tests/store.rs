@@ -605,9 +605,25 @@ async fn gc_keeps_fences(store: Store) {
     for fact in &facts[4..60] {
         writer.commit(vec![fact.clone()]).await.unwrap();
     }
-    let report = gc::collect(&store, Duration::from_secs(3600), 0)
-        .await
-        .unwrap();
+    // Nothing goes while the snapshot is younger than the grace period.
+    let now = store.clock().wall_ms();
+    let young = gc::collect(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        now,
+    )
+    .await
+    .unwrap();
+    assert_eq!(young.generations_deleted, 0, "{young:?}");
+    assert!(young.generations_in_grace > 40, "{young:?}");
+    let later = now + 2 * 3600 * 1000;
+    let report = gc::collect(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        later,
+    )
+    .await
+    .unwrap();
     assert!(report.generations_deleted > 40, "{report:?}");
     assert!(
         store
@@ -622,9 +638,13 @@ async fn gc_keeps_fences(store: Store) {
     ));
     let loaded = generation::load(&store, &run, None).await.unwrap();
     assert_eq!(loaded.state.facts(), &facts[..60]);
-    let again = gc::collect(&store, Duration::from_secs(3600), 0)
-        .await
-        .unwrap();
+    let again = gc::collect(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        later,
+    )
+    .await
+    .unwrap();
     assert_eq!(again.generations_deleted, 0);
 }
 
@@ -646,14 +666,21 @@ async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
     for fact in &facts[2..] {
         writer.commit(vec![fact.clone()]).await.unwrap();
     }
-    let kept = gc::collect(&store, Duration::from_secs(3600), 1)
-        .await
-        .unwrap();
-    assert_eq!(kept.runs_removed, 0, "not past retention yet");
-    let report = gc::collect(&store, Duration::from_secs(60), u64::MAX / 2)
-        .await
-        .unwrap();
-    assert_eq!(report.runs_removed, 1, "{report:?}");
+    let now = store.clock().wall_ms();
+    let kept = gc::collect(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        now,
+    )
+    .await
+    .unwrap();
+    assert_eq!(kept.runs_retired, 0, "not past retention yet");
+    let policy = gc::GcPolicy {
+        retention: Duration::from_secs(60),
+        grace: Duration::from_secs(60),
+    };
+    let report = gc::collect(&store, &policy, u64::MAX / 2).await.unwrap();
+    assert_eq!(report.runs_retired, 1, "{report:?}");
     let left: Vec<String> = store
         .list(&format!("{}/", layout::run_base("old-run")), None, 100)
         .await
@@ -666,12 +693,18 @@ async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
         left,
         [
             layout::generation(&base, 1),
-            layout::generation(&base, fence)
+            layout::generation(&base, fence),
+            layout::head(&base),
+            layout::tombstone("old-run"),
         ]
     );
     assert!(matches!(
         zombie.commit(vec![facts[2].clone()]).await,
         Err(GenerationError::Fenced { .. })
+    ));
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { .. })
     ));
 }
 
