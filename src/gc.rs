@@ -33,7 +33,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::fact::RunId;
-use crate::generation::{self, Chain, GenerationError};
+use crate::generation::{self, Chain, GenerationError, RunWriter, SnapshotPolicy};
 use crate::layout;
 use crate::store::{Store, StoreError};
 use crate::tombstone::{self, RetiredBy, Tombstone, TombstoneError};
@@ -234,6 +234,26 @@ async fn tombstone_for(
         };
     if let Ok(Some(view)) = crate::lease::read_lease(store, run).await {
         last_epoch = last_epoch.max(view.lease.epoch);
+    }
+    let (mut final_generation, mut epoch_starts) = (final_generation, epoch_starts);
+    if outcome.is_none() && final_generation > 0 {
+        // Retired before it ended (`runs rm --force` on a holder believed gone): its last
+        // writer may still be alive and would aim at the free slot after the final
+        // generation. A fence at a higher epoch there stops it, and is kept as an epoch's
+        // first slot.
+        last_epoch += 1;
+        match RunWriter::resume(store, run, last_epoch, SnapshotPolicy::default()).await {
+            Ok(fence) => {
+                final_generation = fence.generation();
+                epoch_starts.push((last_epoch, final_generation));
+            }
+            Err(source) => {
+                return Err(GcError::Retire {
+                    run: run.clone(),
+                    source,
+                });
+            }
+        }
     }
     let fresh = Tombstone::new(
         run,

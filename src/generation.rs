@@ -94,7 +94,7 @@ pub enum GenerationError {
     #[error("run \"{run}\" has no generations")]
     NotFound { run: RunId },
     #[error(
-        "run \"{run}\" was retired ({}) at generation {final_generation}: its checkpoint was removed and its ID, epochs and recovery IDs are never reused",
+        "run \"{run}\" was retired {} at generation {final_generation}: its checkpoint was removed and its ID, epochs and recovery IDs are never reused",
         retired_outcome(.outcome)
     )]
     Retired {
@@ -137,8 +137,8 @@ pub enum GenerationError {
 
 fn retired_outcome(outcome: &Option<crate::fact::Outcome>) -> String {
     match outcome {
-        Some(outcome) => format!("it ended {outcome}"),
-        None => "removed before it ended".into(),
+        Some(outcome) => format!("after it ended ({outcome})"),
+        None => "before it ended (rekindle runs rm)".into(),
     }
 }
 

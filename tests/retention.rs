@@ -261,3 +261,108 @@ async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
     );
     let _ = Outcome::Completed;
 }
+
+// Proves a retirement interrupted after its tombstone (a gc killed before deleting anything)
+// is finished by the next gc, and that the run stops loading as live from then on.
+#[tokio::test]
+async fn gc_finishes_a_retirement_a_crash_interrupted() {
+    use rekindle::tombstone::{self, RetiredBy, Tombstone};
+
+    let store = common::memory();
+    let facts = sample::run("crashed-gc", 30, 24);
+    let run = RunId::new("crashed-gc");
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    for fact in &facts[2..] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    // Step 1 of a retirement only, as if gc died right after it.
+    let written = tombstone::write(
+        &store,
+        &Tombstone::new(
+            &run,
+            writer.state().terminal().map(|terminal| terminal.outcome),
+            1,
+            writer.generation(),
+            vec![(1, 1)],
+            RetiredBy::Retention,
+            store.clock().wall_ms(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(written.final_generation, writer.generation());
+    let now = store.clock().wall_ms();
+    let report = gc::collect(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        now,
+    )
+    .await
+    .unwrap();
+    assert!(report.generations_deleted > 0, "{report:?}");
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { .. })
+    ));
+    let left: Vec<String> = store
+        .list(&format!("{}/", layout::run_base("crashed-gc")), None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|listed| listed.key)
+        .collect();
+    let base = layout::run_base("crashed-gc");
+    assert_eq!(
+        left,
+        [
+            layout::generation(&base, 1),
+            layout::head(&base),
+            layout::tombstone("crashed-gc"),
+        ]
+    );
+}
+
+// Proves a run retired before it ended (as `rekindle runs rm --force` does) is refused
+// everywhere with no outcome, an admission for it is refused rather than started from what is
+// left, and its last writer is fenced rather than left a free slot to commit into.
+#[tokio::test]
+async fn a_run_retired_before_it_ended_stays_retired() {
+    use rekindle::fact::RecoveryId;
+    use rekindle::recovery::{self, RecoveryError};
+    use rekindle::tombstone::RetiredBy;
+
+    let store = common::memory();
+    let facts = sample::run("removed", 30, 25);
+    let run = RunId::new("removed");
+    let mut zombie = RunWriter::create(&store, facts[..8].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { outcome: None, .. })
+    ));
+    assert!(matches!(
+        recovery::admit(&store, &run, &RecoveryId::new("late"), false).await,
+        Err(RecoveryError::Source {
+            source: GenerationError::Retired { .. },
+            ..
+        })
+    ));
+    assert!(matches!(
+        RunWriter::resume(&store, &run, 2, POLICY).await,
+        Err(GenerationError::Retired { .. })
+    ));
+    // The writer that was never fenced (its holder only seemed gone) is fenced by the
+    // retirement, and the run cannot be created again.
+    assert!(matches!(
+        zombie.commit(vec![facts[8].clone()]).await,
+        Err(GenerationError::Fenced { .. })
+    ));
+    assert!(matches!(
+        RunWriter::create(&store, facts[..2].to_vec(), 1, POLICY).await,
+        Err(GenerationError::Retired { .. })
+    ));
+}
