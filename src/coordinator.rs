@@ -466,7 +466,8 @@ pub async fn fence_source(
     let fenced = RunWriter::resume(store, source, held.epoch, SnapshotPolicy::default()).await;
     holder.release(&held).await?;
     match fenced {
-        Ok(_) | Err(GenerationError::NotFound { .. }) => Ok(()),
+        // A retired run has no writer left to fence (see `tombstone.rs`); admission refuses it.
+        Ok(_) | Err(GenerationError::NotFound { .. } | GenerationError::Retired { .. }) => Ok(()),
         Err(other) => Err(other.into()),
     }
 }
@@ -490,11 +491,14 @@ async fn execute(
                     return Ok(());
                 }
                 Err(recovery::RecoveryError::Source {
-                    source: crate::generation::GenerationError::NotFound { .. },
+                    source:
+                        crate::generation::GenerationError::NotFound { .. }
+                        | crate::generation::GenerationError::Retired { .. },
                     ..
                 }) => {
-                    // The host died before its first commit: nothing was acknowledged, so
-                    // there is nothing to recover.
+                    // The host died before its first commit (nothing was acknowledged), or
+                    // the run was retired (an index entry left by a refused restart of a
+                    // retired ID): there is nothing to recover.
                     tracing::warn!(source_run = %source, "interrupted before its first commit; forgetting it");
                     index::remove(store, source).await?;
                     return Ok(());

@@ -454,7 +454,8 @@ impl Chain {
             let moved = match (&again, probed) {
                 (Some(again), _) if again.retired => true,
                 (Some(again), Some(probed)) => again.generation > probed,
-                (Some(_), None) => true,
+                // Nothing found: only a hint written since (a new chain) is worth a second look.
+                (Some(again), None) => hint.as_ref().is_none_or(|hint| hint.etag != again.etag),
                 (None, _) => false,
             };
             if !moved {

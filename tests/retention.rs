@@ -366,3 +366,27 @@ async fn a_run_retired_before_it_ended_stays_retired() {
         Err(GenerationError::Retired { .. })
     ));
 }
+
+// Proves the coordinator's fencing step accepts a retired run (nothing left to fence) instead
+// of failing on it every scan, and leaves it retired.
+#[tokio::test]
+async fn fencing_a_retired_run_is_a_no_op() {
+    use rekindle::lease::Holder;
+    use rekindle::tombstone::RetiredBy;
+
+    let store = common::memory();
+    let facts = sample::run("fenced-retired", 20, 26);
+    let run = RunId::new("fenced-retired");
+    RunWriter::create(&store, facts.clone(), 1, POLICY)
+        .await
+        .unwrap();
+    gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
+    let holder = Arc::new(Holder::new(&store, "coordinator", Duration::from_secs(60)));
+    rekindle::coordinator::fence_source(&store, &holder, &run)
+        .await
+        .unwrap();
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { .. })
+    ));
+}
