@@ -857,7 +857,25 @@ impl RunWriter {
                 return Ok(writer);
             }
             match writer.commit_facts(Vec::new(), false).await {
-                Ok(()) => return Ok(writer),
+                Ok(()) => {
+                    // The fence went into the slot after the newest generation loaded. If the
+                    // old writer moved on to a newer snapshot meanwhile and gc freed that slot
+                    // (the hint then points past it), the fence sits below the old writer's
+                    // head and stops nobody: fence again from the new hint. One GET per
+                    // takeover; the grace period makes the retry rare.
+                    match writer.chain.read_hint().await? {
+                        Some(hint) if hint.retired || hint.generation > writer.generation => {
+                            tracing::warn!(run_id = %run, epoch, generation = writer.generation, hint = hint.generation, "fence landed in a collected slot; fencing again");
+                            last_error = Some(GenerationError::Conflict {
+                                run: run.clone(),
+                                generation: writer.generation,
+                                epoch,
+                                by_epoch: loaded.epoch,
+                            });
+                        }
+                        _ => return Ok(writer),
+                    }
+                }
                 Err(error @ GenerationError::Conflict { .. }) => last_error = Some(error),
                 Err(other) => return Err(other),
             }

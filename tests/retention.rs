@@ -390,3 +390,35 @@ async fn fencing_a_retired_run_is_a_no_op() {
         Err(GenerationError::Retired { .. })
     ));
 }
+
+// Proves a successor that paused between loading the run and writing its fence, while the old
+// writer moved on to a newer snapshot and gc freed the slot the fence was aimed at, does not
+// settle for a fence in the freed slot: it fences again above the old writer's head.
+#[tokio::test]
+async fn gc_between_load_and_fence_loses_no_fence() {
+    let (paused, faulty, direct) = shared_memory();
+    let facts = sample::run("late-fence", 40, 27);
+    let run = RunId::new("late-fence");
+    let mut old = RunWriter::create(&direct, facts[..2].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    let gate = faulty.pause_after_read(&layout::generation("", 1));
+    let successor = {
+        let (paused, run) = (paused.clone(), run.clone());
+        tokio::spawn(async move { RunWriter::resume(&paused, &run, 2, POLICY).await })
+    };
+    gate.reached().await;
+    for fact in &facts[2..7] {
+        old.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let report = collect_later(&direct).await;
+    assert_eq!(report.generations_deleted, 4, "{report:?}");
+    gate.release();
+    let successor = successor.await.unwrap().unwrap();
+    assert_eq!(successor.state().facts(), &facts[..7]);
+    let zombie = old.commit(vec![facts[7].clone()]).await;
+    assert!(
+        matches!(zombie, Err(GenerationError::Fenced { .. })),
+        "the old writer committed after the takeover: {zombie:?}"
+    );
+}
