@@ -55,6 +55,16 @@ pub struct GcPolicy {
 /// The default grace period: an hour, against request deadlines of seconds.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
 
+impl Default for GcPolicy {
+    /// A week of retention (as `rekindle gc` defaults to) and the default grace period.
+    fn default() -> Self {
+        GcPolicy {
+            retention: Duration::from_secs(168 * 3600),
+            grace: DEFAULT_GRACE,
+        }
+    }
+}
+
 impl GcPolicy {
     /// `retention`, with the default grace period.
     pub fn retention(retention: Duration) -> Self {
@@ -213,7 +223,8 @@ async fn tombstone_for(
         return Ok(existing);
     }
     let base = layout::run_base(run.as_str());
-    let (outcome, mut last_epoch, final_generation, epoch_starts) =
+    let mut loadable = true;
+    let (outcome, mut last_epoch, mut final_generation, mut epoch_starts) =
         match generation::load(store, run, None).await {
             Ok(loaded) => (
                 loaded.state.terminal().map(|terminal| terminal.outcome),
@@ -222,25 +233,30 @@ async fn tombstone_for(
                 loaded.epoch_starts,
             ),
             Err(GenerationError::NotFound { .. }) => (None, 0, 0, Vec::new()),
-            // A damaged chain can still be retired (that is what `runs rm` is for), but only
-            // keeping every generation whose epoch starts cannot be read from the others.
             Err(error @ GenerationError::Retired { .. }) => {
                 return Err(GcError::Retire {
                     run: run.clone(),
                     source: error,
                 });
             }
-            Err(_) => damaged_chain_starts(store, run, &base, keys).await?,
+            // A damaged chain can still be retired (that is what `runs rm` is for), keeping
+            // every generation whose epoch starts cannot be read from the others.
+            Err(error) => {
+                tracing::warn!(run_id = %run, %error, "retiring a chain that does not load");
+                loadable = false;
+                damaged_chain_starts(store, run, &base, keys).await?
+            }
         };
     if let Ok(Some(view)) = crate::lease::read_lease(store, run).await {
         last_epoch = last_epoch.max(view.lease.epoch);
     }
-    let (mut final_generation, mut epoch_starts) = (final_generation, epoch_starts);
-    if outcome.is_none() && final_generation > 0 {
+    if outcome.is_none() && final_generation > 0 && loadable {
         // Retired before it ended (`runs rm --force` on a holder believed gone): its last
         // writer may still be alive and would aim at the free slot after the final
         // generation. A fence at a higher epoch there stops it, and is kept as an epoch's
-        // first slot.
+        // first slot. A chain that does not load cannot be fenced this way: there, only the
+        // lease check of `runs rm` (overridden by --force, the operator's word that the
+        // holder is gone) stands between a live writer and its next slot.
         last_epoch += 1;
         match RunWriter::resume(store, run, last_epoch, SnapshotPolicy::default()).await {
             Ok(fence) => {

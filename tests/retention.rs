@@ -422,3 +422,43 @@ async fn gc_between_load_and_fence_loses_no_fence() {
         "the old writer committed after the takeover: {zombie:?}"
     );
 }
+
+// Proves a run whose chain no longer loads (a corrupt delta) can still be retired, keeping
+// what it cannot judge, and is refused as retired afterwards.
+#[tokio::test]
+async fn a_damaged_run_can_be_retired() {
+    use bytes::Bytes;
+    use rekindle::tombstone::RetiredBy;
+
+    let store = common::memory();
+    let facts = sample::run("damaged", 30, 28);
+    let run = RunId::new("damaged");
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    for fact in &facts[2..5] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let base = layout::run_base("damaged");
+    store
+        .put(
+            &layout::generation(&base, 3),
+            Bytes::from_static(b"{not json"),
+        )
+        .await
+        .unwrap();
+    assert!(generation::load(&store, &run, None).await.is_err());
+    gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { outcome: None, .. })
+    ));
+    assert!(
+        store
+            .head(&layout::generation(&base, 3))
+            .await
+            .unwrap()
+            .is_some(),
+        "a generation that could not be judged was deleted"
+    );
+}

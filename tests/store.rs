@@ -586,8 +586,8 @@ async fn index_scans(store: Store) {
     assert_eq!(spent.get, 2, "only the changed and the new entry are read");
 }
 
-/// gc deletes superseded generations but keeps every epoch's first one, so a zombie is still
-/// fenced afterwards and the run still loads.
+/// gc deletes superseded generations (once their snapshot is past the grace period) but keeps
+/// every epoch's first one, so a zombie is still fenced afterwards and the run still loads.
 async fn gc_keeps_fences(store: Store) {
     use rekindle::gc;
     let facts = sample::run("gc-run", 200, 12);
@@ -648,8 +648,9 @@ async fn gc_keeps_fences(store: Store) {
     assert_eq!(again.generations_deleted, 0);
 }
 
-/// A run that ended longer ago than the retention period loses its checkpoint, except each
-/// epoch's first slot, so its stale writers are still fenced.
+/// A run that ended longer ago than the retention period is retired: it loses its checkpoint
+/// except each epoch's first slot (so its stale writers are still fenced), keeps its hint and
+/// a tombstone, and loads as retired, never as a live run.
 async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
     use rekindle::gc;
     let facts = sample::run("old-run", 40, 14);
