@@ -8,7 +8,9 @@
 //!
 //! Architecture invariant: a committed generation is never modified (brief, invariant 1).
 //! Generations are created with create-if-absent and never overwritten; gc deletes only
-//! superseded ones, and never the first generation of an epoch (see `gc.rs`).
+//! superseded ones (or, once a run is retired behind its tombstone, all but the epochs'
+//! first), and never the first generation of an epoch (see `gc.rs`). A retired run loads as
+//! [`GenerationError::Retired`], never from what is left.
 //!
 //! Architecture invariant: a zombie writer cannot commit after its successor's first commit
 //! (brief, invariant 2). Generation numbers are slots: a writer creates slot `n + 1` only after
