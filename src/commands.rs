@@ -330,20 +330,15 @@ pub async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Resu
             view.lease.epoch
         );
     }
-    let base = layout::run_base(run.as_str());
-    let mut deleted = 0;
-    loop {
-        let page = store.list(&format!("{base}/"), None, 1000).await?;
-        if page.is_empty() {
-            break;
-        }
-        for listed in &page {
-            store.delete(&listed.key).await?;
-            deleted += 1;
-        }
-    }
+    // "Retire now": the same retirement gc does after the retention period, so the run keeps
+    // its lease, claim, epochs' first slots and a tombstone and cannot come back to life.
+    let deleted = rekindle::gc::retire(&store, &run, rekindle::tombstone::RetiredBy::Removal)
+        .await
+        .with_context(|| format!("retire run \"{run}\""))?;
     index::remove(&store, &run).await?;
-    println!("run {run}: {deleted} objects deleted");
+    println!(
+        "run {run}: retired, {deleted} objects deleted (tombstone, lease, recovery claim and each epoch's first generation kept)"
+    );
     Ok(())
 }
 

@@ -562,11 +562,13 @@ async fn admit_interrupted(
                 return Ok(());
             }
             Err(LifecycleError::Recovery(RecoveryError::Source {
-                source: crate::generation::GenerationError::NotFound { .. },
+                source:
+                    crate::generation::GenerationError::NotFound { .. }
+                    | crate::generation::GenerationError::Retired { .. },
                 ..
             })) => {
-                // The host died before its first commit: nothing was acknowledged, so there
-                // is nothing to recover.
+                // The host died before its first commit (nothing was acknowledged), or the
+                // run was retired: there is nothing to recover.
                 tracing::warn!(source_run = %source, "interrupted before its first commit; forgetting it");
                 lifecycle::host_finished(store, source).await?;
                 return Ok(());

@@ -55,7 +55,8 @@ pub enum Error {
 fn generation_kind(error: &GenerationError) -> ErrorKind {
     match error {
         GenerationError::Store(error) => store_kind(error),
-        GenerationError::Fenced { .. } => ErrorKind::Fenced,
+        // A retired run has nothing left to write or resume: stop, as a fenced writer does.
+        GenerationError::Fenced { .. } | GenerationError::Retired { .. } => ErrorKind::Fenced,
         GenerationError::Conflict { .. } | GenerationError::AlreadyExists { .. } => {
             ErrorKind::Conflict
         }

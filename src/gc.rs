@@ -1,4 +1,11 @@
-//! Retention: removing superseded generations and finished recovery records.
+//! Retention: removing superseded generations, and retiring runs that ended long ago.
+//!
+//! This module decides what may be deleted from the bucket and deletes it. It never deletes a
+//! run's lease, its `recovered-by` claim, its tombstone, its hint, a recovery record
+//! (`recoveries/...`), or the first generation of any epoch: those are small and live forever,
+//! so a run ID, an epoch, a slot or a recovery ID is never used twice (see the retention
+//! contract in ARCHITECTURE.md). gc lists the bucket: it is a maintenance command, never part
+//! of a hot loop.
 //!
 //! Architecture invariant: gc never frees a slot a stale writer could reuse. A stale writer
 //! can only aim at the slot right after the last generation it knew, which is always the
@@ -6,10 +13,19 @@
 //! itself, whose content is already part of a later snapshot. gc therefore keeps, for every
 //! run, the newest snapshot and everything after it, plus the first generation of every epoch
 //! (listed in each generation's `epoch_starts`); it deletes the other generations below the
-//! snapshot. A run that ended longer ago than the retention period (not leased, not in the
-//! index) has its whole checkpoint removed by the same rule: only its epochs' first slots
-//! stay, a few small objects. gc lists the bucket: it is a maintenance command, never part of
-//! a hot loop.
+//! snapshot, and only once that snapshot is older than the grace period.
+//!
+//! Architecture invariant: gc deletes a generation only below a snapshot the hint already
+//! points at, or after the hint was marked retired; the hint only moves forward. That is what
+//! makes `Chain::locate`'s second hint read sufficient (see there) and lets `load` restart
+//! from the new hint when a generation vanishes under it.
+//!
+//! Architecture invariant: retention never resurrects a run. A run that ended longer ago than
+//! the retention period (terminal, lease released, not in the index) is retired in an order
+//! that a crash between any two steps leaves finishable: (1) its tombstone, create-if-absent,
+//! recording outcome, last epoch, final generation and epoch starts; (2) the hint marked
+//! retired; (3) deletion of its other generations and loop checkpoints. The next gc sees the
+//! tombstone and redoes (2) and (3); `load` refuses the run as retired from (2) on.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -17,28 +33,87 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::fact::RunId;
-use crate::generation::{self, Chain};
+use crate::generation::{self, Chain, GenerationError, RunWriter, SnapshotPolicy};
 use crate::layout;
-use crate::recovery::{self, RecoveryState};
 use crate::store::{Store, StoreError};
+use crate::tombstone::{self, RetiredBy, Tombstone, TombstoneError};
+
+/// How long things stay.
+#[derive(Clone, Copy, Debug)]
+pub struct GcPolicy {
+    /// A run that ended is retired this long after its final generation.
+    pub retention: Duration,
+    /// Nothing is deleted because of a snapshot younger than this, and no run is retired
+    /// sooner than this after its final generation. It must be much longer than any request
+    /// deadline (with its retries) plus the clock skew between writers and gc: it is what
+    /// keeps a slow reader's in-flight requests away from what gc deletes. Correctness does
+    /// not rest on it (see `Chain::locate` and `generation::load`); it makes the retry paths
+    /// rare.
+    pub grace: Duration,
+}
+
+/// The default grace period: an hour, against request deadlines of seconds.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
+
+impl Default for GcPolicy {
+    /// A week of retention (as `rekindle gc` defaults to) and the default grace period.
+    fn default() -> Self {
+        GcPolicy {
+            retention: Duration::from_secs(168 * 3600),
+            grace: DEFAULT_GRACE,
+        }
+    }
+}
+
+impl GcPolicy {
+    /// `retention`, with the default grace period.
+    pub fn retention(retention: Duration) -> Self {
+        GcPolicy {
+            retention,
+            grace: DEFAULT_GRACE,
+        }
+    }
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct GcReport {
     pub runs_scanned: u64,
     pub generations_deleted: u64,
-    /// Finished runs whose checkpoints were removed (all but their epochs' first slots).
-    pub runs_removed: u64,
-    pub recoveries_deleted: u64,
+    /// Superseded generations kept because their snapshot is younger than the grace period.
+    pub generations_in_grace: u64,
+    /// Finished runs retired in this pass: tombstone written, checkpoint removed but for the
+    /// epochs' first slots; lease, claim and recovery records kept.
+    pub runs_retired: u64,
     /// Objects that could not be read, with the reason; they were left alone.
     pub skipped: Vec<String>,
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Tombstone(#[from] TombstoneError),
+    #[error("cannot retire run \"{run}\": {source}")]
+    Retire {
+        run: RunId,
+        #[source]
+        source: GenerationError,
+    },
+}
+
+const PAGE: usize = 1000;
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// A run that ended (terminal fact), is not leased, not in the index, and whose newest
-/// generation is older than the retention period.
+/// generation is older than both the retention and the grace period.
 async fn finished_long_ago(
     store: &Store,
     run: &RunId,
-    retention: Duration,
+    policy: &GcPolicy,
     now_ms: u64,
 ) -> Result<bool, StoreError> {
     let Ok(loaded) = generation::load(store, run, None).await else {
@@ -70,16 +145,9 @@ async fn finished_long_ago(
         .map_or(u64::MAX, |g| g.at_ms),
         None => u64::MAX,
     };
-    Ok(released && at_ms.saturating_add(retention.as_millis() as u64) < now_ms)
+    let keep_ms = millis(policy.retention.max(policy.grace));
+    Ok(released && at_ms.saturating_add(keep_ms) < now_ms)
 }
-
-#[derive(Debug, thiserror::Error)]
-pub enum GcError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-const PAGE: usize = 1000;
 
 /// Lists every key under `prefix`, page by page.
 async fn list_all(store: &Store, prefix: &str) -> Result<Vec<String>, StoreError> {
@@ -96,22 +164,223 @@ async fn list_all(store: &Store, prefix: &str) -> Result<Vec<String>, StoreError
     }
 }
 
-/// Runs one gc pass. Recovery records that finished (or were dead-lettered) more than
-/// `retention` before `now_ms` are deleted.
-pub async fn collect(store: &Store, retention: Duration, now_ms: u64) -> Result<GcReport, GcError> {
+/// The keys under a retired run's `base` that retirement deletes: everything but the lease,
+/// the recovery claim, the tombstone, the hint and each epoch's first generation.
+fn retirable<'a>(
+    base: &str,
+    tombstone: &Tombstone,
+    keys: impl IntoIterator<Item = &'a String>,
+) -> Vec<String> {
+    let kept: BTreeSet<String> = [
+        layout::lease(tombstone.run_id.as_str()),
+        layout::recovered_by(tombstone.run_id.as_str()),
+        layout::tombstone(tombstone.run_id.as_str()),
+        layout::head(base),
+    ]
+    .into_iter()
+    .chain(
+        tombstone
+            .epoch_starts
+            .iter()
+            .map(|&(_, n)| layout::generation(base, n)),
+    )
+    .collect();
+    let under = format!("{base}/");
+    keys.into_iter()
+        .filter(|key| key.starts_with(&under) && !kept.contains(*key))
+        .cloned()
+        .collect()
+}
+
+/// Steps (2) and (3) of a retirement: marks the hint retired, then deletes what
+/// [`retirable`] names. Safe to repeat.
+async fn retire_chain(
+    store: &Store,
+    base: &str,
+    tombstone: &Tombstone,
+    keys: &[String],
+) -> Result<u64, GcError> {
+    let doomed = retirable(base, tombstone, keys);
+    // Marked even when nothing is left to delete: a run whose every generation starts an
+    // epoch must still stop loading as a live run.
+    Chain::new(store, base.to_owned())
+        .retire_hint(tombstone.final_generation)
+        .await?;
+    for key in &doomed {
+        store.delete(key).await?;
+    }
+    Ok(doomed.len() as u64)
+}
+
+/// The tombstone to retire `run` with: the existing one, or a new one written now (step 1).
+async fn tombstone_for(
+    store: &Store,
+    run: &RunId,
+    retired_by: RetiredBy,
+    keys: &[String],
+) -> Result<Tombstone, GcError> {
+    if let Some(existing) = tombstone::read(store, run).await? {
+        return Ok(existing);
+    }
+    let base = layout::run_base(run.as_str());
+    let mut loadable = true;
+    let (outcome, mut last_epoch, mut final_generation, mut epoch_starts) =
+        match generation::load(store, run, None).await {
+            Ok(loaded) => (
+                loaded.state.terminal().map(|terminal| terminal.outcome),
+                loaded.epoch,
+                loaded.generation,
+                loaded.epoch_starts,
+            ),
+            Err(GenerationError::NotFound { .. }) => (None, 0, 0, Vec::new()),
+            Err(error @ GenerationError::Retired { .. }) => {
+                return Err(GcError::Retire {
+                    run: run.clone(),
+                    source: error,
+                });
+            }
+            // A damaged chain can still be retired (that is what `runs rm` is for), keeping
+            // every generation whose epoch starts cannot be read from the others.
+            Err(error) => {
+                tracing::warn!(run_id = %run, %error, "retiring a chain that does not load");
+                loadable = false;
+                damaged_chain_starts(store, run, &base, keys).await?
+            }
+        };
+    if let Ok(Some(view)) = crate::lease::read_lease(store, run).await {
+        last_epoch = last_epoch.max(view.lease.epoch);
+    }
+    if outcome.is_none() && final_generation > 0 && loadable {
+        // Retired before it ended (`runs rm --force` on a holder believed gone): its last
+        // writer may still be alive and would aim at the free slot after the final
+        // generation. A fence at a higher epoch there stops it, and is kept as an epoch's
+        // first slot. A chain that does not load cannot be fenced this way: there, only the
+        // lease check of `runs rm` (overridden by --force, the operator's word that the
+        // holder is gone) stands between a live writer and its next slot.
+        last_epoch += 1;
+        match RunWriter::resume(store, run, last_epoch, SnapshotPolicy::default()).await {
+            Ok(fence) => {
+                final_generation = fence.generation();
+                epoch_starts.push((last_epoch, final_generation));
+            }
+            Err(source) => {
+                return Err(GcError::Retire {
+                    run: run.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    let fresh = Tombstone::new(
+        run,
+        outcome,
+        last_epoch,
+        final_generation,
+        epoch_starts,
+        retired_by,
+        store.clock().wall_ms(),
+    );
+    Ok(tombstone::write(store, &fresh).await?)
+}
+
+/// For a chain that does not load: the union of the epoch starts recorded in every
+/// generation that decodes, plus every generation that does not (it cannot be judged, so it
+/// is kept as if it started an epoch).
+async fn damaged_chain_starts(
+    store: &Store,
+    run: &RunId,
+    base: &str,
+    keys: &[String],
+) -> Result<(Option<crate::fact::Outcome>, u64, u64, Vec<(u64, u64)>), GcError> {
+    let prefix = format!("{base}/gen/");
+    let mut starts: BTreeSet<(u64, u64)> = BTreeSet::new();
+    let (mut last_epoch, mut final_generation) = (0, 0);
+    for key in keys.iter().filter(|key| key.starts_with(&prefix)) {
+        let Some(n) = layout::generation_number(key) else {
+            continue;
+        };
+        final_generation = final_generation.max(n);
+        let decoded = match store.read(key).await? {
+            Some(object) => generation::decode_with(store.sealer(), key, run, &object.bytes).ok(),
+            None => continue,
+        };
+        match decoded {
+            Some(generation) => {
+                last_epoch = last_epoch.max(generation.epoch);
+                starts.extend(generation.epoch_starts);
+            }
+            None => {
+                starts.insert((0, n));
+            }
+        }
+    }
+    Ok((
+        None,
+        last_epoch,
+        final_generation,
+        starts.into_iter().collect(),
+    ))
+}
+
+/// Retires `run` now: writes its tombstone (unless it has one), marks its hint retired and
+/// deletes its generations and loop checkpoints except each epoch's first generation. The
+/// lease, the recovery claim, recovery records and the tombstone stay, so the run cannot be
+/// resumed, created again or recovered again, and its stale writers stay fenced. Returns
+/// the number of objects deleted. Used by gc and by `rekindle runs rm` ("retire now").
+pub async fn retire(store: &Store, run: &RunId, retired_by: RetiredBy) -> Result<u64, GcError> {
+    let base = layout::run_base(run.as_str());
+    let keys = list_all(store, &format!("{base}/")).await?;
+    let tombstone = tombstone_for(store, run, retired_by, &keys).await?;
+    retire_chain(store, &base, &tombstone, &keys).await
+}
+
+/// Runs one gc pass at `now_ms` (the gc process's wall clock).
+///
+/// Ages compare `now_ms` with `at_ms` recorded in a generation by the writer that committed
+/// it (its wall clock): the store's own timestamps are not in a bounded listing. Skew between
+/// those two clocks within the grace period is harmless: it shifts when a deletion happens
+/// by at most the skew, and the grace period is chosen far longer than skew plus any request
+/// deadline, so no request that started before the snapshot existed is still in flight when
+/// gc acts. Even then correctness does not depend on it: a probe rereads the hint, a load
+/// restarts from it.
+pub async fn collect(store: &Store, policy: &GcPolicy, now_ms: u64) -> Result<GcReport, GcError> {
     let mut report = GcReport::default();
     let keys = list_all(store, layout::runs_prefix()).await?;
-    // Group generation keys by the run they belong to ("runs/<shard>/<run>").
+    // Group keys by the run they belong to ("runs/<shard>/<run>"): runs with generations,
+    // and retired runs (tombstone), whose retirement a crash may have left unfinished.
     let mut runs: BTreeSet<String> = BTreeSet::new();
     for key in &keys {
         if let Some((base, _)) = key.split_once("/gen/")
             && !base.ends_with("/loop")
         {
             runs.insert(base.to_owned());
+        } else if let Some(base) = key.strip_suffix("/tombstone") {
+            runs.insert(base.to_owned());
         }
     }
     for base in runs {
         report.runs_scanned += 1;
+        let under = format!("{base}/");
+        let run_keys: Vec<String> = keys
+            .iter()
+            .filter(|key| key.starts_with(&under))
+            .cloned()
+            .collect();
+        let tombstone_key = format!("{base}/tombstone");
+        if run_keys.contains(&tombstone_key) {
+            // Retired: finish what a crashed retirement left (usually nothing to do).
+            let Some(object) = store.read(&tombstone_key).await? else {
+                continue;
+            };
+            match tombstone::decode(&tombstone_key, &object.bytes) {
+                Ok(tombstone) => {
+                    report.generations_deleted +=
+                        retire_chain(store, &base, &tombstone, &run_keys).await?;
+                }
+                Err(error) => report.skipped.push(error.to_string()),
+            }
+            continue;
+        }
         let chain = Chain::new(store, base.clone());
         let Some((snapshot, _)) = chain.hint().await? else {
             continue;
@@ -147,60 +416,37 @@ pub async fn collect(store: &Store, retention: Duration, now_ms: u64) -> Result<
                     continue;
                 }
             };
+        if finished_long_ago(store, &run_id, policy, now_ms).await? {
+            retire(store, &run_id, RetiredBy::Retention).await?;
+            report.runs_retired += 1;
+            continue;
+        }
         let keep: BTreeSet<u64> = snapshot_generation
             .epoch_starts
             .iter()
             .map(|&(_, generation)| generation)
             .collect();
-        let prefix = format!("{base}/gen/");
-        if finished_long_ago(store, &run_id, retention, now_ms).await? {
-            // The whole checkpoint goes, but for the first slot of every epoch: a stale
-            // writer of this run could still aim there and must find it taken.
-            let mut epoch_starts = keep.clone();
-            if let Ok(loaded) = generation::load(store, &run_id, None).await {
-                epoch_starts.extend(loaded.epoch_starts.iter().map(|&(_, g)| g));
-            }
-            for key in keys.iter().filter(|k| k.starts_with(&format!("{base}/"))) {
-                let fence = layout::generation_number(key)
-                    .is_some_and(|n| epoch_starts.contains(&n))
-                    && key.starts_with(&prefix);
-                if !fence {
-                    store.delete(key).await?;
-                }
-            }
-            report.runs_removed += 1;
+        let superseded: Vec<&String> = run_keys
+            .iter()
+            .filter(|key| key.starts_with(&format!("{base}/gen/")))
+            .filter(|key| {
+                layout::generation_number(key).is_some_and(|n| n < snapshot && !keep.contains(&n))
+            })
+            .collect();
+        // Every superseded generation was created before its snapshot (slots are created in
+        // order), so once the snapshot is older than the grace period, so are they: one age
+        // check, on an object gc has read anyway.
+        if snapshot_generation
+            .at_ms
+            .saturating_add(millis(policy.grace))
+            >= now_ms
+        {
+            report.generations_in_grace += superseded.len() as u64;
             continue;
         }
-        for key in keys.iter().filter(|k| k.starts_with(&prefix)) {
-            if let Some(n) = layout::generation_number(key)
-                && n < snapshot
-                && !keep.contains(&n)
-            {
-                store.delete(key).await?;
-                report.generations_deleted += 1;
-            }
-        }
-    }
-
-    for key in list_all(store, layout::recoveries_prefix()).await? {
-        let Some(object) = store.read(&key).await? else {
-            continue;
-        };
-        let record: recovery::RecoveryRecord =
-            match layout::decode_object(&key, "recovery", &object.bytes) {
-                Ok(record) => record,
-                Err(error) => {
-                    report.skipped.push(error.to_string());
-                    continue;
-                }
-            };
-        let done = matches!(
-            record.state,
-            RecoveryState::Finished | RecoveryState::DeadLettered
-        );
-        if done && record.updated_at_ms + (retention.as_millis() as u64) < now_ms {
-            store.delete(&key).await?;
-            report.recoveries_deleted += 1;
+        for key in superseded {
+            store.delete(key).await?;
+            report.generations_deleted += 1;
         }
     }
     Ok(report)

@@ -8,7 +8,9 @@
 //!
 //! Architecture invariant: a committed generation is never modified (brief, invariant 1).
 //! Generations are created with create-if-absent and never overwritten; gc deletes only
-//! superseded ones, and never the first generation of an epoch (see `gc.rs`).
+//! superseded ones (or, once a run is retired behind its tombstone, all but the epochs'
+//! first), and never the first generation of an epoch (see `gc.rs`). A retired run loads as
+//! [`GenerationError::Retired`], never from what is left.
 //!
 //! Architecture invariant: a zombie writer cannot commit after its successor's first commit
 //! (brief, invariant 2). Generation numbers are slots: a writer creates slot `n + 1` only after
@@ -96,6 +98,16 @@ pub enum GenerationError {
     },
     #[error("run \"{run}\" has no generations")]
     NotFound { run: RunId },
+    #[error(
+        "run \"{run}\" was retired {} at generation {final_generation}: its checkpoint was removed and its ID, epochs and recovery IDs are never reused",
+        retired_outcome(.outcome)
+    )]
+    Retired {
+        run: RunId,
+        /// How the run ended; `None` when it was removed (`rekindle runs rm`) before it ended.
+        outcome: Option<crate::fact::Outcome>,
+        final_generation: u64,
+    },
     #[error("run \"{run}\" already exists (generation 1 was written by another writer)")]
     AlreadyExists { run: RunId },
     #[error(
@@ -126,6 +138,13 @@ pub enum GenerationError {
         #[source]
         source: FoldError,
     },
+}
+
+fn retired_outcome(outcome: &Option<crate::fact::Outcome>) -> String {
+    match outcome {
+        Some(outcome) => format!("after it ended ({outcome})"),
+        None => "before it ended (rekindle runs rm)".into(),
+    }
 }
 
 /// When a commit writes a snapshot instead of a delta.
@@ -304,7 +323,36 @@ struct Hint {
     kind: String,
     /// A generation known to exist, at or after every generation gc may have deleted.
     generation: u64,
+    /// The run was retired (see `tombstone.rs`): gc may delete every generation but the
+    /// epochs' first ones, so the chain must not be probed or loaded any more. Set only after
+    /// the tombstone exists and before anything is deleted; never cleared.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    retired: bool,
 }
+
+/// The hint as read: the generation it points at, its version, and whether the run is retired.
+#[derive(Clone, Debug)]
+pub struct HintView {
+    pub generation: u64,
+    pub etag: ETag,
+    pub retired: bool,
+}
+
+/// Where a chain's newest generation is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Located {
+    /// No generation exists.
+    Empty,
+    /// The newest generation.
+    At(u64),
+    /// The run was retired at this final generation; its chain is (being) removed.
+    Retired(u64),
+}
+
+/// How often `Chain::locate` probes again when the hint moved past its result while it probed.
+const PROBE_ROUNDS: usize = 8;
+/// How often `load` starts over when generations vanished under it after a newer snapshot.
+const LOAD_ATTEMPTS: usize = 4;
 
 impl Chain {
     pub fn new(store: &Store, base: String) -> Self {
@@ -324,12 +372,60 @@ impl Chain {
 
     /// Reads the hint: a generation that exists and from which the newest is probed.
     pub async fn hint(&self) -> Result<Option<(u64, ETag)>, StoreError> {
+        Ok(self
+            .read_hint()
+            .await?
+            .map(|hint| (hint.generation, hint.etag)))
+    }
+
+    /// Reads the hint with its retirement mark.
+    pub async fn read_hint(&self) -> Result<Option<HintView>, StoreError> {
         let key = layout::head(&self.base);
         Ok(self.store.read(&key).await?.and_then(|object| {
             serde_json::from_slice::<Hint>(&object.bytes)
                 .ok()
-                .map(|hint| (hint.generation, object.etag))
+                .map(|hint| HintView {
+                    generation: hint.generation,
+                    etag: object.etag,
+                    retired: hint.retired,
+                })
         }))
+    }
+
+    /// Marks the chain retired at `final_generation` (create or compare-and-swap, retried a
+    /// bounded number of times). The caller has written the run's tombstone first; gc deletes
+    /// generations only after this returns, so every reader that finds one missing and rereads
+    /// the hint learns why.
+    pub async fn retire_hint(&self, final_generation: u64) -> Result<(), StoreError> {
+        let key = layout::head(&self.base);
+        for _ in 0..PROBE_ROUNDS {
+            let current = self.read_hint().await?;
+            let hint = Hint {
+                format: FORMAT_VERSION,
+                kind: "chain.head".into(),
+                generation: current.as_ref().map_or(final_generation, |hint| {
+                    hint.generation.max(final_generation)
+                }),
+                retired: true,
+            };
+            let bytes = Bytes::from(serde_json::to_vec(&hint).unwrap_or_default());
+            let written = match current {
+                Some(hint) if hint.retired => return Ok(()),
+                Some(hint) => self.store.swap(&key, bytes, &hint.etag).await.map(drop),
+                None => self.store.create(&key, bytes).await.map(drop),
+            };
+            match written {
+                Ok(()) => return Ok(()),
+                Err(StoreError::Changed { .. } | StoreError::AlreadyExists { .. }) => continue,
+                Err(other) => return Err(other),
+            }
+        }
+        Err(StoreError::Unavailable {
+            op: "retire hint",
+            key,
+            attempts: PROBE_ROUNDS,
+            message: "the hint kept changing".into(),
+        })
     }
 
     /// Moves the hint forward to `n` (never backwards). Best effort: a lost race only means
@@ -340,15 +436,17 @@ impl Chain {
             format: FORMAT_VERSION,
             kind: "chain.head".into(),
             generation: n,
+            retired: false,
         };
         let bytes = Bytes::from(serde_json::to_vec(&hint).unwrap_or_default());
-        match self.hint().await? {
+        match self.read_hint().await? {
             None => match self.store.create(&key, bytes).await {
                 Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
                 Err(other) => Err(other),
             },
-            Some((current, _)) if current >= n => Ok(()),
-            Some((_, etag)) => match self.store.swap(&key, bytes, &etag).await {
+            // A retired chain keeps its mark: moving "forward" past retirement is not a thing.
+            Some(current) if current.retired || current.generation >= n => Ok(()),
+            Some(HintView { etag, .. }) => match self.store.swap(&key, bytes, &etag).await {
                 Ok(_) | Err(StoreError::Changed { .. }) => Ok(()),
                 Err(other) => Err(other),
             },
@@ -359,24 +457,67 @@ impl Chain {
         Ok(self.store.head(&self.key(n)).await?.is_some())
     }
 
-    /// The newest generation number, found without a LIST: from the hint (or 1), probe
-    /// forward exponentially for a missing slot, then binary-search the boundary. Slots from
-    /// the hint on are contiguous (created in order, never deleted), so this costs
+    /// The newest generation number, found without a LIST (see [`Chain::locate`]). A retired
+    /// chain answers its final generation, which may no longer exist.
+    pub async fn latest(&self) -> Result<Option<u64>, StoreError> {
+        Ok(match self.locate().await? {
+            Located::Empty => None,
+            Located::At(n) | Located::Retired(n) => Some(n),
+        })
+    }
+
+    /// Finds the newest generation without a LIST: from the hint (or 1), probe forward
+    /// exponentially for a missing slot, then binary-search the boundary, which costs
     /// O(log distance) HEAD requests. Falls back to one bounded LIST only if the hinted
     /// generation is missing (a damaged hint).
-    pub async fn latest(&self) -> Result<Option<u64>, StoreError> {
-        let start = match self.hint().await? {
-            Some((n, _)) => n,
-            None => 1,
-        };
-        if !self.exists(start).await? {
-            if start == 1 {
-                return Ok(None);
+    ///
+    /// Then the hint is read again. If it moved past the probed result (or the run was
+    /// retired meanwhile), the probe starts over from the new hint, at most `PROBE_ROUNDS`
+    /// times. Why the answer is then linearizable, at the moment of the HEAD that found the
+    /// slot after it missing: slots are created in order, and gc deletes a generation only
+    /// below a snapshot the hint already points at (or after marking the hint retired), and
+    /// the hint only moves forward. So if any slot this probe saw missing had been deleted
+    /// rather than never written, the hint had moved past it before that HEAD, hence past the
+    /// probed result before the second read — which then sends us round again. If the second
+    /// read shows the hint at or below the result, every missing slot seen was truly not yet
+    /// written, and the result was the newest generation when its successor was probed. A
+    /// successor therefore never loads a stale prefix and never puts its fence into a slot gc
+    /// freed below the old writer's head (which would leave the old writer unfenced).
+    pub async fn locate(&self) -> Result<Located, StoreError> {
+        let mut hint = self.read_hint().await?;
+        for _ in 0..PROBE_ROUNDS {
+            let start = match &hint {
+                Some(hint) if hint.retired => return Ok(Located::Retired(hint.generation)),
+                Some(hint) => hint.generation,
+                None => 1,
+            };
+            let probed = if self.exists(start).await? {
+                Some(self.probe_from(start).await?)
+            } else if start == 1 {
+                None
+            } else {
+                tracing::warn!(base = %self.base, hint = start, "hinted generation missing; listing");
+                self.latest_by_listing().await?
+            };
+            let again = self.read_hint().await?;
+            let moved = match (&again, probed) {
+                (Some(again), _) if again.retired => true,
+                (Some(again), Some(probed)) => again.generation > probed,
+                // Nothing found: only a hint written since (a new chain) is worth a second look.
+                (Some(again), None) => hint.as_ref().is_none_or(|hint| hint.etag != again.etag),
+                (None, _) => false,
+            };
+            if !moved {
+                return Ok(probed.map_or(Located::Empty, Located::At));
             }
-            tracing::warn!(base = %self.base, hint = start, "hinted generation missing; listing");
-            return self.latest_by_listing().await;
+            hint = again;
         }
-        self.probe_from(start).await.map(Some)
+        Err(StoreError::Unavailable {
+            op: "probe",
+            key: layout::head(&self.base),
+            attempts: PROBE_ROUNDS,
+            message: "the hint kept moving past the newest generation found".into(),
+        })
     }
 
     /// The newest generation, given that `known` exists.
@@ -444,19 +585,98 @@ pub struct Loaded {
 
 /// Loads a run: the newest generation (or `up_to`), its snapshot and the deltas after it,
 /// checking format, ownership, continuity, epochs and digests, and folding every fact.
+///
+/// A retired run (see `tombstone.rs`) is refused with [`GenerationError::Retired`], never
+/// folded from the epochs' first slots gc left behind. The tombstone costs no request on the
+/// hot path: the hint, read anyway, carries the retirement mark, and the tombstone itself is
+/// read only when that mark is set, when no generation exists, or when a generation is
+/// missing or the chain looks broken.
+///
+/// A generation that vanishes mid-read is what a gc does after a newer snapshot appeared
+/// (it deletes only below the hinted snapshot): when the hint has moved past the generation
+/// being loaded, the load starts over from the new hint, at most `LOAD_ATTEMPTS` times.
+/// With `up_to` the caller asked for that generation, so there is nothing newer to go to.
 pub async fn load(
     store: &Store,
     run: &RunId,
     up_to: Option<u64>,
 ) -> Result<Loaded, GenerationError> {
     let chain = Chain::new(store, layout::run_base(run.as_str()));
-    let newest = match up_to {
-        Some(n) => n,
-        None => chain
-            .latest()
-            .await?
-            .ok_or_else(|| GenerationError::NotFound { run: run.clone() })?,
-    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let newest = match up_to {
+            Some(n) => n,
+            None => match chain.locate().await? {
+                Located::At(n) => n,
+                Located::Retired(_) => {
+                    return Err(retired(store, run, &layout::head(&chain.base)).await);
+                }
+                Located::Empty => {
+                    // Cheap here: only a run that does not exist pays the extra read.
+                    return Err(match read_tombstone(store, run).await? {
+                        Some(error) => error,
+                        None => GenerationError::NotFound { run: run.clone() },
+                    });
+                }
+            },
+        };
+        let error = match load_chain(&chain, run, newest).await {
+            Ok(loaded) => return Ok(loaded),
+            Err(error @ GenerationError::Discontinuous { .. }) => error,
+            Err(other) => return Err(other),
+        };
+        if let Some(retired) = read_tombstone(store, run).await? {
+            return Err(retired);
+        }
+        let moved_on = match chain.read_hint().await? {
+            Some(hint) => hint.retired || hint.generation > newest,
+            None => false,
+        };
+        if up_to.is_some() || !moved_on || attempt >= LOAD_ATTEMPTS {
+            return Err(error);
+        }
+        tracing::info!(run_id = %run, generation = newest, "generations collected while loading; reloading from the new snapshot");
+    }
+}
+
+/// The run's tombstone as a [`GenerationError::Retired`], if it has one.
+async fn read_tombstone(
+    store: &Store,
+    run: &RunId,
+) -> Result<Option<GenerationError>, GenerationError> {
+    match crate::tombstone::read(store, run).await {
+        Ok(tombstone) => Ok(tombstone.map(|tombstone| GenerationError::Retired {
+            run: run.clone(),
+            outcome: tombstone.outcome,
+            final_generation: tombstone.final_generation,
+        })),
+        Err(crate::tombstone::TombstoneError::Store(error)) => Err(error.into()),
+        Err(other) => Err(GenerationError::Corrupt {
+            key: layout::tombstone(run.as_str()),
+            reason: other.to_string(),
+        }),
+    }
+}
+
+/// The error for a chain whose hint says it was retired.
+async fn retired(store: &Store, run: &RunId, head_key: &str) -> GenerationError {
+    match read_tombstone(store, run).await {
+        Ok(Some(retired)) => retired,
+        Ok(None) => GenerationError::Corrupt {
+            key: head_key.to_owned(),
+            reason: format!(
+                "it marks run \"{run}\" retired, but the run has no tombstone ('{}')",
+                layout::tombstone(run.as_str())
+            ),
+        },
+        Err(error) => error,
+    }
+}
+
+/// Reads and checks the chain ending at generation `newest`.
+async fn load_chain(chain: &Chain, run: &RunId, newest: u64) -> Result<Loaded, GenerationError> {
+    let store = chain.store();
     let read = |n: u64| {
         let chain = chain.clone();
         async move {
@@ -633,9 +853,13 @@ impl RunWriter {
         let facts = state.into_facts();
         match writer.commit_facts(facts, true).await {
             Err(GenerationError::Fenced { .. } | GenerationError::Conflict { .. }) => {
-                Err(GenerationError::AlreadyExists {
-                    run: writer.run.clone(),
-                })
+                // Generation 1 of a retired run stays forever (an epoch's first slot), so a
+                // retired ID lands here; say so rather than "exists".
+                Err(read_tombstone(store, &writer.run)
+                    .await?
+                    .unwrap_or_else(|| GenerationError::AlreadyExists {
+                        run: writer.run.clone(),
+                    }))
             }
             Err(other) => Err(other),
             Ok(()) => Ok(writer),
@@ -682,7 +906,25 @@ impl RunWriter {
                 return Ok(writer);
             }
             match writer.commit_facts(Vec::new(), false).await {
-                Ok(()) => return Ok(writer),
+                Ok(()) => {
+                    // The fence went into the slot after the newest generation loaded. If the
+                    // old writer moved on to a newer snapshot meanwhile and gc freed that slot
+                    // (the hint then points past it), the fence sits below the old writer's
+                    // head and stops nobody: fence again from the new hint. One GET per
+                    // takeover; the grace period makes the retry rare.
+                    match writer.chain.read_hint().await? {
+                        Some(hint) if hint.retired || hint.generation > writer.generation => {
+                            tracing::warn!(run_id = %run, epoch, generation = writer.generation, hint = hint.generation, "fence landed in a collected slot; fencing again");
+                            last_error = Some(GenerationError::Conflict {
+                                run: run.clone(),
+                                generation: writer.generation,
+                                epoch,
+                                by_epoch: loaded.epoch,
+                            });
+                        }
+                        _ => return Ok(writer),
+                    }
+                }
                 Err(error @ GenerationError::Conflict { .. }) => last_error = Some(error),
                 Err(other) => return Err(other),
             }

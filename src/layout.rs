@@ -72,6 +72,11 @@ pub fn recovered_by(run_id: &str) -> String {
     format!("{}/recovered-by", run_base(run_id))
 }
 
+/// The terminal marker of a retired run (see `tombstone.rs`); kept forever.
+pub fn tombstone(run_id: &str) -> String {
+    format!("{}/tombstone", run_base(run_id))
+}
+
 pub fn loop_base(run_id: &str) -> String {
     format!("{}/loop", run_base(run_id))
 }

@@ -48,6 +48,7 @@ pub mod sample;
 pub mod seal;
 pub mod serve;
 pub mod store;
+pub mod tombstone;
 pub mod worker;
 pub mod workflow;
 

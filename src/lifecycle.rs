@@ -416,7 +416,8 @@ pub async fn fence_source(
     let fenced = RunWriter::resume(store, source, held.epoch, SnapshotPolicy::default()).await;
     holder.release(&held).await?;
     match fenced {
-        Ok(_) | Err(GenerationError::NotFound { .. }) => Ok(()),
+        // A retired run has no writer left to fence (see `tombstone.rs`); admission refuses it.
+        Ok(_) | Err(GenerationError::NotFound { .. } | GenerationError::Retired { .. }) => Ok(()),
         Err(other) => Err(other.into()),
     }
 }

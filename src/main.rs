@@ -142,13 +142,20 @@ enum Command {
         store: StoreArgs,
     },
     /// Delete superseded run generations (keeping every epoch's first one, so stale writers
-    /// stay fenced) and recovery records finished longer ago than the retention period.
+    /// stay fenced) once their snapshot is older than the grace period, and retire runs that
+    /// ended longer ago than the retention period: a tombstone stays, with the run's lease,
+    /// recovery claim, recovery records and epochs' first generations, so no run, epoch or
+    /// recovery ID is ever reused.
     Gc {
         #[command(flatten)]
         store: StoreArgs,
-        /// Keep finished recovery records this many hours.
+        /// Retire runs that ended this many hours ago.
         #[arg(long, default_value_t = 168)]
         retention_hours: u64,
+        /// Delete nothing superseded by a snapshot younger than this, and retire no run
+        /// sooner: far longer than any request deadline plus clock skew between nodes.
+        #[arg(long, default_value_t = 60)]
+        grace_minutes: u64,
         #[arg(long)]
         json: bool,
     },
@@ -198,7 +205,9 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Delete a run's objects (generations, lease, hints, claim) and its index entry.
+    /// Retire a run now: write its tombstone, delete its generations (but each epoch's first)
+    /// and loop checkpoints and its index entry. Its lease, recovery claim and recovery
+    /// records stay, so the run cannot be resumed, recreated or recovered again.
     Rm {
         #[command(flatten)]
         store: StoreArgs,
@@ -363,23 +372,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gc {
             store,
             retention_hours,
+            grace_minutes,
             json,
         } => block_on(async move {
             let opened = store.open(false).await.context("open the store")?;
             let now = opened.clock().wall_ms();
-            let retention = std::time::Duration::from_secs(retention_hours * 3600);
-            let report = rekindle::gc::collect(&opened, retention, now)
+            let policy = rekindle::gc::GcPolicy {
+                retention: std::time::Duration::from_secs(retention_hours.saturating_mul(3600)),
+                grace: std::time::Duration::from_secs(grace_minutes.saturating_mul(60)),
+            };
+            let report = rekindle::gc::collect(&opened, &policy, now)
                 .await
                 .context("collect garbage")?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 println!(
-                    "gc: {} runs scanned, {} superseded generations, {} finished runs' checkpoints and {} finished recovery records deleted",
+                    "gc: {} runs scanned, {} superseded generations deleted ({} kept within the grace period), {} finished runs retired (tombstone, lease, claim and recovery records kept)",
                     report.runs_scanned,
                     report.generations_deleted,
-                    report.runs_removed,
-                    report.recoveries_deleted
+                    report.generations_in_grace,
+                    report.runs_retired
                 );
                 for skipped in &report.skipped {
                     eprintln!("skipped: {skipped}");

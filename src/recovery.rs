@@ -230,9 +230,19 @@ pub async fn admit(
     }
     let loaded = generation::load(store, source, None)
         .await
-        .map_err(|source_error| RecoveryError::Source {
-            source_run: source.clone(),
-            source: source_error,
+        .map_err(|source_error| match source_error {
+            // A run retired after it ended: as ended as it was before gc.
+            GenerationError::Retired {
+                outcome: Some(outcome),
+                ..
+            } => RecoveryError::NothingToRecover {
+                source_run: source.clone(),
+                outcome,
+            },
+            source_error => RecoveryError::Source {
+                source_run: source.clone(),
+                source: source_error,
+            },
         })?;
     if let Some(terminal) = loaded.state.terminal() {
         return Err(RecoveryError::NothingToRecover {

@@ -486,9 +486,11 @@ fn deploy_demo_config_loads() {
     rekindle::fleet::Agent::from_config(config).unwrap();
 }
 
-// Proves `runs rm` refuses a run whose lease is held, and removes a finished run entirely.
+// Proves `runs rm` refuses a run whose lease is held, and retires a finished run so it cannot
+// come back: it keeps its lease and a tombstone, `runs show` says it was retired, and running
+// the same run ID again is refused without executing a tool call (runs rm resurrected runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_rm_removes_a_finished_run() {
+async fn runs_rm_retires_a_finished_run_for_good() {
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
     let fleet = Fleet::with(dir.path(), bucket.display().to_string(), 1, false);
@@ -513,7 +515,27 @@ async fn runs_rm_removes_a_finished_run() {
     assert!(removed.contains("objects deleted"), "{removed}");
     let gone = fleet.cli(&["runs", "show", "e2e-rm"]);
     assert_eq!(gone.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&gone.stderr).contains("run \"e2e-rm\" has no generations"));
+    let gone = String::from_utf8_lossy(&gone.stderr).into_owned();
+    assert!(
+        gone.contains("run \"e2e-rm\" was retired after it ended (completed)"),
+        "{gone}"
+    );
+    let base = rekindle::layout::run_base("e2e-rm");
+    for key in [format!("{base}/lease"), format!("{base}/tombstone")] {
+        assert!(store.head(&key).await.unwrap().is_some(), "{key} is gone");
+    }
+    let calls = std::fs::read_to_string(&fleet.ledger).unwrap();
+    let again = fleet
+        .host("e2e-rm")
+        .into_inner()
+        .wait_with_output()
+        .unwrap();
+    assert!(!again.status.success(), "the retired run ran again");
+    assert_eq!(
+        std::fs::read_to_string(&fleet.ledger).unwrap(),
+        calls,
+        "a retired run executed tool calls again"
+    );
 }
 
 // Proves an interrupted workflow, resumed by running it again, skips finished steps and

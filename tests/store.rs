@@ -622,8 +622,8 @@ async fn index_scans(store: Store) {
     assert_eq!(spent.get, 2, "only the changed and the new entry are read");
 }
 
-/// gc deletes superseded generations but keeps every epoch's first one, so a zombie is still
-/// fenced afterwards and the run still loads.
+/// gc deletes superseded generations (once their snapshot is past the grace period) but keeps
+/// every epoch's first one, so a zombie is still fenced afterwards and the run still loads.
 async fn gc_keeps_fences(store: Store) {
     use rekindle::gc;
     let facts = sample::run("gc-run", 200, 12);
@@ -641,9 +641,25 @@ async fn gc_keeps_fences(store: Store) {
     for fact in &facts[4..60] {
         writer.commit(vec![fact.clone()]).await.unwrap();
     }
-    let report = gc::collect(&store, Duration::from_secs(3600), 0)
-        .await
-        .unwrap();
+    // Nothing goes while the snapshot is younger than the grace period.
+    let now = store.clock().wall_ms();
+    let young = gc::collect(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        now,
+    )
+    .await
+    .unwrap();
+    assert_eq!(young.generations_deleted, 0, "{young:?}");
+    assert!(young.generations_in_grace > 40, "{young:?}");
+    let later = now + 2 * 3600 * 1000;
+    let report = gc::collect(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        later,
+    )
+    .await
+    .unwrap();
     assert!(report.generations_deleted > 40, "{report:?}");
     assert!(
         store
@@ -658,14 +674,19 @@ async fn gc_keeps_fences(store: Store) {
     ));
     let loaded = generation::load(&store, &run, None).await.unwrap();
     assert_eq!(loaded.state.facts(), &facts[..60]);
-    let again = gc::collect(&store, Duration::from_secs(3600), 0)
-        .await
-        .unwrap();
+    let again = gc::collect(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        later,
+    )
+    .await
+    .unwrap();
     assert_eq!(again.generations_deleted, 0);
 }
 
-/// A run that ended longer ago than the retention period loses its checkpoint, except each
-/// epoch's first slot, so its stale writers are still fenced.
+/// A run that ended longer ago than the retention period is retired: it loses its checkpoint
+/// except each epoch's first slot (so its stale writers are still fenced), keeps its hint and
+/// a tombstone, and loads as retired, never as a live run.
 async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
     use rekindle::gc;
     let facts = sample::run("old-run", 40, 14);
@@ -682,14 +703,21 @@ async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
     for fact in &facts[2..] {
         writer.commit(vec![fact.clone()]).await.unwrap();
     }
-    let kept = gc::collect(&store, Duration::from_secs(3600), 1)
-        .await
-        .unwrap();
-    assert_eq!(kept.runs_removed, 0, "not past retention yet");
-    let report = gc::collect(&store, Duration::from_secs(60), u64::MAX / 2)
-        .await
-        .unwrap();
-    assert_eq!(report.runs_removed, 1, "{report:?}");
+    let now = store.clock().wall_ms();
+    let kept = gc::collect(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        now,
+    )
+    .await
+    .unwrap();
+    assert_eq!(kept.runs_retired, 0, "not past retention yet");
+    let policy = gc::GcPolicy {
+        retention: Duration::from_secs(60),
+        grace: Duration::from_secs(60),
+    };
+    let report = gc::collect(&store, &policy, u64::MAX / 2).await.unwrap();
+    assert_eq!(report.runs_retired, 1, "{report:?}");
     let left: Vec<String> = store
         .list(&format!("{}/", layout::run_base("old-run")), None, 100)
         .await
@@ -702,12 +730,18 @@ async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
         left,
         [
             layout::generation(&base, 1),
-            layout::generation(&base, fence)
+            layout::generation(&base, fence),
+            layout::head(&base),
+            layout::tombstone("old-run"),
         ]
     );
     assert!(matches!(
         zombie.commit(vec![facts[2].clone()]).await,
         Err(GenerationError::Fenced { .. })
+    ));
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { .. })
     ));
 }
 

@@ -5,7 +5,9 @@
 //! request deadline, writes that land but whose response is lost, 409 conflicts on conditional
 //! creates and updates, writes that finish after their caller gave up, and a full partition
 //! (the process keeps running but every request fails). Decisions come from a seeded generator, so
-//! a failing seed replays exactly. Never used in production paths.
+//! a failing seed replays exactly. A [`PauseGate`] holds one chosen read after it completed,
+//! so a test can interleave other writers (and gc) between a reader's requests, as a GC pause
+//! or a slow network would. Never used in production paths.
 
 use std::fmt;
 use std::ops::Range;
@@ -69,7 +71,31 @@ pub struct FaultyStore {
     partitioned: AtomicBool,
     /// While this file exists, the store is cut off (lets a test partition another process).
     partition_file: Option<std::path::PathBuf>,
+    /// The read to hold after it completes, if armed (one-shot).
+    pause: Mutex<Option<PauseGate>>,
     pub counts: FaultCounts,
+}
+
+/// Holds the first GET (not HEAD) of a key ending in `suffix` after its response arrived,
+/// until the test releases it: the reader has seen the old bytes and is paused before its
+/// next request.
+#[derive(Clone, Debug)]
+pub struct PauseGate {
+    suffix: String,
+    reached: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+impl PauseGate {
+    /// Waits until the paused reader has read its key.
+    pub async fn reached(&self) {
+        self.reached.notified().await;
+    }
+
+    /// Lets the paused reader continue.
+    pub fn release(&self) {
+        self.release.notify_one();
+    }
 }
 
 impl fmt::Debug for FaultyStore {
@@ -99,8 +125,38 @@ impl FaultyStore {
             random: Mutex::new(SplitMix::new(seed)),
             partitioned: AtomicBool::new(false),
             partition_file: None,
+            pause: Mutex::new(None),
             counts: FaultCounts::default(),
         })
+    }
+
+    /// Arms a one-shot [`PauseGate`] on the next GET of a key ending in `suffix`.
+    pub fn pause_after_read(&self, suffix: &str) -> PauseGate {
+        let gate = PauseGate {
+            suffix: suffix.to_owned(),
+            reached: Arc::new(tokio::sync::Notify::new()),
+            release: Arc::new(tokio::sync::Notify::new()),
+        };
+        if let Ok(mut pause) = self.pause.lock() {
+            *pause = Some(gate.clone());
+        }
+        gate
+    }
+
+    /// Takes the armed gate if this read matches it.
+    fn take_pause(&self, location: &Path, options: &GetOptions) -> Option<PauseGate> {
+        if options.head {
+            return None;
+        }
+        let mut pause = self.pause.lock().ok()?;
+        if pause
+            .as_ref()
+            .is_some_and(|gate| location.as_ref().ends_with(&gate.suffix))
+        {
+            pause.take()
+        } else {
+            None
+        }
     }
 
     /// Builds the injector described by `REKINDLE_FAULTS` (`seed=7,error=50,lost=50,stall=5,
@@ -146,6 +202,7 @@ impl FaultyStore {
             random: Mutex::new(SplitMix::new(seed)),
             partitioned: AtomicBool::new(false),
             partition_file,
+            pause: Mutex::new(None),
             counts: FaultCounts::default(),
         }))
     }
@@ -306,7 +363,15 @@ impl ObjectStore for FaultyStore {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.before(false).await?;
-        self.inner.get_opts(location, options).await
+        let pause = self.take_pause(location, &options);
+        let result = self.inner.get_opts(location, options).await;
+        if let Some(gate) = pause {
+            // The response is complete (the memory store hands out a snapshot of the bytes):
+            // the reader holds what the store returned then, however it changes meanwhile.
+            gate.reached.notify_one();
+            gate.release.notified().await;
+        }
+        result
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {

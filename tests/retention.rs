@@ -1,0 +1,471 @@
+//! Retention and its races: gc running while a successor probes for the newest generation or
+//! loads a chain, and gc of finished runs that must never let a run, an epoch or a recovery ID
+//! come back to life.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::memory::InMemory;
+use rekindle::clock::SystemClock;
+use rekindle::fact::RunId;
+use rekindle::gc;
+use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
+use rekindle::layout;
+use rekindle::sample;
+use rekindle::store::faults::{FaultPlan, FaultyStore};
+use rekindle::store::{Backend, Store};
+
+/// Two stores over one memory bucket: `paused` can hold one of its reads (a reader that
+/// stalls mid-operation), `direct` is everyone else (the old writer, gc).
+fn shared_memory() -> (Store, Arc<FaultyStore>, Store) {
+    let bucket = Arc::new(InMemory::new());
+    let faulty = FaultyStore::new(bucket.clone(), FaultPlan::default(), 0);
+    let paused = Store::from_parts(
+        faulty.clone(),
+        Backend::Memory,
+        "memory://paused",
+        "",
+        common::fast_retry(),
+        SystemClock::shared(),
+    );
+    let direct = Store::from_parts(
+        bucket,
+        Backend::Memory,
+        "memory://direct",
+        "",
+        common::fast_retry(),
+        SystemClock::shared(),
+    );
+    (paused, faulty, direct)
+}
+
+/// gc far enough in the future that every generation is past any grace period.
+async fn collect_later(store: &Store) -> gc::GcReport {
+    let later = store.clock().wall_ms() + 10 * 3600 * 1000;
+    gc::collect(
+        store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        later,
+    )
+    .await
+    .unwrap()
+}
+
+const POLICY: SnapshotPolicy = SnapshotPolicy {
+    max_deltas: 5,
+    min_deltas: 5,
+};
+
+// Proves a successor that read the hint before the old writer moved it and gc freed the slots
+// in between still fences the old writer: it must not load the stale prefix and put its fence
+// into a freed slot (finding 1: gc raced the latest-generation probe and the fence was lost).
+#[tokio::test]
+async fn gc_between_hint_read_and_probe_loses_no_fence() {
+    let (paused, faulty, direct) = shared_memory();
+    let facts = sample::run("raced", 40, 21);
+    let run = RunId::new("raced");
+    let mut old = RunWriter::create(&direct, facts[..2].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    let gate = faulty.pause_after_read("/head");
+    let successor = {
+        let (paused, run) = (paused.clone(), run.clone());
+        tokio::spawn(async move { RunWriter::resume(&paused, &run, 2, POLICY).await })
+    };
+    gate.reached().await;
+    // The successor holds hint 1. The old writer commits up to a snapshot at generation 6
+    // (which moves the hint), then gc frees generations 2..=5.
+    for fact in &facts[2..7] {
+        old.commit(vec![fact.clone()]).await.unwrap();
+    }
+    assert_eq!((old.generation(), old.base()), (6, 6));
+    let report = collect_later(&direct).await;
+    assert_eq!(report.generations_deleted, 4, "{report:?}");
+    gate.release();
+    let successor = successor.await.unwrap().unwrap();
+    assert_eq!(
+        successor.state().facts(),
+        &facts[..7],
+        "the successor must start from every committed fact"
+    );
+    let zombie = old.commit(vec![facts[7].clone()]).await;
+    assert!(
+        matches!(zombie, Err(GenerationError::Fenced { .. })),
+        "the old writer committed after the takeover: {zombie:?}"
+    );
+}
+
+// Proves a load that found its newest generation, then had the deltas under it collected by a
+// gc that followed a newer snapshot, reloads from the new hint instead of failing with
+// "generation missing" (finding 13: load failed mid-read under a concurrent gc).
+#[tokio::test]
+async fn gc_during_load_reloads_from_the_new_snapshot() {
+    let (paused, faulty, direct) = shared_memory();
+    let facts = sample::run("loading", 40, 22);
+    let run = RunId::new("loading");
+    let mut writer = RunWriter::create(&direct, facts[..2].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    for fact in &facts[2..6] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    assert_eq!((writer.generation(), writer.base()), (5, 1));
+    let gate = faulty.pause_after_read(&layout::generation("", 5));
+    let loader = {
+        let (paused, run) = (paused.clone(), run.clone());
+        tokio::spawn(async move { generation::load(&paused, &run, None).await })
+    };
+    gate.reached().await;
+    for fact in &facts[6..8] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    assert_eq!(writer.base(), 6);
+    let report = collect_later(&direct).await;
+    assert_eq!(report.generations_deleted, 4, "{report:?}");
+    gate.release();
+    let loaded = loader.await.unwrap().unwrap();
+    assert!(loaded.generation >= 6, "{}", loaded.generation);
+    assert_eq!(loaded.state.facts(), &facts[..loaded.state.facts().len()]);
+    assert!(loaded.state.facts().len() >= 7);
+}
+
+// Proves gc of a finished, recovered run cannot bring anything back: admitting the same
+// recovery ID again returns the old finished record (nothing executes again), another ID is
+// refused, the retired run does not load as a live one, and its stale writers stay fenced
+// (finding 2: retention resurrected finished runs).
+#[tokio::test]
+async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
+    use rekindle::fact::{Outcome, RecoveryId};
+    use rekindle::lifecycle;
+    use rekindle::recovery::{self, RecoveryError, RecoveryResult, RecoveryState};
+
+    let store = common::memory();
+    let source = RunId::new("src");
+    let recovery_id = RecoveryId::new("rec");
+    let recovery_run = RunId::new(recovery_id.as_str());
+    let source_facts = sample::run("src", 30, 23);
+    // The host ran the source at epoch 1 and died; the coordinator fenced it at epoch 2.
+    let mut host = RunWriter::create(&store, source_facts[..6].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    RunWriter::resume(&store, &source, 2, POLICY).await.unwrap();
+    let admitted = recovery::admit(&store, &source, &recovery_id, false)
+        .await
+        .unwrap();
+    assert!(admitted.created);
+    // A first worker starts the recovery run at epoch 3 and is taken over at epoch 4, which
+    // finishes it.
+    let mut first_worker = RunWriter::create_as(
+        &store,
+        recovery_run.clone(),
+        source_facts[..6].to_vec(),
+        3,
+        POLICY,
+    )
+    .await
+    .unwrap();
+    let mut worker = RunWriter::resume(&store, &recovery_run, 4, POLICY)
+        .await
+        .unwrap();
+    for fact in &source_facts[6..] {
+        worker.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let outcome = worker.state().terminal().unwrap().outcome;
+    let w = || "w-1".to_string();
+    for event in [
+        lifecycle::Event::Assign { worker: w() },
+        lifecycle::Event::Start { worker: w() },
+        lifecycle::Event::Finish {
+            worker: w(),
+            result: RecoveryResult {
+                outcome,
+                message: "done".into(),
+                final_generation: worker.generation(),
+            },
+        },
+    ] {
+        lifecycle::transition(&store, &recovery_id, None, event)
+            .await
+            .unwrap();
+    }
+
+    let report = collect_later(&store).await;
+    assert_eq!(report.runs_retired, 1, "{report:?}");
+
+    let again = recovery::admit(&store, &source, &recovery_id, false)
+        .await
+        .unwrap();
+    assert!(
+        !again.created,
+        "the same recovery ID was admitted a second time"
+    );
+    assert_eq!(again.record.state, RecoveryState::Finished);
+    assert!(matches!(
+        recovery::admit(&store, &source, &RecoveryId::new("other"), false).await,
+        Err(RecoveryError::AlreadyRecovered { .. })
+    ));
+    assert!(
+        matches!(
+            recovery::admit(&store, &recovery_run, &RecoveryId::new("rec-of-rec"), false).await,
+            Err(RecoveryError::NothingToRecover { .. })
+        ),
+        "a retired finished run was admitted for recovery"
+    );
+    let final_generation = worker.generation();
+    match generation::load(&store, &recovery_run, None).await {
+        Err(GenerationError::Retired {
+            run,
+            outcome: Some(retired_outcome),
+            final_generation: retired_at,
+        }) => {
+            assert_eq!(run, recovery_run);
+            assert_eq!(retired_outcome, outcome);
+            assert_eq!(retired_at, final_generation);
+        }
+        other => panic!("a retired run must not load: {other:?}"),
+    }
+    assert!(matches!(
+        RunWriter::resume(&store, &recovery_run, 5, POLICY).await,
+        Err(GenerationError::Retired { .. })
+    ));
+    assert!(matches!(
+        RunWriter::create_as(
+            &store,
+            recovery_run.clone(),
+            source_facts[..2].to_vec(),
+            5,
+            POLICY
+        )
+        .await,
+        Err(GenerationError::Retired { .. })
+    ));
+    assert!(matches!(
+        first_worker.commit(vec![source_facts[6].clone()]).await,
+        Err(GenerationError::Fenced { .. })
+    ));
+    assert!(matches!(
+        host.commit(vec![source_facts[6].clone()]).await,
+        Err(GenerationError::Fenced { .. })
+    ));
+    // What stays forever: the tombstone, the lease-free run's hint, the claim, the record.
+    for key in [
+        layout::tombstone(recovery_run.as_str()),
+        layout::recovered_by(source.as_str()),
+        layout::recovery(recovery_id.as_str()),
+    ] {
+        assert!(
+            store.head(&key).await.unwrap().is_some(),
+            "{key} was deleted"
+        );
+    }
+    let again = collect_later(&store).await;
+    assert_eq!(
+        (again.runs_retired, again.generations_deleted),
+        (0, 0),
+        "{again:?}"
+    );
+    let _ = Outcome::Completed;
+}
+
+// Proves a retirement interrupted after its tombstone (a gc killed before deleting anything)
+// is finished by the next gc, and that the run stops loading as live from then on.
+#[tokio::test]
+async fn gc_finishes_a_retirement_a_crash_interrupted() {
+    use rekindle::tombstone::{self, RetiredBy, Tombstone};
+
+    let store = common::memory();
+    let facts = sample::run("crashed-gc", 30, 24);
+    let run = RunId::new("crashed-gc");
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    for fact in &facts[2..] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    // Step 1 of a retirement only, as if gc died right after it.
+    let written = tombstone::write(
+        &store,
+        &Tombstone::new(
+            &run,
+            writer.state().terminal().map(|terminal| terminal.outcome),
+            1,
+            writer.generation(),
+            vec![(1, 1)],
+            RetiredBy::Retention,
+            store.clock().wall_ms(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(written.final_generation, writer.generation());
+    let now = store.clock().wall_ms();
+    let report = gc::collect(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        now,
+    )
+    .await
+    .unwrap();
+    assert!(report.generations_deleted > 0, "{report:?}");
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { .. })
+    ));
+    let left: Vec<String> = store
+        .list(&format!("{}/", layout::run_base("crashed-gc")), None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|listed| listed.key)
+        .collect();
+    let base = layout::run_base("crashed-gc");
+    assert_eq!(
+        left,
+        [
+            layout::generation(&base, 1),
+            layout::head(&base),
+            layout::tombstone("crashed-gc"),
+        ]
+    );
+}
+
+// Proves a run retired before it ended (as `rekindle runs rm --force` does) is refused
+// everywhere with no outcome, an admission for it is refused rather than started from what is
+// left, and its last writer is fenced rather than left a free slot to commit into.
+#[tokio::test]
+async fn a_run_retired_before_it_ended_stays_retired() {
+    use rekindle::fact::RecoveryId;
+    use rekindle::recovery::{self, RecoveryError};
+    use rekindle::tombstone::RetiredBy;
+
+    let store = common::memory();
+    let facts = sample::run("removed", 30, 25);
+    let run = RunId::new("removed");
+    let mut zombie = RunWriter::create(&store, facts[..8].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { outcome: None, .. })
+    ));
+    assert!(matches!(
+        recovery::admit(&store, &run, &RecoveryId::new("late"), false).await,
+        Err(RecoveryError::Source {
+            source: GenerationError::Retired { .. },
+            ..
+        })
+    ));
+    assert!(matches!(
+        RunWriter::resume(&store, &run, 2, POLICY).await,
+        Err(GenerationError::Retired { .. })
+    ));
+    // The writer that was never fenced (its holder only seemed gone) is fenced by the
+    // retirement, and the run cannot be created again.
+    assert!(matches!(
+        zombie.commit(vec![facts[8].clone()]).await,
+        Err(GenerationError::Fenced { .. })
+    ));
+    assert!(matches!(
+        RunWriter::create(&store, facts[..2].to_vec(), 1, POLICY).await,
+        Err(GenerationError::Retired { .. })
+    ));
+}
+
+// Proves the coordinator's fencing step accepts a retired run (nothing left to fence) instead
+// of failing on it every scan, and leaves it retired.
+#[tokio::test]
+async fn fencing_a_retired_run_is_a_no_op() {
+    use rekindle::lease::Holder;
+    use rekindle::tombstone::RetiredBy;
+
+    let store = common::memory();
+    let facts = sample::run("fenced-retired", 20, 26);
+    let run = RunId::new("fenced-retired");
+    RunWriter::create(&store, facts.clone(), 1, POLICY)
+        .await
+        .unwrap();
+    gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
+    let holder = Arc::new(Holder::new(&store, "coordinator", Duration::from_secs(60)));
+    rekindle::lifecycle::fence_source(&store, &holder, &run)
+        .await
+        .unwrap();
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { .. })
+    ));
+}
+
+// Proves a successor that paused between loading the run and writing its fence, while the old
+// writer moved on to a newer snapshot and gc freed the slot the fence was aimed at, does not
+// settle for a fence in the freed slot: it fences again above the old writer's head.
+#[tokio::test]
+async fn gc_between_load_and_fence_loses_no_fence() {
+    let (paused, faulty, direct) = shared_memory();
+    let facts = sample::run("late-fence", 40, 27);
+    let run = RunId::new("late-fence");
+    let mut old = RunWriter::create(&direct, facts[..2].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    let gate = faulty.pause_after_read(&layout::generation("", 1));
+    let successor = {
+        let (paused, run) = (paused.clone(), run.clone());
+        tokio::spawn(async move { RunWriter::resume(&paused, &run, 2, POLICY).await })
+    };
+    gate.reached().await;
+    for fact in &facts[2..7] {
+        old.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let report = collect_later(&direct).await;
+    assert_eq!(report.generations_deleted, 4, "{report:?}");
+    gate.release();
+    let successor = successor.await.unwrap().unwrap();
+    assert_eq!(successor.state().facts(), &facts[..7]);
+    let zombie = old.commit(vec![facts[7].clone()]).await;
+    assert!(
+        matches!(zombie, Err(GenerationError::Fenced { .. })),
+        "the old writer committed after the takeover: {zombie:?}"
+    );
+}
+
+// Proves a run whose chain no longer loads (a corrupt delta) can still be retired, keeping
+// what it cannot judge, and is refused as retired afterwards.
+#[tokio::test]
+async fn a_damaged_run_can_be_retired() {
+    use bytes::Bytes;
+    use rekindle::tombstone::RetiredBy;
+
+    let store = common::memory();
+    let facts = sample::run("damaged", 30, 28);
+    let run = RunId::new("damaged");
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, POLICY)
+        .await
+        .unwrap();
+    for fact in &facts[2..5] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let base = layout::run_base("damaged");
+    store
+        .put(
+            &layout::generation(&base, 3),
+            Bytes::from_static(b"{not json"),
+        )
+        .await
+        .unwrap();
+    assert!(generation::load(&store, &run, None).await.is_err());
+    gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { outcome: None, .. })
+    ));
+    assert!(
+        store
+            .head(&layout::generation(&base, 3))
+            .await
+            .unwrap()
+            .is_some(),
+        "a generation that could not be judged was deleted"
+    );
+}
