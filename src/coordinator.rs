@@ -220,9 +220,11 @@ pub struct CoordinatorOptions {
 #[derive(Default)]
 struct Observer {
     index: IndexScan,
-    registrations: HashMap<String, (Option<ETag>, Registration)>,
+    // Ordered maps: the order of store calls must not depend on a hasher's random seed, so a
+    // seeded simulation replays exactly.
+    registrations: BTreeMap<String, (Option<ETag>, Registration)>,
     liveness: ExpiryWatch,
-    inboxes: HashMap<String, Vec<RecoveryId>>,
+    inboxes: BTreeMap<String, Vec<RecoveryId>>,
     /// The heartbeat keys seen last tick, and ticks since registrations were last listed.
     holders: std::collections::BTreeSet<String>,
     ticks_since_registrations: u32,
@@ -345,7 +347,7 @@ async fn tick(
             })
             .collect()
     };
-    let mut registrations = HashMap::new();
+    let mut registrations = BTreeMap::new();
     for entry in listed {
         let cached = observer
             .registrations
@@ -406,7 +408,7 @@ async fn tick(
         }
     }
     // Each live worker's inbox: the recoveries assigned to it and not yet finished.
-    let mut inboxes: HashMap<String, Vec<RecoveryId>> = workers
+    let mut inboxes: BTreeMap<String, Vec<RecoveryId>> = workers
         .iter()
         .map(|w| (w.registration.worker.clone(), Vec::new()))
         .collect();

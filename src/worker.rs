@@ -6,7 +6,7 @@
 //! dead-letters a recovery that keeps failing. On stop (SIGTERM) it takes no new work, lets
 //! each running recovery finish its current step and commit, releases the leases and exits.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -83,7 +83,8 @@ pub async fn run(
         holder: Arc::clone(&holder),
         stop: Arc::clone(&stop),
     };
-    let mut running: HashMap<RecoveryId, tokio::task::JoinHandle<()>> = HashMap::new();
+    // Ordered, so aborts and shutdown waits happen in the same order on every replay.
+    let mut running: BTreeMap<RecoveryId, tokio::task::JoinHandle<()>> = BTreeMap::new();
     while !stop.load(Ordering::SeqCst) {
         if options
             .crash
