@@ -1082,11 +1082,83 @@ fn simulate(seed: u64) -> Outcome {
     outcome
 }
 
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Role {
+    Host,
+    Coordinator,
+    Worker,
+}
+
 struct Running {
+    role: Role,
     proc: Arc<Proc>,
     task: JoinHandle<()>,
     crash_switch: Option<Arc<AtomicBool>>,
     handled: bool,
+    incarnation: u32,
+}
+
+/// What starting a fleet process needs.
+struct Fleet {
+    world: Arc<World>,
+    bucket: Arc<InMemory>,
+    ttl: Duration,
+    stop: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+    logs: PathBuf,
+}
+
+impl Fleet {
+    fn coordinator(&self, name: String, plan: Plan, seed: u64) -> Running {
+        let proc = Proc::new(&self.world, name, plan, seed);
+        let store = process_store(&proc, &self.bucket, seed.rotate_left(17));
+        let options = coordinator_options(&proc.name, self.ttl);
+        let stop = Arc::clone(&self.stop);
+        let task = tokio::spawn(async move {
+            let _ = coordinator::run(store, options, stop).await;
+        });
+        Running {
+            role: Role::Coordinator,
+            proc,
+            task,
+            crash_switch: None,
+            handled: false,
+            incarnation: 0,
+        }
+    }
+
+    /// A worker; a restarted incarnation (`incarnation > 0`) keeps its ID and gets a fresh
+    /// local log directory (the dead incarnation's tasks may still hold its log locks here,
+    /// where a real kernel would have dropped them).
+    fn worker(
+        &self,
+        scenario: &Scenario,
+        name: String,
+        plan: Plan,
+        seed: u64,
+        incarnation: u32,
+    ) -> Running {
+        let proc = Proc::new(&self.world, name, plan, seed);
+        let store = process_store(&proc, &self.bucket, seed.rotate_left(17));
+        let logs = LogDir::open(self.logs.join(format!("{}-{incarnation}", proc.name)))
+            .expect("worker log dir");
+        let switch = Arc::new(AtomicBool::new(false));
+        let options = worker_options(&proc.name, self.ttl, Arc::clone(&switch));
+        let stop = Arc::clone(&self.stop);
+        let stats = Arc::clone(&self.stats);
+        let agent = agent(scenario, &proc);
+        let task = tokio::spawn(async move {
+            let _ = worker::run(store, agent, logs, options, stop, stats).await;
+        });
+        Running {
+            role: Role::Worker,
+            proc,
+            task,
+            crash_switch: Some(switch),
+            handled: false,
+            incarnation,
+        }
+    }
 }
 
 async fn simulate_fleet(seed: u64) -> Outcome {
@@ -1107,51 +1179,27 @@ async fn simulate_fleet(seed: u64) -> Outcome {
     let stats = Arc::new(WorkerStats::default());
     world.trace("sim", format!("scenario {scenario:?}"));
 
+    let fleet = Fleet {
+        world: Arc::clone(&world),
+        bucket: Arc::clone(&bucket),
+        ttl,
+        stop: Arc::clone(&stop),
+        stats: Arc::clone(&stats),
+        logs: temp.path().to_owned(),
+    };
     for (i, plan) in scenario.coordinators.iter().enumerate() {
-        let proc = Proc::new(&world, format!("c{i}"), *plan, next_seed());
-        let store = process_store(&proc, &bucket, next_seed());
-        let task = tokio::spawn({
-            let options = coordinator_options(&proc.name, ttl);
-            let stop = Arc::clone(&stop);
-            async move {
-                let _ = coordinator::run(store, options, stop).await;
-            }
-        });
+        let process = fleet.coordinator(format!("c{i}"), *plan, next_seed());
         if let Some((at, length)) = plan.pause {
-            pauses.push((Arc::clone(&proc), at, length));
+            pauses.push((Arc::clone(&process.proc), at, length));
         }
-        running.push(Running {
-            proc,
-            task,
-            crash_switch: None,
-            handled: false,
-        });
+        running.push(process);
     }
-    let mut workers = Vec::new();
     for (i, plan) in scenario.workers.iter().enumerate() {
-        let proc = Proc::new(&world, format!("w{i}"), *plan, next_seed());
-        let store = process_store(&proc, &bucket, next_seed());
-        let logs = LogDir::open(temp.path().join(&proc.name)).expect("worker log dir");
-        let switch = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn({
-            let options = worker_options(&proc.name, ttl, Arc::clone(&switch));
-            let stop = Arc::clone(&stop);
-            let stats = Arc::clone(&stats);
-            let agent = agent(&scenario, &proc);
-            async move {
-                let _ = worker::run(store, agent, logs, options, stop, stats).await;
-            }
-        });
+        let process = fleet.worker(&scenario, format!("w{i}"), *plan, next_seed(), 0);
         if let Some((at, length)) = plan.pause {
-            pauses.push((Arc::clone(&proc), at, length));
+            pauses.push((Arc::clone(&process.proc), at, length));
         }
-        workers.push(running.len());
-        running.push(Running {
-            proc,
-            task,
-            crash_switch: Some(switch),
-            handled: false,
-        });
+        running.push(process);
     }
     let mut hosts = Vec::new();
     for (i, plan) in scenario.hosts.iter().enumerate() {
@@ -1172,10 +1220,12 @@ async fn simulate_fleet(seed: u64) -> Outcome {
         }
         hosts.push(running.len());
         running.push(Running {
+            role: Role::Host,
             proc,
             task,
             crash_switch: None,
             handled: false,
+            incarnation: 0,
         });
     }
     let calm = Plan {
@@ -1221,10 +1271,13 @@ async fn simulate_fleet(seed: u64) -> Outcome {
     );
     let prefix = format!("s{seed}-");
     let mut violations = Vec::new();
+    let mut restarts: Vec<(Instant, Role, String, Plan, u32)> = Vec::new();
     let started = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         // A process that died at a write boundary: stop what can be stopped, as kill -9.
+        // Coordinators and workers are restarted (same ID, a new incarnation) a little later,
+        // as Kubernetes would; a host's run is left to the fleet.
         for process in running
             .iter_mut()
             .filter(|r| !r.handled && r.proc.is_dead())
@@ -1234,6 +1287,30 @@ async fn simulate_fleet(seed: u64) -> Outcome {
                 Some(switch) => switch.store(true, Ordering::SeqCst),
                 None => process.task.abort(),
             }
+            if process.role != Role::Host {
+                let delay = 500 + u64::from(process.proc.below(2_500));
+                restarts.push((
+                    Instant::now() + Duration::from_millis(delay),
+                    process.role,
+                    process.proc.name.clone(),
+                    Plan {
+                        faults: process.proc.plan.faults,
+                        ..Plan::default()
+                    },
+                    process.incarnation + 1,
+                ));
+            }
+        }
+        let now = Instant::now();
+        let due: Vec<_> = restarts.extract_if(.., |r| r.0 <= now).collect();
+        for (_, role, name, plan, incarnation) in due {
+            world.trace(&name, format!("restarts (incarnation {incarnation})"));
+            let mut process = match role {
+                Role::Coordinator => fleet.coordinator(name, plan, next_seed()),
+                _ => fleet.worker(&scenario, name, plan, next_seed(), incarnation),
+            };
+            process.incarnation = incarnation;
+            running.push(process);
         }
         let hosts_done = hosts.iter().all(|&i| running[i].task.is_finished());
         let (entries, _) = IndexScan::default()
@@ -1773,6 +1850,14 @@ fn every_seed_keeps_every_invariant() {
         if outcome.violations.is_empty() {
             for line in &outcome.trace {
                 println!("    {line}");
+            }
+        }
+    }
+    // `REKINDLE_SIM_LIST=1`: every violation of every seed, one per line (to tabulate).
+    if env_u64("REKINDLE_SIM_LIST").is_some_and(|v| v > 0) {
+        for outcome in &failed {
+            for violation in &outcome.violations {
+                println!("seed {}: {violation}", outcome.seed);
             }
         }
     }
