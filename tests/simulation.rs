@@ -693,14 +693,14 @@ impl Scenario {
         // A quarter of the seeds run recoveries longer than five step caps.
         let long = pick(random, 250);
         let (turns, steps_per_resume) = if long {
-            (12 + random.below(10) as usize, 4)
+            (11 + random.below(4) as usize, 4)
         } else {
-            (2 + random.below(5) as usize, 32)
+            (2 + random.below(4) as usize, 32)
         };
         let park_at = pick(random, 300).then(|| random.below(turns as u32) as usize);
         let approve = pick(random, 800);
         let answer_delay_ms = u64::from(random.below(6_000));
-        let hosts = (0..2 + random.below(3))
+        let hosts = (0..2 + random.below(2))
             .map(|_| {
                 let calm = pick(random, 250);
                 // Some hosts declare a longer TTL than the coordinator's.
@@ -868,7 +868,7 @@ fn coordinator_options(id: &str, ttl: Duration) -> CoordinatorOptions {
     CoordinatorOptions {
         id: id.to_owned(),
         ttl,
-        scan_interval: Duration::from_millis(250),
+        scan_interval: Duration::from_millis(400),
         max_attempts: coordinator::DEFAULT_MAX_ATTEMPTS,
     }
 }
@@ -878,7 +878,7 @@ fn worker_options(id: &str, ttl: Duration, crash: Arc<AtomicBool>) -> WorkerOpti
         id: id.to_owned(),
         concurrency: 4,
         ttl,
-        poll_interval: Duration::from_millis(200),
+        poll_interval: Duration::from_millis(300),
         shutdown_deadline: Duration::from_secs(5),
         crash: Some(crash),
     }
@@ -1272,6 +1272,7 @@ async fn simulate_fleet(seed: u64) -> Outcome {
     let prefix = format!("s{seed}-");
     let mut violations = Vec::new();
     let mut restarts: Vec<(Instant, Role, String, Plan, u32)> = Vec::new();
+    let mut settle_scan = IndexScan::default();
     let started = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1313,10 +1314,7 @@ async fn simulate_fleet(seed: u64) -> Outcome {
             running.push(process);
         }
         let hosts_done = hosts.iter().all(|&i| running[i].task.is_finished());
-        let (entries, _) = IndexScan::default()
-            .scan(&audit_store)
-            .await
-            .unwrap_or_default();
+        let (entries, _) = settle_scan.scan(&audit_store).await.unwrap_or_default();
         let ours: Vec<&IndexEntry> = entries
             .iter()
             .filter(|e| e.run_id.as_str().starts_with(&prefix))
@@ -1858,6 +1856,14 @@ fn every_seed_keeps_every_invariant() {
         for outcome in &failed {
             for violation in &outcome.violations {
                 println!("seed {}: {violation}", outcome.seed);
+            }
+            let events = ["CRASH", "PAUSE", "restarts", "answers", "removed"];
+            for line in outcome
+                .trace
+                .iter()
+                .filter(|l| events.iter().any(|e| l.contains(e)))
+            {
+                println!("seed {} trace: {line}", outcome.seed);
             }
         }
     }
