@@ -1615,12 +1615,19 @@ async fn audit(world: &World, store: &Store, scenario: &Scenario) -> (Vec<String
                 }
             }
         }
-        let source_max = source.iter().map(|g| g.generation.epoch).max().unwrap_or(0);
+        // Only commits count: a fence (no facts) written to a source already pinned loses
+        // nothing, while a commit to it at the recovery's epoch or later would.
+        let source_max = source
+            .iter()
+            .filter(|g| !g.generation.facts.is_empty())
+            .map(|g| g.generation.epoch)
+            .max()
+            .unwrap_or(0);
         if let Some(recovery_min) = recovered.iter().map(|g| g.generation.epoch).min()
             && recovery_min <= source_max
         {
             violation(format!(
-                "{run}: its recovery wrote at epoch {recovery_min}, not above the source's epoch {source_max}"
+                "{run}: its recovery wrote at epoch {recovery_min}, not above the source's last commit at epoch {source_max}"
             ));
         }
         // Tool calls: a committed result's call never runs again at a later incarnation;
