@@ -299,6 +299,10 @@ impl Proc {
             return None;
         }
         let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
+        // Numbered writes make a boundary failure easy to place ("killed after write 16").
+        if n <= crash.nth {
+            self.world.trace(&self.name, format!("write {n}: {key}"));
+        }
         (n == crash.nth).then_some(crash.after)
     }
 }
@@ -1976,8 +1980,16 @@ fn a_crash_at_every_write_boundary_keeps_every_invariant() {
                     .unwrap_or(0);
                 if !outcome.violations.is_empty() {
                     let when = if after { "after" } else { "before" };
+                    let write = outcome
+                        .trace
+                        .iter()
+                        .rev()
+                        .find(|l| l.contains(&format!("write {nth}: ")))
+                        .and_then(|l| l.split(": ").nth(2))
+                        .unwrap_or("?")
+                        .to_owned();
                     failures.push(format!(
-                        "{role:?} killed {when} write {nth}: {}",
+                        "{role:?} killed {when} write {nth} ({write}): {}",
                         outcome.violations.join("; ")
                     ));
                 }
