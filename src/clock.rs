@@ -5,6 +5,7 @@
 //! the monotonic reading, never a wall-clock comparison between machines.
 
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,11 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     fn monotonic(&self) -> Duration;
     /// A fresh unique token (writer nonces, holder IDs).
     fn nonce(&self) -> String;
+    /// A seed for retry jitter, or `None` for a random one. A seeded clock returns seeds from
+    /// its own sequence, so backoff delays (and with them the interleaving) replay exactly.
+    fn jitter_seed(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The real clock.
@@ -81,5 +87,64 @@ impl Clock for ManualClock {
 
     fn nonce(&self) -> String {
         format!("n{:016}", self.next_nonce.fetch_add(1, Ordering::SeqCst))
+    }
+}
+
+/// A clock on tokio's time, with seeded nonces and jitter: under a paused runtime
+/// (`tokio::time::pause`, tests only) every reading is virtual, so a whole fleet in one
+/// process replays exactly from a seed. Each simulated process gets its own, with its own
+/// wall-clock offset (skew between nodes) and its own nonce prefix.
+#[derive(Debug)]
+pub struct TokioClock {
+    start: tokio::time::Instant,
+    wall_base_ms: u64,
+    prefix: String,
+    next_nonce: AtomicU64,
+    random: Mutex<u64>,
+}
+
+impl TokioClock {
+    /// `wall_base_ms` is what `wall_ms` reads at creation; `seed` drives nonces and jitter.
+    pub fn new(wall_base_ms: u64, prefix: impl Into<String>, seed: u64) -> Arc<Self> {
+        Arc::new(TokioClock {
+            start: tokio::time::Instant::now(),
+            wall_base_ms,
+            prefix: prefix.into(),
+            next_nonce: AtomicU64::new(1),
+            random: Mutex::new(seed),
+        })
+    }
+
+    fn next_random(&self) -> u64 {
+        // SplitMix64.
+        let mut state = self.random.lock().unwrap_or_else(|e| e.into_inner());
+        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+impl Clock for TokioClock {
+    fn wall_ms(&self) -> u64 {
+        self.wall_base_ms + self.start.elapsed().as_millis() as u64
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn nonce(&self) -> String {
+        format!(
+            "{}{:08}{:016x}",
+            self.prefix,
+            self.next_nonce.fetch_add(1, Ordering::SeqCst),
+            self.next_random()
+        )
+    }
+
+    fn jitter_seed(&self) -> Option<u64> {
+        Some(self.next_random())
     }
 }

@@ -240,9 +240,11 @@ pub struct CoordinatorOptions {
 #[derive(Default)]
 struct Observer {
     index: IndexScan,
-    registrations: HashMap<String, (Option<ETag>, Registration)>,
+    // Ordered maps: the order of store calls must not depend on a hasher's random seed, so a
+    // seeded simulation replays exactly.
+    registrations: BTreeMap<String, (Option<ETag>, Registration)>,
     liveness: ExpiryWatch,
-    inboxes: HashMap<String, Vec<RecoveryId>>,
+    inboxes: BTreeMap<String, Vec<RecoveryId>>,
     /// The heartbeat keys seen last tick, and ticks since registrations were last listed.
     holders: std::collections::BTreeSet<String>,
     ticks_since_registrations: u32,
@@ -379,7 +381,7 @@ async fn refresh_registrations(
     }
     observer.ticks_since_registrations = 0;
     let listed = store.list(layout::workers_prefix(), None, 10_000).await?;
-    let mut registrations = HashMap::new();
+    let mut registrations = BTreeMap::new();
     for entry in listed {
         let cached = observer
             .registrations
@@ -494,7 +496,7 @@ async fn write_inboxes(
     runs: &[RunView],
     actions: &[Action],
 ) -> Result<(), StoreError> {
-    let mut inboxes: HashMap<String, Vec<RecoveryId>> = workers
+    let mut inboxes: BTreeMap<String, Vec<RecoveryId>> = workers
         .iter()
         .map(|w| (w.registration.worker.clone(), Vec::new()))
         .collect();
@@ -561,12 +563,15 @@ async fn admit_interrupted(
                 lifecycle::host_finished(store, source).await?;
                 return Ok(());
             }
-            Err(LifecycleError::Recovery(RecoveryError::Source {
-                source:
-                    crate::generation::GenerationError::NotFound { .. }
-                    | crate::generation::GenerationError::Retired { .. },
-                ..
-            })) => {
+            Err(LifecycleError::Recovery(
+                RecoveryError::NeverStarted { .. }
+                | RecoveryError::Source {
+                    source:
+                        crate::generation::GenerationError::NotFound { .. }
+                        | crate::generation::GenerationError::Retired { .. },
+                    ..
+                },
+            )) => {
                 // The host died before its first commit (nothing was acknowledged), or the
                 // run was retired: there is nothing to recover.
                 tracing::warn!(source_run = %source, "interrupted before its first commit; forgetting it");

@@ -113,7 +113,8 @@ impl Error {
                 RecoveryError::Source { source, .. } => generation_kind(source),
                 RecoveryError::IdInUse { .. }
                 | RecoveryError::AlreadyRecovered { .. }
-                | RecoveryError::NothingToRecover { .. } => ErrorKind::InvalidInput,
+                | RecoveryError::NothingToRecover { .. }
+                | RecoveryError::NeverStarted { .. } => ErrorKind::InvalidInput,
                 RecoveryError::Changed { .. } => ErrorKind::Conflict,
                 RecoveryError::Object(_) => ErrorKind::Corrupt,
             },

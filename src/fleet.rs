@@ -101,9 +101,16 @@ pub enum FleetError {
     },
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),
+    #[error(
+        "run \"{run}\" is being continued by recovery '{recovery}'; answer it when that recovery parks (`rekindle answer {run}` then reaches it)"
+    )]
+    BeingRecovered { run: RunId, recovery: RecoveryId },
     #[error("run \"{run}\" is not parked waiting for {what}")]
     NotWaiting { run: RunId, what: String },
 }
+
+/// The shortest interval at which a waiting answer polls a lease.
+const MIN_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// What a host needs to start or continue runs on this node.
 #[derive(Clone)]
@@ -263,6 +270,20 @@ impl Node {
         // Continue the recovery run if an earlier attempt started it, else seed it.
         let writer = match RunWriter::resume(&self.store, &run, held.epoch, policy).await {
             Ok(writer) => writer,
+            // An earlier attempt ended the run and died before recording it; gc has since
+            // retired the run. It ended: report that, do not fail.
+            Err(GenerationError::Retired {
+                outcome: Some(outcome),
+                final_generation,
+                ..
+            }) => {
+                self.holder.release(&held).await?;
+                let terminal = crate::fact::Terminal {
+                    outcome,
+                    message: "ended in an earlier attempt (checkpoint since retired)".into(),
+                };
+                return Ok((Stopped::Finished(terminal), final_generation));
+            }
             Err(GenerationError::NotFound { .. }) => {
                 let source = generation::load(
                     &self.store,
@@ -389,29 +410,49 @@ pub async fn answer_run(
             if record.state != RecoveryState::Parked {
                 return Err(not_waiting());
             }
-            commit_answer(store, holder, &RunId::new(id.as_str()), &answer).await?;
+            commit_answer(store, holder, &RunId::new(id.as_str()), &answer, false).await?;
             lifecycle::transition(store, id, Some((record, etag)), Event::Answer).await?;
         }
         None => {
             if entry.phase != Phase::Parked {
                 return Err(not_waiting());
             }
-            commit_answer(store, holder, source, &answer).await?;
+            commit_answer(store, holder, source, &answer, true).await?;
             lifecycle::host_answered(store, &entry).await?;
         }
     }
     Ok(())
 }
 
-/// Commits a human's answer to parked run `run`, taking its lease briefly. A run that is no
-/// longer parked (and has not ended) was answered before a crash: nothing more to commit.
+/// Commits a human's answer to parked run `run`, taking its lease briefly (waiting out a
+/// holder that died before releasing it). A run that is no longer parked (and has not ended)
+/// was answered before a crash: nothing more to commit. With `unless_claimed`, a run that a
+/// recovery has claimed meanwhile is refused: its recovery continues it, and is what to
+/// answer once it parks.
 async fn commit_answer(
     store: &Store,
     holder: &Arc<Holder>,
     run: &RunId,
     answer: &Answer,
+    unless_claimed: bool,
 ) -> Result<(), FleetError> {
-    let held = holder.acquire(run).await?;
+    let ttl = crate::lease::read_lease(store, run)
+        .await?
+        .map_or(holder.ttl(), |view| {
+            std::time::Duration::from_millis(view.lease.ttl_ms)
+        });
+    let held = holder
+        .acquire_or_wait(run, (ttl / 6).max(MIN_POLL), ttl * 2 + ttl / 2)
+        .await?;
+    // Checked after taking the lease: an admission claims before it fences, so either the
+    // claim is visible now or the admission's fence comes after anything committed here.
+    if unless_claimed && let Some(recovery) = recovery::claimed_by(store, run).await? {
+        holder.release(&held).await?;
+        return Err(FleetError::BeingRecovered {
+            run: run.clone(),
+            recovery,
+        });
+    }
     let result = async {
         let mut writer =
             RunWriter::resume(store, run, held.epoch, SnapshotPolicy::default()).await?;

@@ -525,12 +525,19 @@ impl Holder {
             }
             Some(view) => view,
         };
-        let heartbeat = read_heartbeat(&self.store, &view.lease.heartbeat)
-            .await?
-            .map(|(_, etag)| etag);
+        let beat = read_heartbeat(&self.store, &view.lease.heartbeat).await?;
+        // Another incarnation beats under the holder's key: the one that took this lease is
+        // gone (a holder ID belongs to one live process, see `claim_identity`), however
+        // lively the key looks.
+        let replaced = beat
+            .as_ref()
+            .is_some_and(|(beat, _)| beat.holder_nonce != view.lease.holder_nonce);
+        let heartbeat = beat.map(|(_, etag)| etag);
         let ttl = Duration::from_millis(view.lease.ttl_ms);
         let now = self.store.clock().monotonic();
-        if watch.observe(run, &view.etag, heartbeat.as_ref(), ttl, now) == Verdict::Expired {
+        if replaced
+            || watch.observe(run, &view.etag, heartbeat.as_ref(), ttl, now) == Verdict::Expired
+        {
             match self.take_over_from(&view, floor).await {
                 Ok(held) => {
                     watch.forget(run);

@@ -387,13 +387,35 @@ pub async fn admit(
     if takeover == Takeover::IfSilent {
         wait_until_silent(store, source).await?;
     }
-    fence_source(store, holder, source)
-        .await
-        .map_err(|error| LifecycleError::Fence {
-            run: source.clone(),
-            source: Box::new(error),
-        })?;
-    let admission = recovery::admit(store, source, recovery_id, force).await?;
+    // Claim, then fence, then pin: a writer that takes the source's lease after the fence
+    // sees the claim and stops (see `fleet::answer_run`); one that committed before the
+    // fence is in the pin; one still writing is fenced.
+    let claimed_now = recovery::claim(store, source, recovery_id).await?;
+    let admitted = async {
+        fence_source(store, holder, source)
+            .await
+            .map_err(|error| LifecycleError::Fence {
+                run: source.clone(),
+                source: Box::new(error),
+            })?;
+        Ok::<_, LifecycleError>(recovery::admit(store, source, recovery_id, force).await?)
+    }
+    .await;
+    let admission = match admitted {
+        Ok(admission) => admission,
+        Err(error) => {
+            if claimed_now
+                && let LifecycleError::Recovery(
+                    RecoveryError::NothingToRecover { .. }
+                    | RecoveryError::NeverStarted { .. }
+                    | RecoveryError::Source { .. },
+                ) = &error
+            {
+                recovery::release_claim(store, source, recovery_id).await?;
+            }
+            return Err(error);
+        }
+    };
     sync_index(store, &admission.record).await?;
     Ok(Admitted {
         record: admission.record,
@@ -413,11 +435,29 @@ pub async fn fence_source(
         Some(view) if !view.lease.released => holder.take_over(&view).await?,
         _ => holder.acquire(source).await?,
     };
-    let fenced = RunWriter::resume(store, source, held.epoch, SnapshotPolicy::default()).await;
+    let policy = SnapshotPolicy::default();
+    let fenced = match RunWriter::resume(store, source, held.epoch, policy).await {
+        // Nothing committed yet: a host judged dead may only be slow. Take its first slot
+        // with an empty generation at the fence epoch, so its first commit fails instead of
+        // starting a run nobody would recover.
+        Err(GenerationError::NotFound { .. }) => {
+            match RunWriter::create_as(store, source.clone(), Vec::new(), held.epoch, policy).await
+            {
+                Ok(_) => Ok(()),
+                Err(GenerationError::AlreadyExists { .. }) => {
+                    RunWriter::resume(store, source, held.epoch, policy)
+                        .await
+                        .map(|_| ())
+                }
+                Err(other) => Err(other),
+            }
+        }
+        other => other.map(|_| ()),
+    };
     holder.release(&held).await?;
     match fenced {
         // A retired run has no writer left to fence (see `tombstone.rs`); admission refuses it.
-        Ok(_) | Err(GenerationError::NotFound { .. } | GenerationError::Retired { .. }) => Ok(()),
+        Ok(()) | Err(GenerationError::Retired { .. }) => Ok(()),
         Err(other) => Err(other.into()),
     }
 }

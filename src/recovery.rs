@@ -133,6 +133,10 @@ pub enum RecoveryError {
         source_run: RunId,
         existing: RecoveryId,
     },
+    #[error(
+        "run \"{source_run}\" never made its first commit (its first slot was claimed by a fence); there is nothing to recover"
+    )]
+    NeverStarted { source_run: RunId },
     #[error("run \"{source_run}\" has ended ({outcome}); there is nothing to recover")]
     NothingToRecover { source_run: RunId, outcome: Outcome },
     #[error(transparent)]
@@ -182,6 +186,59 @@ async fn read_claim(store: &Store, source: &RunId) -> Result<Option<Claim>, Reco
             &object.bytes,
         )?)),
     }
+}
+
+/// Claims `source` for `recovery_id` (create-if-absent). Returns whether this call created
+/// the claim; refuses a source already claimed by another ID. Admission claims before it
+/// fences and pins, so any other writer of the source that checks the claim after taking
+/// its lease either sees it or is fenced by what follows.
+pub async fn claim(
+    store: &Store,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+) -> Result<bool, RecoveryError> {
+    let claim_key = layout::recovered_by(source.as_str());
+    let claim = Claim {
+        format: FORMAT_VERSION,
+        kind: CLAIM_KIND.into(),
+        source_run: source.clone(),
+        recovery_id: recovery_id.clone(),
+    };
+    let claim_bytes = Bytes::from(serde_json::to_vec(&claim).unwrap_or_default());
+    match store.create(&claim_key, claim_bytes).await {
+        Ok(_) => Ok(true),
+        Err(StoreError::AlreadyExists { .. }) => match read_claim(store, source).await? {
+            Some(existing) if existing.recovery_id == *recovery_id => Ok(false),
+            Some(existing) => Err(RecoveryError::AlreadyRecovered {
+                source_run: source.clone(),
+                existing: existing.recovery_id,
+            }),
+            None => Err(layout::ObjectError::Corrupt {
+                key: claim_key,
+                reason: "reported existing, then missing".into(),
+            }
+            .into()),
+        },
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// Gives back a claim this admission created when no record follows it (the source turned
+/// out to have ended or never started). Only a claim naming `recovery_id` is removed.
+pub async fn release_claim(
+    store: &Store,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+) -> Result<(), RecoveryError> {
+    if read(store, recovery_id).await?.is_some() {
+        return Ok(());
+    }
+    if let Some(claim) = read_claim(store, source).await?
+        && claim.recovery_id == *recovery_id
+    {
+        store.delete(&layout::recovered_by(source.as_str())).await?;
+    }
+    Ok(())
 }
 
 /// The recovery ID that claimed `source`, if any.
@@ -250,36 +307,13 @@ pub async fn admit(
             outcome: terminal.outcome,
         });
     }
-
-    let claim_key = layout::recovered_by(source.as_str());
-    let claim = Claim {
-        format: FORMAT_VERSION,
-        kind: CLAIM_KIND.into(),
-        source_run: source.clone(),
-        recovery_id: recovery_id.clone(),
-    };
-    let claim_bytes = Bytes::from(serde_json::to_vec(&claim).unwrap_or_default());
-    let mut claimed_now = false;
-    match store.create(&claim_key, claim_bytes).await {
-        Ok(_) => claimed_now = true,
-        Err(StoreError::AlreadyExists { .. }) => match read_claim(store, source).await? {
-            Some(existing) if existing.recovery_id == *recovery_id => {}
-            Some(existing) => {
-                return Err(RecoveryError::AlreadyRecovered {
-                    source_run: source.clone(),
-                    existing: existing.recovery_id,
-                });
-            }
-            None => {
-                return Err(layout::ObjectError::Corrupt {
-                    key: claim_key,
-                    reason: "reported existing, then missing".into(),
-                }
-                .into());
-            }
-        },
-        Err(other) => return Err(other.into()),
+    if loaded.state.meta().is_none() {
+        return Err(RecoveryError::NeverStarted {
+            source_run: source.clone(),
+        });
     }
+
+    let claimed_now = claim(store, source, recovery_id).await?;
 
     let now = store.clock().wall_ms();
     let record = RecoveryRecord {
@@ -328,7 +362,7 @@ pub async fn admit(
             let result = replay(existing, etag);
             if result.is_err() && claimed_now {
                 // The ID went to another source in the meantime: give the claim back.
-                let _ = store.delete(&claim_key).await;
+                release_claim(store, source, recovery_id).await?;
             }
             result
         }

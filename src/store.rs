@@ -473,7 +473,10 @@ impl Store {
                 }
             }
         })
-        .retry(self.retry.backoff())
+        .retry(match self.clock.jitter_seed() {
+            Some(seed) => self.retry.backoff().with_jitter_seed(seed),
+            None => self.retry.backoff(),
+        })
         .when(StoreError::is_transient)
         .notify(|error, delay| {
             tracing::debug!(op, key, %error, delay_ms = delay.as_millis() as u64, "retrying store request");

@@ -11,7 +11,7 @@
 //! A worker ID is owned by one live process at a time: a worker that finds another live
 //! process beating under its ID refuses to start (`Holder::claim_identity`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -99,7 +99,8 @@ pub async fn run(
         holder: Arc::clone(&holder),
         stop: Arc::clone(&stop),
     };
-    let mut running: HashMap<RecoveryId, tokio::task::JoinHandle<()>> = HashMap::new();
+    // Ordered, so aborts and shutdown waits happen in the same order on every replay.
+    let mut running: BTreeMap<RecoveryId, tokio::task::JoinHandle<()>> = BTreeMap::new();
     while !stop.load(Ordering::SeqCst) {
         if options
             .crash
@@ -173,6 +174,20 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
         let Ok(Some((record, etag))) = recovery::read(store, id).await else {
             return;
         };
+        // Running on this worker ID but not in this process: an earlier incarnation of this
+        // worker died mid-attempt (its ID is ours now, so the coordinator still sees it
+        // alive). Hand it back as the coordinator would; it is then offered again.
+        if record.state == RecoveryState::Running && record.assigned_to.as_deref() == Some(worker) {
+            let abandon = Event::Abandon {
+                worker: worker.to_owned(),
+            };
+            if let Err(error) =
+                lifecycle::transition(store, id, Some((record, etag)), abandon).await
+            {
+                tracing::debug!(recovery_id = %id, %error, "cannot hand back an earlier incarnation's attempt");
+            }
+            return;
+        }
         // Only a recovery offered to this worker and waiting for an attempt: a stale inbox
         // also lists parked and finished ones, which must not run again.
         if record.state != RecoveryState::Admitted || record.assigned_to.as_deref() != Some(worker)

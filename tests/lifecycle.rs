@@ -925,7 +925,10 @@ async fn recover_refuses_a_live_holder_without_takeover() {
         .await
         .unwrap_err();
     // Nothing was committed: there is nothing to recover, and it says so.
-    assert!(error.to_string().contains("has no generations"), "{error}");
+    assert!(
+        error.to_string().contains("never made its first commit"),
+        "{error}"
+    );
 }
 
 // Regression (finding 12): a second worker with the ID of a live one refuses to start, and

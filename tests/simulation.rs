@@ -1,0 +1,2050 @@
+//! The deterministic simulation tier: the whole fleet — hosts (`fleet::Node::start_run`),
+//! coordinators (`coordinator::run`), workers (`worker::run`), gc and an operator answering
+//! parked runs — in ONE process on one `InMemory` bucket, on a current-thread tokio runtime
+//! with paused time. Every sleep is virtual, every clock reading (`TokioClock`) follows
+//! tokio's virtual time, nonces and retry jitter come from the seed, and no process is ever
+//! spawned, so a seed replays exactly.
+//!
+//! Each simulated process talks to the bucket through its own seeded fault wrapper
+//! ([`SimStore`]): latency (the virtual sleeps that interleave the processes' store calls),
+//! 503s, lost responses (the write lands, the answer is lost), 409 conflicts, stalls past the
+//! request deadline, a crash at a chosen write boundary (before or after the Nth matching
+//! write lands; from then on every request of that process hangs forever and its tools never
+//! run again) and a pause past the lease TTL (a zombie that wakes up later). An auditor then
+//! checks the brief's invariants from every generation that ever landed, the bucket, and a
+//! side-effect ledger of every tool execution.
+//!
+//! Knobs (environment):
+//! - `REKINDLE_SIM_SEED=<n>` replays one seed and prints its whole trace.
+//! - `REKINDLE_SIM_SEEDS=<count>` (default [`DEFAULT_SEEDS`]), `REKINDLE_SIM_BASE=<n>`
+//!   (default [`DEFAULT_BASE`]): seeds are `base..base+count`, so CI is deterministic.
+//! - `REKINDLE_SIM_THREADS=<n>`: OS threads sharing the seeds (each seed has its own runtime).
+//!
+//! `cargo test --test simulation` runs the default sweep; a failure prints the seed, the
+//! invariant broken and the trace tail, and the replay command.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use object_store::memory::InMemory;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use rekindle::clock::TokioClock;
+use rekindle::config::Config;
+use rekindle::coordinator::{self, CoordinatorOptions, recovery_id_for};
+use rekindle::fact::{FactBody, ModelTurn, RunId, ToolCall};
+use rekindle::fleet::{self, Agent, Answer, Node};
+use rekindle::fold::Parked;
+use rekindle::generation::{self, Generation};
+use rekindle::host::{
+    Model, ModelError, ModelRequest, ScriptedModel, ToolContext, ToolDefinition, ToolOutput, Tools,
+};
+use rekindle::index::{IndexEntry, IndexScan, Phase};
+use rekindle::layout;
+use rekindle::lease::Holder;
+use rekindle::log::LogDir;
+use rekindle::recovery::{self, RecoveryState};
+use rekindle::runner::Stopped;
+use rekindle::sample::SplitMix;
+use rekindle::store::{Backend, RetryPolicy, Store};
+use rekindle::worker::{self, WorkerOptions, WorkerStats};
+
+/// Seeds per default run: sized to finish well inside a minute in debug on two shared cores.
+const DEFAULT_SEEDS: u64 = 1000;
+/// The default first seed.
+const DEFAULT_BASE: u64 = 20_261_130;
+/// Virtual time the fleet gets to settle before the run counts as stuck.
+const SETTLE_LIMIT: Duration = Duration::from_secs(120);
+/// A stalled request hangs this long: past the request deadline below.
+const STALL: Duration = Duration::from_secs(4);
+/// The wall clock every process starts near (each gets its own skew).
+const WALL_BASE_MS: u64 = 1_800_000_000_000;
+
+fn retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        min_delay: Duration::from_millis(20),
+        max_delay: Duration::from_secs(1),
+        max_retries: 6,
+        attempt_timeout: Duration::from_secs(3),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The world: what every process shares, and what the auditor reads afterwards.
+// ---------------------------------------------------------------------------------------
+
+/// One tool execution, as the side-effect ledger saw it.
+#[derive(Clone, Debug)]
+struct Execution {
+    run: String,
+    call: String,
+    name: String,
+    epoch: u64,
+    process: String,
+}
+
+/// One create-if-absent that landed in the bucket.
+#[derive(Clone, Debug)]
+struct Created {
+    key: String,
+    bytes: Bytes,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum HostOutcome {
+    Finished,
+    Parked,
+    /// The host's run stopped with an error (the message).
+    Failed(String),
+}
+
+struct World {
+    start: Instant,
+    trace: Mutex<Vec<String>>,
+    /// FNV-1a over every store call (process, operation, key, virtual time): two runs of a
+    /// seed are the same run when these match.
+    digest: Mutex<u64>,
+    calls: AtomicU64,
+    ledger: Mutex<Vec<Execution>>,
+    created: Mutex<Vec<Created>>,
+    /// Answer attempts per target run.
+    answers: Mutex<BTreeMap<String, u32>>,
+    hosts: Mutex<BTreeMap<String, HostOutcome>>,
+    injected: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl World {
+    fn new() -> Arc<World> {
+        Arc::new(World {
+            start: Instant::now(),
+            trace: Mutex::new(Vec::new()),
+            digest: Mutex::new(0xcbf2_9ce4_8422_2325),
+            calls: AtomicU64::new(0),
+            ledger: Mutex::new(Vec::new()),
+            created: Mutex::new(Vec::new()),
+            answers: Mutex::new(BTreeMap::new()),
+            hosts: Mutex::new(BTreeMap::new()),
+            injected: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn trace(&self, process: &str, event: impl std::fmt::Display) {
+        let line = format!("{:>7} ms {process}: {event}", self.now_ms());
+        self.trace.lock().unwrap().push(line);
+    }
+
+    fn count(&self, what: &'static str) {
+        *self.injected.lock().unwrap().entry(what).or_default() += 1;
+    }
+
+    fn note_call(&self, process: &str, op: &str, key: &str) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut digest = self.digest.lock().unwrap();
+        let now = self.now_ms().to_le_bytes();
+        for byte in process
+            .bytes()
+            .chain(op.bytes())
+            .chain(key.bytes())
+            .chain(now)
+        {
+            *digest ^= u64::from(byte);
+            *digest = digest.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A simulated process: its faults, its crash point, its pause.
+// ---------------------------------------------------------------------------------------
+
+/// Fault rates in parts per thousand, and the most latency added to a request.
+#[derive(Clone, Copy, Debug, Default)]
+struct Faults {
+    latency_ms: u32,
+    error: u32,
+    lost: u32,
+    conflict: u32,
+    stall: u32,
+}
+
+/// Where a process dies: at the `nth` write whose key contains `pattern` (any write but a
+/// heartbeat when `None`), before or after it lands.
+#[derive(Clone, Copy, Debug)]
+struct CrashAt {
+    pattern: Option<&'static str>,
+    nth: u64,
+    after: bool,
+}
+
+/// What the seed decided for one process.
+#[derive(Clone, Copy, Debug, Default)]
+struct Plan {
+    faults: Faults,
+    crash: Option<CrashAt>,
+    /// (at, for): from `at` ms on, the process's requests, model and tool calls block for
+    /// `for` ms, then continue.
+    pause: Option<(u64, u64)>,
+}
+
+struct Proc {
+    name: String,
+    world: Arc<World>,
+    plan: Plan,
+    random: Mutex<SplitMix>,
+    writes: AtomicU64,
+    dead: AtomicBool,
+    paused_until: Mutex<Option<Instant>>,
+}
+
+impl Proc {
+    fn new(world: &Arc<World>, name: String, plan: Plan, seed: u64) -> Arc<Proc> {
+        Arc::new(Proc {
+            name,
+            world: Arc::clone(world),
+            plan,
+            random: Mutex::new(SplitMix::new(seed)),
+            writes: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
+            paused_until: Mutex::new(None),
+        })
+    }
+
+    fn below(&self, bound: u32) -> u32 {
+        self.random.lock().unwrap().below(bound)
+    }
+
+    fn roll(&self, per_mille: u32) -> bool {
+        per_mille > 0 && self.below(1000) < per_mille
+    }
+
+    fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    fn kill(&self, why: String) {
+        if !self.dead.swap(true, Ordering::SeqCst) {
+            self.world.count("crashes");
+            self.world.trace(&self.name, format!("CRASH {why}"));
+        }
+    }
+
+    fn pause(&self, for_ms: u64) {
+        *self.paused_until.lock().unwrap() = Some(Instant::now() + Duration::from_millis(for_ms));
+        self.world.count("pauses");
+        self.world
+            .trace(&self.name, format!("PAUSE for {for_ms} ms (zombie to be)"));
+    }
+
+    /// Waits out a pause; a dead process never returns from here.
+    async fn alive(&self) {
+        loop {
+            if self.is_dead() {
+                futures::future::pending::<()>().await;
+            }
+            let until = *self.paused_until.lock().unwrap();
+            match until {
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => return,
+            }
+        }
+    }
+
+    /// Latency, pause, death and transient faults for one request.
+    async fn gate(&self, op: &str, key: &str) -> object_store::Result<()> {
+        let latency = self.below(self.plan.faults.latency_ms + 1);
+        if latency > 0 {
+            tokio::time::sleep(Duration::from_millis(u64::from(latency))).await;
+        }
+        self.alive().await;
+        self.world.note_call(&self.name, op, key);
+        if self.roll(self.plan.faults.error) {
+            self.world.count("503s");
+            return Err(transient("503 SlowDown (injected)"));
+        }
+        if self.roll(self.plan.faults.stall) {
+            self.world.count("stalls");
+            tokio::time::sleep(STALL).await;
+            return Err(transient("stalled past the deadline (injected)"));
+        }
+        Ok(())
+    }
+
+    /// Counts a write; says whether this process dies before (`Some(false)`) or after
+    /// (`Some(true)`) it lands.
+    fn write_boundary(&self, key: &str) -> Option<bool> {
+        let crash = self.plan.crash?;
+        let counted = match crash.pattern {
+            Some(pattern) => key.contains(pattern),
+            None => !key.starts_with("heartbeats/"),
+        };
+        if !counted {
+            return None;
+        }
+        let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
+        // Numbered writes make a boundary failure easy to place ("killed after write 16").
+        if n <= crash.nth {
+            self.world.trace(&self.name, format!("write {n}: {key}"));
+        }
+        (n == crash.nth).then_some(crash.after)
+    }
+}
+
+fn transient(message: &str) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "simulation",
+        source: message.to_owned().into(),
+    }
+}
+
+async fn hang<T>() -> T {
+    futures::future::pending::<T>().await
+}
+
+// ---------------------------------------------------------------------------------------
+// The per-process fault wrapper over the shared bucket.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone)]
+struct SimStore {
+    proc: Arc<Proc>,
+    inner: Arc<InMemory>,
+}
+
+impl std::fmt::Debug for SimStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SimStore({})", self.proc.name)
+    }
+}
+
+impl std::fmt::Display for SimStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SimStore({})", self.proc.name)
+    }
+}
+
+impl SimStore {
+    async fn delete_one(&self, location: ObjectPath) -> object_store::Result<ObjectPath> {
+        let key = location.to_string();
+        self.proc.gate("delete", &key).await?;
+        let boundary = self.proc.write_boundary(&key);
+        if boundary == Some(false) {
+            self.proc.kill(format!("before deleting {key}"));
+            return hang().await;
+        }
+        let result = self.inner.delete(&location).await;
+        if boundary == Some(true) {
+            self.proc.kill(format!("after deleting {key}"));
+            return hang().await;
+        }
+        result.map(|()| location)
+    }
+
+    fn listing(
+        &self,
+        stream: impl FnOnce(&InMemory) -> BoxStream<'static, object_store::Result<ObjectMeta>>
+        + Send
+        + 'static,
+        key: String,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let this = self.clone();
+        futures::stream::once(async move {
+            match this.proc.gate("list", &key).await {
+                Ok(()) => stream(&this.inner),
+                Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+}
+
+#[async_trait]
+impl ObjectStore for SimStore {
+    async fn put_opts(
+        &self,
+        location: &ObjectPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let key = location.to_string();
+        self.proc.gate("put", &key).await?;
+        let boundary = self.proc.write_boundary(&key);
+        if boundary == Some(false) {
+            self.proc.kill(format!("before writing {key}"));
+            return hang().await;
+        }
+        let create = opts.mode == PutMode::Create;
+        if self.proc.roll(self.proc.plan.faults.conflict) {
+            match opts.mode {
+                PutMode::Create => {
+                    self.proc.world.count("409s");
+                    return Err(object_store::Error::AlreadyExists {
+                        path: key,
+                        source: "409 ConditionalRequestConflict (injected)".into(),
+                    });
+                }
+                PutMode::Update(_) => {
+                    self.proc.world.count("409s");
+                    return Err(object_store::Error::Precondition {
+                        path: key,
+                        source: "409 ConditionalRequestConflict (injected)".into(),
+                    });
+                }
+                PutMode::Overwrite => {}
+            }
+        }
+        let lose = self.proc.roll(self.proc.plan.faults.lost);
+        let bytes: Bytes = payload.clone().into();
+        let mode = format!("{:?}", opts.mode);
+        let result = self.inner.put_opts(location, payload, opts).await;
+        if std::env::var_os("REKINDLE_SIM_WRITES").is_some() && !key.starts_with("heartbeats/") {
+            // Debugging aid for one replayed seed: every write, its mode and outcome.
+            let outcome = match &result {
+                Ok(_) => "ok".to_owned(),
+                Err(error) => format!(
+                    "refused: {}",
+                    error.to_string().lines().next().unwrap_or("")
+                ),
+            };
+            let head = String::from_utf8_lossy(&bytes);
+            let epoch = head
+                .split("\"epoch\":")
+                .nth(1)
+                .and_then(|rest| rest.split([',', '}']).next())
+                .unwrap_or("-")
+                .to_owned();
+            self.proc.world.trace(
+                &self.proc.name,
+                format!("put {key} {mode} epoch {epoch}: {outcome}"),
+            );
+        }
+        if create && result.is_ok() {
+            self.proc.world.created.lock().unwrap().push(Created {
+                key: key.clone(),
+                bytes,
+            });
+        }
+        if boundary == Some(true) {
+            self.proc.kill(format!("after writing {key}"));
+            return hang().await;
+        }
+        if lose && result.is_ok() {
+            self.proc.world.count("lost responses");
+            return Err(transient("response lost after the write landed (injected)"));
+        }
+        result
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjectPath,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.proc.gate("multipart", location.as_ref()).await?;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &ObjectPath,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let op = if options.head { "head" } else { "get" };
+        self.proc.gate(op, location.as_ref()).await?;
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &ObjectPath,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        self.proc.gate("get", location.as_ref()).await?;
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
+    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
+        let this = self.clone();
+        locations
+            .then(move |location| {
+                let this = this.clone();
+                async move { this.delete_one(location?).await }
+            })
+            .boxed()
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let prefix = prefix.cloned();
+        let key = prefix.as_ref().map(|p| p.to_string()).unwrap_or_default();
+        self.listing(move |inner| inner.list(prefix.as_ref()), key)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&ObjectPath>,
+        offset: &ObjectPath,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let prefix = prefix.cloned();
+        let offset = offset.clone();
+        let key = prefix.as_ref().map(|p| p.to_string()).unwrap_or_default();
+        self.listing(
+            move |inner| inner.list_with_offset(prefix.as_ref(), &offset),
+            key,
+        )
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> object_store::Result<ListResult> {
+        let key = prefix.map(|p| p.to_string()).unwrap_or_default();
+        self.proc.gate("list", &key).await?;
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &ObjectPath,
+        to: &ObjectPath,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.proc.gate("copy", to.as_ref()).await?;
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// A process's own `Store`: its fault wrapper over the shared bucket, its own clock (skewed
+/// wall time, its own nonces and jitter).
+fn process_store(proc: &Arc<Proc>, bucket: &Arc<InMemory>, seed: u64) -> Store {
+    let skew = u64::from(proc.below(5_000));
+    let clock = TokioClock::new(
+        WALL_BASE_MS + skew,
+        format!("{}-", proc.name),
+        seed ^ 0x5151,
+    );
+    let inner: Arc<dyn ObjectStore> = Arc::new(SimStore {
+        proc: Arc::clone(proc),
+        inner: Arc::clone(bucket),
+    });
+    Store::from_parts(
+        inner,
+        Backend::Memory,
+        "memory://simulation",
+        "",
+        retry_policy(),
+        clock,
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Model and tools, in-process, recording every side effect.
+// ---------------------------------------------------------------------------------------
+
+struct SimModel {
+    proc: Arc<Proc>,
+    script: ScriptedModel,
+}
+
+#[async_trait]
+impl Model for SimModel {
+    async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelTurn, ModelError> {
+        self.proc.alive().await;
+        let think = self.proc.below(30);
+        tokio::time::sleep(Duration::from_millis(u64::from(think))).await;
+        self.proc.alive().await;
+        self.script.complete(request).await
+    }
+}
+
+struct SimTools {
+    proc: Arc<Proc>,
+}
+
+#[async_trait]
+impl Tools for SimTools {
+    fn definitions(&self) -> Vec<ToolDefinition> {
+        ["record", "approve"]
+            .into_iter()
+            .map(|name| ToolDefinition {
+                name: name.into(),
+                description: String::new(),
+                schema: serde_json::json!({"type": "object"}),
+            })
+            .collect()
+    }
+
+    fn needs_confirmation(&self, name: &str) -> bool {
+        name == "approve"
+    }
+
+    async fn call(&self, call: &ToolCall, context: &ToolContext) -> ToolOutput {
+        self.proc.alive().await;
+        let before = self.proc.below(20);
+        tokio::time::sleep(Duration::from_millis(u64::from(before))).await;
+        // A dead process does nothing more; a paused one does its side effect when it wakes.
+        self.proc.alive().await;
+        self.proc.world.ledger.lock().unwrap().push(Execution {
+            run: context.run_id.clone(),
+            call: call.id.to_string(),
+            name: call.name.clone(),
+            epoch: context.epoch,
+            process: self.proc.name.clone(),
+        });
+        self.proc.world.trace(
+            &self.proc.name,
+            format!(
+                "tool {} of {} at epoch {}",
+                call.id, context.run_id, context.epoch
+            ),
+        );
+        // The window between the side effect and its result being committed; some tools are
+        // slow, so runs outlive a TTL or two.
+        let after = if self.proc.roll(300) {
+            200 + self.proc.below(800)
+        } else {
+            self.proc.below(60)
+        };
+        tokio::time::sleep(Duration::from_millis(u64::from(after))).await;
+        ToolOutput {
+            output: format!("recorded {}", call.id),
+            is_error: false,
+            duration_ms: u64::from(before + after),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The scenario a seed describes.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct HostPlan {
+    plan: Plan,
+    ttl_ms: u64,
+    start_ms: u64,
+    /// No faults, no crash, no pause: the fleet must never take its run away.
+    calm: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Scenario {
+    seed: u64,
+    /// TTL of workers and coordinators.
+    ttl_ms: u64,
+    turns: usize,
+    steps_per_resume: u32,
+    /// The turn whose tool needs a human's confirmation, and whether it is approved.
+    park_at: Option<usize>,
+    approve: bool,
+    answer_delay_ms: u64,
+    hosts: Vec<HostPlan>,
+    coordinators: Vec<Plan>,
+    workers: Vec<Plan>,
+    /// (retention, interval) of a gc process.
+    gc: Option<(u64, u64)>,
+}
+
+fn pick(random: &mut SplitMix, per_mille: u32) -> bool {
+    random.below(1000) < per_mille
+}
+
+fn faults(random: &mut SplitMix) -> Faults {
+    if pick(random, 250) {
+        return Faults {
+            latency_ms: random.below(30),
+            ..Faults::default()
+        };
+    }
+    Faults {
+        latency_ms: random.below(60),
+        error: random.below(40),
+        lost: random.below(40),
+        conflict: random.below(25),
+        stall: random.below(6),
+    }
+}
+
+const PATTERNS: [Option<&str>; 6] = [
+    None,
+    Some("/gen/"),
+    Some("index/"),
+    Some("recoveries/"),
+    Some("/lease"),
+    Some("recovered-by"),
+];
+
+fn crash(random: &mut SplitMix, most: u32) -> CrashAt {
+    let pattern = PATTERNS[random.below(PATTERNS.len() as u32) as usize];
+    let most = if pattern.is_none() {
+        most
+    } else {
+        most / 3 + 1
+    };
+    CrashAt {
+        pattern,
+        nth: 1 + u64::from(random.below(most.max(1))),
+        after: pick(random, 500),
+    }
+}
+
+impl Scenario {
+    fn from_seed(seed: u64) -> Scenario {
+        let mut random = SplitMix::new(seed);
+        let random = &mut random;
+        let ttl_ms = 1_000 + u64::from(random.below(3)) * 500;
+        // A quarter of the seeds run recoveries longer than five step caps.
+        let long = pick(random, 250);
+        let (turns, steps_per_resume) = if long {
+            (11 + random.below(4) as usize, 4)
+        } else {
+            (2 + random.below(4) as usize, 32)
+        };
+        let park_at = pick(random, 300).then(|| random.below(turns as u32) as usize);
+        let approve = pick(random, 800);
+        let answer_delay_ms = u64::from(random.below(6_000));
+        let hosts = (0..2 + random.below(2))
+            .map(|_| {
+                let calm = pick(random, 250);
+                // Some hosts declare a longer TTL than the coordinator's.
+                let ttl_ms = if pick(random, 250) {
+                    ttl_ms * 4
+                } else {
+                    ttl_ms
+                };
+                let start_ms = u64::from(random.below(2_000));
+                if calm {
+                    return HostPlan {
+                        plan: Plan {
+                            faults: Faults {
+                                latency_ms: random.below(20),
+                                ..Faults::default()
+                            },
+                            ..Plan::default()
+                        },
+                        ttl_ms,
+                        start_ms,
+                        calm,
+                    };
+                }
+                let plan = Plan {
+                    faults: faults(random),
+                    crash: pick(random, 450).then(|| crash(random, 2 * turns as u32 + 4)),
+                    pause: pick(random, 150).then(|| {
+                        (
+                            start_ms + u64::from(random.below(3_000)),
+                            ttl_ms * (2 + u64::from(random.below(3))),
+                        )
+                    }),
+                };
+                HostPlan {
+                    plan,
+                    ttl_ms,
+                    start_ms,
+                    calm,
+                }
+            })
+            .collect();
+        let coordinators = (0..1 + random.below(2))
+            .map(|_| Plan {
+                faults: faults(random),
+                crash: pick(random, 150).then(|| crash(random, 12)),
+                pause: pick(random, 100).then(|| {
+                    (
+                        u64::from(random.below(6_000)),
+                        ttl_ms * (2 + u64::from(random.below(3))),
+                    )
+                }),
+            })
+            .collect();
+        let mut workers: Vec<Plan> = (0..2 + random.below(2))
+            .map(|_| Plan {
+                faults: faults(random),
+                ..Plan::default()
+            })
+            .collect();
+        // One worker may crash, one may pause (never all of them: liveness needs one).
+        if pick(random, 350) {
+            workers[0].crash = Some(crash(random, 30));
+        }
+        if pick(random, 250) {
+            let last = workers.len() - 1;
+            workers[last].pause = Some((
+                u64::from(random.below(8_000)),
+                ttl_ms * (2 + u64::from(random.below(3))),
+            ));
+        }
+        let gc = pick(random, 500).then(|| {
+            (
+                u64::from(random.below(3_000)),
+                500 + u64::from(random.below(2_500)),
+            )
+        });
+        Scenario {
+            seed,
+            ttl_ms,
+            turns,
+            steps_per_resume,
+            park_at,
+            approve,
+            answer_delay_ms,
+            hosts,
+            coordinators,
+            workers,
+            gc,
+        }
+    }
+
+    /// A calm fleet (one host, one coordinator, two workers, no faults) in which `role`
+    /// dies at its `nth` write (heartbeats aside), before or after it lands. To give a
+    /// worker something to die in, the host dies after its fourth write.
+    fn boundary(seed: u64, role: Role, nth: u64, after: bool) -> Scenario {
+        let calm = Plan {
+            faults: Faults {
+                latency_ms: 5,
+                ..Faults::default()
+            },
+            ..Plan::default()
+        };
+        let dies = Plan {
+            crash: Some(CrashAt {
+                pattern: None,
+                nth,
+                after,
+            }),
+            ..calm
+        };
+        let host = match role {
+            Role::Host => dies,
+            _ => Plan {
+                crash: Some(CrashAt {
+                    pattern: None,
+                    nth: 4,
+                    after: true,
+                }),
+                ..calm
+            },
+        };
+        Scenario {
+            seed,
+            ttl_ms: 1_000,
+            turns: 3,
+            steps_per_resume: 32,
+            park_at: None,
+            approve: true,
+            answer_delay_ms: 0,
+            hosts: vec![HostPlan {
+                plan: host,
+                ttl_ms: 1_000,
+                start_ms: 0,
+                calm: false,
+            }],
+            coordinators: vec![if role == Role::Coordinator {
+                dies
+            } else {
+                calm
+            }],
+            workers: vec![if role == Role::Worker { dies } else { calm }, calm],
+            gc: None,
+        }
+    }
+
+    fn run_id(&self, host: usize) -> RunId {
+        RunId::new(format!("s{}-r{host}", self.seed))
+    }
+
+    fn interruptions_planned(&self) -> usize {
+        let plans = self
+            .hosts
+            .iter()
+            .map(|h| &h.plan)
+            .chain(&self.coordinators)
+            .chain(&self.workers);
+        plans
+            .map(|p| usize::from(p.crash.is_some()) + usize::from(p.pause.is_some()))
+            .sum()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The fleet, built through a few constructors (the one place to adapt to API changes).
+// ---------------------------------------------------------------------------------------
+
+fn agent(scenario: &Scenario, proc: &Arc<Proc>) -> Agent {
+    let text = format!(
+        r#"system_prompt = "Record each step exactly once."
+[model]
+kind = "scripted"
+name = "simulated"
+script = "unused.json"
+[budgets]
+max_iterations = 200
+steps_per_resume = {}
+[[tools]]
+name = "record"
+command = ["true"]
+[[tools]]
+name = "approve"
+command = ["true"]
+confirm = true
+"#,
+        scenario.steps_per_resume
+    );
+    let config = Config::parse(&text).expect("the simulation's config parses");
+    let turns = (0..scenario.turns)
+        .map(|i| {
+            let name = if scenario.park_at == Some(i) {
+                "approve"
+            } else {
+                "record"
+            };
+            serde_json::json!({
+                "content": format!("step {}", i + 1),
+                "tool_calls": [{"name": name, "arguments": {"step": i + 1}}]
+            })
+        })
+        .chain(std::iter::once(serde_json::json!({"content": "done"})))
+        .map(|turn| {
+            serde_json::from_value::<rekindle::host::model::ScriptedTurn>(turn)
+                .expect("a scripted turn")
+        })
+        .collect();
+    Agent {
+        config,
+        model: Arc::new(SimModel {
+            proc: Arc::clone(proc),
+            script: ScriptedModel::new(turns),
+        }),
+        tools: Arc::new(SimTools {
+            proc: Arc::clone(proc),
+        }),
+    }
+}
+
+fn coordinator_options(id: &str, ttl: Duration) -> CoordinatorOptions {
+    CoordinatorOptions {
+        id: id.to_owned(),
+        ttl,
+        scan_interval: Duration::from_millis(400),
+        max_attempts: coordinator::DEFAULT_MAX_ATTEMPTS,
+    }
+}
+
+fn worker_options(id: &str, ttl: Duration, crash: Arc<AtomicBool>) -> WorkerOptions {
+    WorkerOptions {
+        id: id.to_owned(),
+        concurrency: 4,
+        ttl,
+        poll_interval: Duration::from_millis(300),
+        shutdown_deadline: Duration::from_secs(5),
+        crash: Some(crash),
+    }
+}
+
+fn host_node(store: &Store, agent: Agent, logs: LogDir, holder: Arc<Holder>) -> Node {
+    Node {
+        store: store.clone(),
+        agent,
+        logs,
+        holder,
+        stop: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+/// What `rekindle answer` does: answer the parked run (its recovery run if it has one), then
+/// put the run back in the fleet's hands.
+async fn answer_parked(
+    store: &Store,
+    holder: &Arc<Holder>,
+    entry: &IndexEntry,
+    approve: bool,
+    world: &World,
+) -> Result<(), String> {
+    let target = entry
+        .recovery_id
+        .as_ref()
+        .map_or_else(|| entry.run_id.clone(), |id| RunId::new(id.as_str()));
+    let loaded = generation::load(store, &target, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(Parked::Confirmation { call_id, .. }) = loaded.state.parked() {
+        *world
+            .answers
+            .lock()
+            .unwrap()
+            .entry(target.to_string())
+            .or_default() += 1;
+        world.trace(
+            "operator",
+            format!("answers {target} call {call_id}: approve={approve}"),
+        );
+        // The operator answers by the source run, as `rekindle answer` does; the lifecycle
+        // moves the record and the index entry.
+        return fleet::answer_run(
+            store,
+            holder,
+            &entry.run_id,
+            Answer::Confirm {
+                call_id: call_id.clone(),
+                approve,
+            },
+        )
+        .await
+        .map_err(|e| e.to_string());
+    }
+    Ok(())
+}
+
+/// A host process: beats, starts its run and drives it until it ends or parks.
+async fn host(
+    world: Arc<World>,
+    proc: Arc<Proc>,
+    store: Store,
+    node_agent: Agent,
+    logs: LogDir,
+    run: RunId,
+    plan: HostPlan,
+) {
+    tokio::time::sleep(Duration::from_millis(plan.start_ms)).await;
+    let holder = Holder::new(
+        &store,
+        proc.name.clone(),
+        Duration::from_millis(plan.ttl_ms),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let _ = holder.beat().await;
+    let beating = holder.spawn_heartbeat(Arc::clone(&stop));
+    world.trace(&proc.name, format!("starts {run} (ttl {} ms)", plan.ttl_ms));
+    let node = host_node(&store, node_agent, logs, Arc::clone(&holder));
+    let outcome = match node.start_run(&run, None, "Record the steps.").await {
+        Ok(Stopped::Finished(_)) => HostOutcome::Finished,
+        Ok(Stopped::Parked(_)) => HostOutcome::Parked,
+        Ok(other) => HostOutcome::Failed(format!("stopped: {other:?}")),
+        Err(error) => HostOutcome::Failed(error.to_string()),
+    };
+    world.trace(&proc.name, format!("host run {run} ended: {outcome:?}"));
+    world.hosts.lock().unwrap().insert(run.to_string(), outcome);
+    stop.store(true, Ordering::SeqCst);
+    let _ = beating.await;
+    let _ = holder.retire().await;
+}
+
+/// The operator: answers parked runs some time after they park.
+async fn operator(world: Arc<World>, store: Store, scenario: Scenario) {
+    let holder = Holder::new(&store, "operator", Duration::from_secs(5));
+    let mut first_seen: BTreeMap<RunId, Instant> = BTreeMap::new();
+    let mut scan = IndexScan::default();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let Ok((entries, _)) = scan.scan(&store).await else {
+            continue;
+        };
+        for entry in entries.iter().filter(|e| e.phase == Phase::Parked) {
+            let seen = *first_seen
+                .entry(entry.run_id.clone())
+                .or_insert_with(Instant::now);
+            if seen.elapsed() < Duration::from_millis(scenario.answer_delay_ms) {
+                continue;
+            }
+            if let Err(error) =
+                answer_parked(&store, &holder, entry, scenario.approve, &world).await
+            {
+                world.trace(
+                    "operator",
+                    format!("answer of {} failed: {error}", entry.run_id),
+                );
+            } else {
+                first_seen.remove(&entry.run_id);
+            }
+        }
+    }
+}
+
+/// gc now and then, with a short retention.
+async fn collector(world: Arc<World>, store: Store, retention_ms: u64, every_ms: u64) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(every_ms)).await;
+        let now = store.clock().wall_ms();
+        // A grace period far shorter than production's hour: correctness must not rest on it
+        // (the probe rereads the hint, loads reload), so the simulation makes gc race.
+        let policy = rekindle::gc::GcPolicy {
+            retention: Duration::from_millis(retention_ms),
+            grace: Duration::from_millis(retention_ms.min(1000)),
+        };
+        match rekindle::gc::collect(&store, &policy, now).await {
+            Ok(report) => {
+                world.count("gc passes");
+                if report.generations_deleted + report.runs_retired > 0 {
+                    world.trace(
+                        "gc",
+                        format!(
+                            "deleted {} generations, retired {} runs",
+                            report.generations_deleted, report.runs_retired
+                        ),
+                    );
+                }
+            }
+            Err(error) => world.trace("gc", format!("failed: {error}")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// One seed.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Summary {
+    runs: usize,
+    completed: usize,
+    recoveries: usize,
+    executions: usize,
+    store_calls: u64,
+    virtual_ms: u64,
+    injected: BTreeMap<&'static str, u64>,
+}
+
+#[derive(Debug)]
+struct Outcome {
+    seed: u64,
+    violations: Vec<String>,
+    trace: Vec<String>,
+    summary: Summary,
+    digest: u64,
+}
+
+fn log_root() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn simulate(seed: u64) -> Outcome {
+    simulate_scenario(Scenario::from_seed(seed))
+}
+
+fn simulate_scenario(scenario: Scenario) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a paused current-thread runtime");
+    let outcome = runtime.block_on(simulate_fleet(scenario));
+    // Dropping the runtime cancels every task still hanging (the dead processes).
+    drop(runtime);
+    outcome
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Role {
+    Host,
+    Coordinator,
+    Worker,
+}
+
+struct Running {
+    role: Role,
+    proc: Arc<Proc>,
+    task: JoinHandle<()>,
+    crash_switch: Option<Arc<AtomicBool>>,
+    handled: bool,
+    incarnation: u32,
+}
+
+/// What starting a fleet process needs.
+struct Fleet {
+    world: Arc<World>,
+    bucket: Arc<InMemory>,
+    ttl: Duration,
+    stop: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+    logs: PathBuf,
+}
+
+impl Fleet {
+    fn coordinator(&self, name: String, plan: Plan, seed: u64) -> Running {
+        let proc = Proc::new(&self.world, name, plan, seed);
+        let store = process_store(&proc, &self.bucket, seed.rotate_left(17));
+        let options = coordinator_options(&proc.name, self.ttl);
+        let stop = Arc::clone(&self.stop);
+        let task = tokio::spawn(async move {
+            let _ = coordinator::run(store, options, stop).await;
+        });
+        Running {
+            role: Role::Coordinator,
+            proc,
+            task,
+            crash_switch: None,
+            handled: false,
+            incarnation: 0,
+        }
+    }
+
+    /// A worker; a restarted incarnation (`incarnation > 0`) keeps its ID and gets a fresh
+    /// local log directory (the dead incarnation's tasks may still hold its log locks here,
+    /// where a real kernel would have dropped them).
+    fn worker(
+        &self,
+        scenario: &Scenario,
+        name: String,
+        plan: Plan,
+        seed: u64,
+        incarnation: u32,
+    ) -> Running {
+        let proc = Proc::new(&self.world, name, plan, seed);
+        let store = process_store(&proc, &self.bucket, seed.rotate_left(17));
+        let logs = LogDir::open(self.logs.join(format!("{}-{incarnation}", proc.name)))
+            .expect("worker log dir");
+        let switch = Arc::new(AtomicBool::new(false));
+        let options = worker_options(&proc.name, self.ttl, Arc::clone(&switch));
+        let stop = Arc::clone(&self.stop);
+        let stats = Arc::clone(&self.stats);
+        let agent = agent(scenario, &proc);
+        let task = tokio::spawn(async move {
+            let _ = worker::run(store, agent, logs, options, stop, stats).await;
+        });
+        Running {
+            role: Role::Worker,
+            proc,
+            task,
+            crash_switch: Some(switch),
+            handled: false,
+            incarnation,
+        }
+    }
+}
+
+async fn simulate_fleet(scenario: Scenario) -> Outcome {
+    let seed = scenario.seed;
+    let world = World::new();
+    let bucket = Arc::new(InMemory::new());
+    let temp = tempfile::Builder::new()
+        .prefix("rekindle-sim-")
+        .tempdir_in(log_root())
+        .expect("a directory for local fact logs");
+    let ttl = Duration::from_millis(scenario.ttl_ms);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut seeds = SplitMix::new(seed ^ 0xD1CE);
+    let mut next_seed =
+        move || (u64::from(seeds.below(u32::MAX)) << 32) | u64::from(seeds.below(u32::MAX));
+    let mut running: Vec<Running> = Vec::new();
+    let mut pauses: Vec<(Arc<Proc>, u64, u64)> = Vec::new();
+    let stats = Arc::new(WorkerStats::default());
+    world.trace("sim", format!("scenario {scenario:?}"));
+
+    let fleet = Fleet {
+        world: Arc::clone(&world),
+        bucket: Arc::clone(&bucket),
+        ttl,
+        stop: Arc::clone(&stop),
+        stats: Arc::clone(&stats),
+        logs: temp.path().to_owned(),
+    };
+    for (i, plan) in scenario.coordinators.iter().enumerate() {
+        let process = fleet.coordinator(format!("c{i}"), *plan, next_seed());
+        if let Some((at, length)) = plan.pause {
+            pauses.push((Arc::clone(&process.proc), at, length));
+        }
+        running.push(process);
+    }
+    for (i, plan) in scenario.workers.iter().enumerate() {
+        let process = fleet.worker(&scenario, format!("w{i}"), *plan, next_seed(), 0);
+        if let Some((at, length)) = plan.pause {
+            pauses.push((Arc::clone(&process.proc), at, length));
+        }
+        running.push(process);
+    }
+    let mut hosts = Vec::new();
+    for (i, plan) in scenario.hosts.iter().enumerate() {
+        let proc = Proc::new(&world, format!("h{i}"), plan.plan, next_seed());
+        let store = process_store(&proc, &bucket, next_seed());
+        let logs = LogDir::open(temp.path().join(&proc.name)).expect("host log dir");
+        let task = tokio::spawn(host(
+            Arc::clone(&world),
+            Arc::clone(&proc),
+            store,
+            agent(&scenario, &proc),
+            logs,
+            scenario.run_id(i),
+            plan.clone(),
+        ));
+        if let Some((at, length)) = plan.plan.pause {
+            pauses.push((Arc::clone(&proc), at, length));
+        }
+        hosts.push(running.len());
+        running.push(Running {
+            role: Role::Host,
+            proc,
+            task,
+            crash_switch: None,
+            handled: false,
+            incarnation: 0,
+        });
+    }
+    let calm = Plan {
+        faults: Faults {
+            latency_ms: 10,
+            ..Faults::default()
+        },
+        ..Plan::default()
+    };
+    let operator_proc = Proc::new(&world, "operator".into(), calm, next_seed());
+    let operator_task = tokio::spawn(operator(
+        Arc::clone(&world),
+        process_store(&operator_proc, &bucket, next_seed()),
+        scenario.clone(),
+    ));
+    let gc_task = scenario.gc.map(|(retention, every)| {
+        let proc = Proc::new(&world, "gc".into(), calm, next_seed());
+        tokio::spawn(collector(
+            Arc::clone(&world),
+            process_store(&proc, &bucket, next_seed()),
+            retention,
+            every,
+        ))
+    });
+    let pause_tasks: Vec<JoinHandle<()>> = pauses
+        .into_iter()
+        .map(|(proc, at, length)| {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(at)).await;
+                proc.pause(length);
+            })
+        })
+        .collect();
+
+    // The auditor's own view of the bucket: no faults, not part of the fleet.
+    let audit_store = Store::from_parts(
+        Arc::clone(&bucket) as Arc<dyn ObjectStore>,
+        Backend::Memory,
+        "memory://simulation",
+        "",
+        retry_policy(),
+        TokioClock::new(WALL_BASE_MS, "auditor-", seed),
+    );
+    let prefix = format!("s{seed}-");
+    let mut violations = Vec::new();
+    let mut restarts: Vec<(Instant, Role, String, Plan, u32)> = Vec::new();
+    let mut settle_scan = IndexScan::default();
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // A process that died at a write boundary: stop what can be stopped, as kill -9.
+        // Coordinators and workers are restarted (same ID, a new incarnation) a little later,
+        // as Kubernetes would; a host's run is left to the fleet.
+        for process in running
+            .iter_mut()
+            .filter(|r| !r.handled && r.proc.is_dead())
+        {
+            process.handled = true;
+            match &process.crash_switch {
+                Some(switch) => switch.store(true, Ordering::SeqCst),
+                None => process.task.abort(),
+            }
+            if process.role != Role::Host {
+                let delay = 500 + u64::from(process.proc.below(2_500));
+                restarts.push((
+                    Instant::now() + Duration::from_millis(delay),
+                    process.role,
+                    process.proc.name.clone(),
+                    Plan {
+                        faults: process.proc.plan.faults,
+                        ..Plan::default()
+                    },
+                    process.incarnation + 1,
+                ));
+            }
+        }
+        let now = Instant::now();
+        let due: Vec<_> = restarts.extract_if(.., |r| r.0 <= now).collect();
+        for (_, role, name, plan, incarnation) in due {
+            world.trace(&name, format!("restarts (incarnation {incarnation})"));
+            let mut process = match role {
+                Role::Coordinator => fleet.coordinator(name, plan, next_seed()),
+                _ => fleet.worker(&scenario, name, plan, next_seed(), incarnation),
+            };
+            process.incarnation = incarnation;
+            running.push(process);
+        }
+        let hosts_done = hosts.iter().all(|&i| running[i].task.is_finished());
+        let (entries, _) = settle_scan.scan(&audit_store).await.unwrap_or_default();
+        let ours: Vec<&IndexEntry> = entries
+            .iter()
+            .filter(|e| e.run_id.as_str().starts_with(&prefix))
+            .collect();
+        // Settled: every host is done and no run is left, or only dead-lettered ones.
+        if hosts_done && ours.iter().all(|e| e.phase == Phase::Dead) {
+            for entry in ours {
+                violations.push(format!(
+                    "{}: left in the index as {:?} (recovery {:?})",
+                    entry.run_id, entry.phase, entry.recovery_id
+                ));
+            }
+            break;
+        }
+        if started.elapsed() > SETTLE_LIMIT {
+            violations.push(format!(
+                "the fleet did not settle within {} s of virtual time: {}",
+                SETTLE_LIMIT.as_secs(),
+                ours.iter()
+                    .map(|e| format!("{} {:?}", e.run_id, e.phase))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            break;
+        }
+    }
+    world.trace("sim", "settled; stopping the fleet");
+    stop.store(true, Ordering::SeqCst);
+    operator_task.abort();
+    if let Some(task) = gc_task {
+        task.abort();
+    }
+    for task in pause_tasks {
+        task.abort();
+    }
+    for process in running.iter_mut() {
+        if process.proc.is_dead() {
+            process.task.abort();
+            continue;
+        }
+        if tokio::time::timeout(Duration::from_secs(60), &mut process.task)
+            .await
+            .is_err()
+        {
+            process.task.abort();
+        }
+    }
+    let virtual_ms = world.now_ms();
+
+    let (found, completed) = audit(&world, &audit_store, &scenario).await;
+    violations.extend(found);
+    let ledger = world.ledger.lock().unwrap().len();
+    let recoveries = world
+        .created
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.key.starts_with("recoveries/"))
+        .count();
+    let summary = Summary {
+        runs: scenario.hosts.len(),
+        completed,
+        recoveries,
+        executions: ledger,
+        store_calls: world.calls.load(Ordering::Relaxed),
+        virtual_ms,
+        injected: world.injected.lock().unwrap().clone(),
+    };
+    let digest = *world.digest.lock().unwrap();
+    let trace = std::mem::take(&mut *world.trace.lock().unwrap());
+    Outcome {
+        seed,
+        violations,
+        trace,
+        summary,
+        digest,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The auditor.
+// ---------------------------------------------------------------------------------------
+
+/// A generation that landed, decoded, with the order in which it landed.
+struct LandedGeneration {
+    order: usize,
+    slot: u64,
+    generation: Generation,
+}
+
+fn landed_generations(world: &World) -> (BTreeMap<String, Vec<LandedGeneration>>, Vec<String>) {
+    let mut by_run: BTreeMap<String, Vec<LandedGeneration>> = BTreeMap::new();
+    let mut problems = Vec::new();
+    let created = world.created.lock().unwrap();
+    for (order, created) in created.iter().enumerate() {
+        if !created.key.contains("/gen/") || created.key.contains("/loop/gen/") {
+            continue;
+        }
+        let run = serde_json::from_slice::<serde_json::Value>(&created.bytes)
+            .ok()
+            .and_then(|v| v.get("run_id").and_then(|r| r.as_str()).map(str::to_owned));
+        let Some(run) = run else {
+            problems.push(format!("{}: landed, but is not a generation", created.key));
+            continue;
+        };
+        match generation::decode(&created.key, &RunId::new(run.clone()), &created.bytes) {
+            Ok(generation) => by_run.entry(run).or_default().push(LandedGeneration {
+                order,
+                slot: layout::generation_number(&created.key).unwrap_or(0),
+                generation,
+            }),
+            Err(error) => problems.push(format!("{}: does not decode: {error}", created.key)),
+        }
+    }
+    (by_run, problems)
+}
+
+/// The facts a lineage committed, by seq: (fact as JSON, epoch of the first generation that
+/// committed it, the fact).
+type Committed = BTreeMap<u64, (String, u64, rekindle::fact::Fact)>;
+
+fn lineage_facts(
+    run: &RunId,
+    chains: &[&[LandedGeneration]],
+    violation: &mut impl FnMut(String),
+) -> Committed {
+    let mut all: Vec<&LandedGeneration> = chains.iter().flat_map(|c| c.iter()).collect();
+    all.sort_by_key(|g| g.order);
+    let mut committed = Committed::new();
+    for landed in all {
+        for fact in &landed.generation.facts {
+            let json = serde_json::to_string(fact).unwrap_or_default();
+            match committed.get(&fact.seq.0) {
+                Some((existing, epoch, _)) if *existing != json => violation(format!(
+                    "{run}: seq {} was committed twice with different facts (epoch {epoch}, then epoch {} in {} generation {}): an acknowledged fact was lost",
+                    fact.seq.0, landed.generation.epoch, landed.generation.run_id, landed.slot
+                )),
+                Some(_) => {}
+                None => {
+                    committed.insert(fact.seq.0, (json, landed.generation.epoch, fact.clone()));
+                }
+            }
+        }
+    }
+    committed
+}
+
+/// Checks the invariants from every generation that landed, the bucket and the ledger.
+/// Returns the violations and how many runs ended.
+async fn audit(world: &World, store: &Store, scenario: &Scenario) -> (Vec<String>, usize) {
+    let mut violations = Vec::new();
+    let mut completed = 0;
+    let mut violation = |text: String| violations.push(text);
+    let (by_run, problems) = landed_generations(world);
+    for problem in problems {
+        violation(problem);
+    }
+    // A key created twice: a committed generation replaced, or one recovery admitted twice.
+    let mut creates: BTreeMap<&str, u32> = BTreeMap::new();
+    let created = world.created.lock().unwrap().clone();
+    for created in &created {
+        *creates.entry(created.key.as_str()).or_default() += 1;
+    }
+    for (key, n) in &creates {
+        if *n > 1 && !key.starts_with("heartbeats/") {
+            let what = if key.contains("/gen/") {
+                "generation slot"
+            } else if key.starts_with("recoveries/") {
+                "recovery record (the same recovery ID admitted again)"
+            } else {
+                "object"
+            };
+            violation(format!("{what} {key} was created {n} times"));
+        }
+    }
+    let ledger = world.ledger.lock().unwrap().clone();
+    let answers = world.answers.lock().unwrap().clone();
+    let hosts = world.hosts.lock().unwrap().clone();
+    let empty: Vec<LandedGeneration> = Vec::new();
+    for (i, plan) in scenario.hosts.iter().enumerate() {
+        let run = scenario.run_id(i);
+        let recovery = RunId::new(recovery_id_for(&run).as_str());
+        let source = by_run.get(run.as_str()).unwrap_or(&empty);
+        let recovered = by_run.get(recovery.as_str()).unwrap_or(&empty);
+        let executions: Vec<&Execution> = ledger.iter().filter(|e| e.run == run.as_str()).collect();
+        // Died before its first commit: nothing was acknowledged. (A fence may have taken the
+        // first slot with an empty generation, so a slow host's first commit fails.)
+        let never_started = source
+            .iter()
+            .all(|g| g.generation.last_seq == 0 && g.generation.facts.is_empty());
+        if never_started {
+            if !executions.is_empty() {
+                violation(format!("{run}: has no generations but its tools ran"));
+            }
+            continue;
+        }
+        let facts = lineage_facts(&run, &[source, recovered], &mut violation);
+        // Seqs run 1..=n without gaps.
+        if let Some((&last, _)) = facts.iter().next_back()
+            && facts.len() as u64 != last
+        {
+            violation(format!(
+                "{run}: committed seqs have gaps ({} facts up to seq {last})",
+                facts.len()
+            ));
+        }
+        // Every run ends terminal, on its own chain or its recovery's.
+        let terminal = facts
+            .values()
+            .next_back()
+            .is_some_and(|(_, _, f)| matches!(f.body, FactBody::Terminal(_)));
+        completed += usize::from(terminal);
+        if !terminal {
+            let record = recovery::read(store, &recovery_id_for(&run))
+                .await
+                .ok()
+                .flatten()
+                .map(|(r, _)| format!("{:?} after {} attempts", r.state, r.attempts));
+            let admitted = creates.contains_key(layout::recovery(recovery.as_str()).as_str());
+            violation(format!(
+                "{run}: never reached a terminal state ({} facts; recovery record: {})",
+                facts.len(),
+                record.unwrap_or_else(|| if admitted {
+                    "deleted by gc".into()
+                } else {
+                    "none".into()
+                })
+            ));
+        }
+        // Epochs never go down along a chain, and grow from the source to its recovery.
+        for chain in [source, recovered] {
+            let mut by_slot: Vec<&LandedGeneration> = chain.iter().collect();
+            by_slot.sort_by_key(|g| (g.slot, g.order));
+            for pair in by_slot.windows(2) {
+                if pair[1].generation.epoch < pair[0].generation.epoch {
+                    violation(format!(
+                        "{}: generation {} has epoch {} after generation {} at epoch {}",
+                        pair[1].generation.run_id,
+                        pair[1].slot,
+                        pair[1].generation.epoch,
+                        pair[0].slot,
+                        pair[0].generation.epoch
+                    ));
+                }
+            }
+        }
+        // Only commits count: a fence (no facts) written to a source already pinned loses
+        // nothing, while a commit to it at the recovery's epoch or later would.
+        let source_max = source
+            .iter()
+            .filter(|g| !g.generation.facts.is_empty())
+            .map(|g| g.generation.epoch)
+            .max()
+            .unwrap_or(0);
+        if let Some(recovery_min) = recovered.iter().map(|g| g.generation.epoch).min()
+            && recovery_min <= source_max
+        {
+            violation(format!(
+                "{run}: its recovery wrote at epoch {recovery_min}, not above the source's last commit at epoch {source_max}"
+            ));
+        }
+        // Tool calls: a committed result's call never runs again at a later incarnation;
+        // no call runs twice in one incarnation; repeats stay within the interruptions.
+        let mut ran: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        for execution in &executions {
+            ran.entry(execution.call.as_str())
+                .or_default()
+                .push(execution.epoch);
+        }
+        let denied: BTreeSet<String> = facts
+            .values()
+            .filter_map(|(_, _, f)| match &f.body {
+                FactBody::ConfirmationAnswered(a) if !a.approved => Some(a.call_id.to_string()),
+                _ => None,
+            })
+            .collect();
+        for (_, commit_epoch, fact) in facts.values() {
+            let FactBody::ToolResult(result) = &fact.body else {
+                continue;
+            };
+            let call = result.call_id.to_string();
+            if denied.contains(&call) {
+                continue;
+            }
+            if !ran.contains_key(call.as_str()) {
+                violation(format!(
+                    "{run}: committed the result of {call} but the call never ran"
+                ));
+                continue;
+            }
+            if let Some(later) = executions
+                .iter()
+                .find(|e| e.call == call && e.epoch > *commit_epoch)
+            {
+                violation(format!(
+                    "{run}: call {call} ({}) ran at epoch {} on {} after its result was committed at epoch {commit_epoch}",
+                    later.name, later.epoch, later.process
+                ));
+            }
+        }
+        for (call, epochs) in &ran {
+            let distinct: BTreeSet<u64> = epochs.iter().copied().collect();
+            if distinct.len() < epochs.len() {
+                violation(format!(
+                    "{run}: call {call} ran {} times over epochs {epochs:?} (twice in one incarnation)",
+                    epochs.len()
+                ));
+            }
+        }
+        // Parked runs take no step until answered: a denied call never runs, an approved one
+        // only after the answer; nobody but the answerer (and one takeover) fences the run
+        // while it waits.
+        for (seq, (_, _, fact)) in &facts {
+            let FactBody::ConfirmationRequested(requested) = &fact.body else {
+                continue;
+            };
+            let call = requested.call_id.to_string();
+            let answered = facts.values().find_map(|(_, epoch, f)| match &f.body {
+                FactBody::ConfirmationAnswered(a) if a.call_id == requested.call_id => {
+                    Some((a.approved, *epoch))
+                }
+                _ => None,
+            });
+            let epochs = ran.get(call.as_str()).cloned().unwrap_or_default();
+            match answered {
+                Some((false, _)) if !epochs.is_empty() => violation(format!(
+                    "{run}: call {call} was denied but ran at epochs {epochs:?}"
+                )),
+                Some((true, answer_epoch)) => {
+                    if let Some(early) = epochs.iter().find(|e| **e < answer_epoch) {
+                        violation(format!(
+                            "{run}: call {call} ran at epoch {early}, before its confirmation was answered at epoch {answer_epoch}"
+                        ));
+                    }
+                }
+                None if !epochs.is_empty() => violation(format!(
+                    "{run}: call {call} ran at epochs {epochs:?} but was never confirmed"
+                )),
+                _ => {}
+            }
+            let fences = [source, recovered]
+                .iter()
+                .flat_map(|c| c.iter())
+                .filter(|g| {
+                    g.generation.facts.is_empty()
+                        && g.generation.first_seq > g.generation.last_seq
+                        && g.generation.last_seq == *seq
+                })
+                .count();
+            let answered_times = answers.get(run.as_str()).copied().unwrap_or(0)
+                + answers.get(recovery.as_str()).copied().unwrap_or(0);
+            let allowed = 1 + answered_times as usize + scenario.interruptions_planned();
+            if fences > allowed {
+                violation(format!(
+                    "{run}: parked at seq {seq}, it was taken {fences} times (fence generations) while waiting; allowed {allowed} (answers {answered_times})"
+                ));
+            }
+        }
+        let repeats: usize = ran.values().map(|e| e.len() - 1).sum();
+        let incarnations: BTreeSet<u64> = executions.iter().map(|e| e.epoch).collect();
+        if repeats >= incarnations.len().max(1) {
+            violation(format!(
+                "{run}: {repeats} repeated tool calls over {} incarnations",
+                incarnations.len()
+            ));
+        }
+        // A live host is judged by the TTL it declared: a calm host's run is never taken.
+        if plan.calm {
+            let claimed = creates.contains_key(layout::recovered_by(run.as_str()).as_str());
+            match hosts.get(run.as_str()) {
+                Some(HostOutcome::Failed(error)) => violation(format!(
+                    "{run}: its host was alive and calm (ttl {} ms, fleet ttl {} ms) but its run failed: {error}",
+                    plan.ttl_ms, scenario.ttl_ms
+                )),
+                Some(HostOutcome::Finished) if claimed => violation(format!(
+                    "{run}: its host was alive and calm (ttl {} ms, fleet ttl {} ms) but a recovery was admitted",
+                    plan.ttl_ms, scenario.ttl_ms
+                )),
+                _ => {}
+            }
+        }
+    }
+    // No recovery record is left unfinished (stranded, dead-lettered, or still running).
+    let listed = store
+        .list(layout::recoveries_prefix(), None, 10_000)
+        .await
+        .unwrap_or_default();
+    let prefix = format!("recovery-of-s{}-", scenario.seed);
+    for listed in listed {
+        let Ok(Some(object)) = store.read(&listed.key).await else {
+            continue;
+        };
+        let Ok(record) = layout::decode_object::<recovery::RecoveryRecord>(
+            &listed.key,
+            "recovery",
+            &object.bytes,
+        ) else {
+            violation(format!("{}: not a recovery record", listed.key));
+            continue;
+        };
+        if record.recovery_id.as_str().starts_with(&prefix)
+            && record.state != RecoveryState::Finished
+        {
+            violation(format!(
+                "recovery {} left {:?} after {} attempts (last error: {})",
+                record.recovery_id,
+                record.state,
+                record.attempts,
+                record.last_error.as_deref().unwrap_or("none")
+            ));
+        }
+    }
+    (violations, completed)
+}
+
+// ---------------------------------------------------------------------------------------
+// Sweeps.
+// ---------------------------------------------------------------------------------------
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+fn seeds() -> Vec<u64> {
+    if let Some(seed) = env_u64("REKINDLE_SIM_SEED") {
+        return vec![seed];
+    }
+    let base = env_u64("REKINDLE_SIM_BASE").unwrap_or(DEFAULT_BASE);
+    let count = env_u64("REKINDLE_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
+    (0..count).map(|i| base.wrapping_add(i)).collect()
+}
+
+fn threads() -> usize {
+    env_u64("REKINDLE_SIM_THREADS")
+        .map(|n| n.max(1) as usize)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get().min(2))
+                .unwrap_or(1)
+        })
+}
+
+/// Runs the seeds on a few OS threads (each seed on its own paused runtime).
+fn sweep(seeds: Vec<u64>) -> Vec<Outcome> {
+    let threads = threads().min(seeds.len().max(1));
+    let seeds = Arc::new(seeds);
+    let next = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let seeds = Arc::clone(&seeds);
+            let next = Arc::clone(&next);
+            std::thread::spawn(move || {
+                let mut outcomes = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst) as usize;
+                    let Some(&seed) = seeds.get(i) else {
+                        return outcomes;
+                    };
+                    outcomes.push(simulate(seed));
+                }
+            })
+        })
+        .collect();
+    let mut outcomes: Vec<Outcome> = handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("a simulation thread"))
+        .collect();
+    outcomes.sort_by_key(|o| o.seed);
+    outcomes
+}
+
+fn print_failure(outcome: &Outcome, full: bool) {
+    println!("seed {} broke invariants:", outcome.seed);
+    for violation in &outcome.violations {
+        println!("  violation: {violation}");
+    }
+    let skip = if full {
+        0
+    } else {
+        outcome.trace.len().saturating_sub(40)
+    };
+    println!(
+        "  trace ({} events{}):",
+        outcome.trace.len(),
+        if full { "" } else { ", last 40" }
+    );
+    for line in &outcome.trace[skip..] {
+        println!("    {line}");
+    }
+    println!(
+        "  replay: REKINDLE_SIM_SEED={} cargo test --test simulation -- --nocapture",
+        outcome.seed
+    );
+}
+
+// Proves the brief's invariants hold for every seed of the sweep: the whole fleet on one
+// bucket under crashes at write boundaries, pauses past the TTL, store faults, gc with a
+// short retention, long recoveries, parked runs answered later and hosts with a longer TTL.
+#[test]
+fn every_seed_keeps_every_invariant() {
+    let seeds = seeds();
+    let single = seeds.len() == 1;
+    let started = std::time::Instant::now();
+    let outcomes = sweep(seeds);
+    let seconds = started.elapsed().as_secs_f64();
+    let mut totals: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let (mut runs, mut completed, mut recoveries, mut executions, mut calls) = (0, 0, 0, 0, 0);
+    for outcome in &outcomes {
+        runs += outcome.summary.runs;
+        completed += outcome.summary.completed;
+        recoveries += outcome.summary.recoveries;
+        executions += outcome.summary.executions;
+        calls += outcome.summary.store_calls;
+        for (what, n) in &outcome.summary.injected {
+            *totals.entry(what).or_default() += n;
+        }
+    }
+    let failed: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| !o.violations.is_empty())
+        .collect();
+    // One number for the whole sweep: the same seeds give the same digest on every machine.
+    let digest = outcomes.iter().fold(0u64, |acc, o| {
+        acc.rotate_left(5) ^ o.digest.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    });
+    println!(
+        "simulation: {} seeds (digest {digest:016x}) in {seconds:.1} s ({:.0} seeds/s), {runs} runs ({completed} completed), {recoveries} recoveries, {executions} tool executions, {calls} store calls; injected {totals:?}; {} seeds broke invariants",
+        outcomes.len(),
+        outcomes.len() as f64 / seconds.max(1e-9),
+        failed.len()
+    );
+    if single && let Some(outcome) = outcomes.first() {
+        println!("summary: {:?}", outcome.summary);
+        if outcome.violations.is_empty() {
+            for line in &outcome.trace {
+                println!("    {line}");
+            }
+        }
+    }
+    // `REKINDLE_SIM_LIST=1`: every violation of every seed, one per line (to tabulate).
+    if env_u64("REKINDLE_SIM_LIST").is_some_and(|v| v > 0) {
+        for outcome in &failed {
+            for violation in &outcome.violations {
+                println!("seed {}: {violation}", outcome.seed);
+            }
+            let events = ["CRASH", "PAUSE", "restarts", "answers", "removed"];
+            for line in outcome
+                .trace
+                .iter()
+                .filter(|l| events.iter().any(|e| l.contains(e)))
+            {
+                println!("seed {} trace: {line}", outcome.seed);
+            }
+        }
+    }
+    for outcome in failed.iter().take(5) {
+        print_failure(outcome, single);
+    }
+    if failed.len() > 5 {
+        let rest: Vec<u64> = failed[5..].iter().map(|o| o.seed).collect();
+        println!("further failing seeds: {rest:?}");
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} seeds broke invariants (first: seed {}: {})",
+        failed.len(),
+        outcomes.len(),
+        failed[0].seed,
+        failed[0].violations[0]
+    );
+    if !single {
+        // The sweep really exercised what it claims.
+        for what in [
+            "crashes",
+            "pauses",
+            "lost responses",
+            "503s",
+            "409s",
+            "gc passes",
+        ] {
+            assert!(
+                totals.get(what).copied().unwrap_or(0) > 0,
+                "no {what} injected"
+            );
+        }
+    }
+}
+
+// Proves kill -9 at every write boundary (before and after each write lands) of a host, the
+// coordinator and a worker loses nothing: the run still ends, once, with every invariant kept.
+#[test]
+fn a_crash_at_every_write_boundary_keeps_every_invariant() {
+    let base = env_u64("REKINDLE_SIM_BASE").unwrap_or(DEFAULT_BASE);
+    let mut failures = Vec::new();
+    let mut crashed = 0;
+    for role in [Role::Host, Role::Coordinator, Role::Worker] {
+        for nth in 1..=24 {
+            for after in [false, true] {
+                let outcome = simulate_scenario(Scenario::boundary(base, role, nth, after));
+                crashed += outcome
+                    .summary
+                    .injected
+                    .get("crashes")
+                    .copied()
+                    .unwrap_or(0);
+                if !outcome.violations.is_empty() {
+                    let when = if after { "after" } else { "before" };
+                    let write = outcome
+                        .trace
+                        .iter()
+                        .rev()
+                        .find(|l| l.contains(&format!("write {nth}: ")))
+                        .and_then(|l| l.split(": ").nth(2))
+                        .unwrap_or("?")
+                        .to_owned();
+                    failures.push(format!(
+                        "{role:?} killed {when} write {nth} ({write}): {}",
+                        outcome.violations.join("; ")
+                    ));
+                }
+            }
+        }
+    }
+    for failure in &failures {
+        println!("{failure}");
+    }
+    assert!(crashed > 100, "only {crashed} crashes happened");
+    assert!(failures.is_empty(), "{}", failures[0]);
+}
+
+// Proves a seed replays exactly: the same seed run twice makes the same store calls in the
+// same order at the same virtual times, the same trace and the same summary.
+#[test]
+fn the_same_seed_replays_exactly() {
+    let base = env_u64("REKINDLE_SIM_BASE").unwrap_or(DEFAULT_BASE);
+    let mut events = 0;
+    for seed in base..base + 8 {
+        let first = simulate(seed);
+        events += first.summary.injected.values().sum::<u64>();
+        let second = simulate(seed);
+        assert_eq!(
+            first.digest, second.digest,
+            "seed {seed}: store calls differ"
+        );
+        assert_eq!(first.trace, second.trace, "seed {seed}: traces differ");
+        assert_eq!(
+            first.summary, second.summary,
+            "seed {seed}: summaries differ"
+        );
+        assert_eq!(first.violations, second.violations, "seed {seed}");
+        assert!(first.summary.store_calls > 0);
+    }
+    assert!(events > 0, "the replayed seeds injected nothing");
+}
