@@ -334,7 +334,7 @@ async fn tick(
     let runs = observe_runs(store, observer, entries, &alive).await;
     let actions = decide(&workers, &runs, options.max_attempts);
     for action in &actions {
-        if let Err(error) = execute(store, holder, options, action).await {
+        if let Err(error) = execute(store, holder, options, action, &runs).await {
             tracing::warn!(?action, %error, "coordinator action failed");
         }
     }
@@ -541,6 +541,32 @@ async fn write_inboxes(
     Ok(())
 }
 
+/// Whether the run's index entry is still the one the decision was made on. A tick can take
+/// long (a slow store, a paused process): a host may have finished or parked since its entry
+/// was listed, and retired its heartbeat, which then looks like death. One GET keeps such a
+/// stale decision from fencing a run that is no longer interrupted; the next tick decides
+/// again from fresh observations.
+async fn still_as_observed(
+    store: &Store,
+    source: &RunId,
+    observed: Option<&IndexEntry>,
+) -> Result<bool, LifecycleError> {
+    let current = crate::index::read(store, source).await?;
+    let same = match (current.as_ref(), observed) {
+        (Some(now), Some(then)) => {
+            now.phase == then.phase
+                && now.holder == then.holder
+                && now.recovery_id == then.recovery_id
+                && now.updated_at_ms == then.updated_at_ms
+        }
+        _ => false,
+    };
+    if !same {
+        tracing::debug!(source_run = %source, "index entry changed since it was observed; not admitting now");
+    }
+    Ok(same)
+}
+
 /// Admits a recovery of an interrupted source under its deterministic ID, or under the ID
 /// that already claimed it (an operator's `rekindle recover` that crashed before indexing).
 async fn admit_interrupted(
@@ -589,6 +615,7 @@ async fn execute(
     holder: &Arc<Holder>,
     options: &CoordinatorOptions,
     action: &Action,
+    runs: &[RunView],
 ) -> Result<(), LifecycleError> {
     let event = |recovery: &RecoveryId, event: Event| {
         let recovery = recovery.clone();
@@ -605,7 +632,12 @@ async fn execute(
         }
     };
     match action {
-        Action::Admit { source } => admit_interrupted(store, holder, source).await?,
+        Action::Admit { source } => {
+            let observed = runs.iter().find(|r| r.entry.run_id == *source);
+            if still_as_observed(store, source, observed.map(|r| &r.entry)).await? {
+                admit_interrupted(store, holder, source).await?;
+            }
+        }
         Action::Assign { recovery, worker } => {
             event(
                 recovery,
