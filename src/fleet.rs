@@ -196,7 +196,7 @@ impl Node {
         let now = self.clock().wall_ms();
         let facts = opening_facts(run, session.clone(), &self.agent, prompt, now);
         let entry = self.entry(run, session, Phase::Running);
-        lifecycle::host_started(&self.store, &entry).await?;
+        let written = lifecycle::host_started(&self.store, &entry).await?;
         self.logs.remove_log(run.as_str())?;
         let (mut log, _) = self.logs.open_log(run.as_str())?;
         log.append_all(&facts)?;
@@ -213,7 +213,7 @@ impl Node {
         match &stopped {
             Stopped::Finished(_) => lifecycle::host_finished(&self.store, run).await?,
             Stopped::Parked(_) | Stopped::WaitingForInput => {
-                lifecycle::host_parked(&self.store, &entry).await?
+                lifecycle::host_parked(&self.store, &entry, &written).await?
             }
             Stopped::StepCap | Stopped::StopRequested => {}
         }
@@ -417,7 +417,20 @@ pub async fn answer_run(
             if entry.phase != Phase::Parked {
                 return Err(not_waiting());
             }
-            commit_answer(store, holder, source, &answer, true).await?;
+            match commit_answer(store, holder, source, &answer, true).await {
+                Ok(()) => {}
+                Err(FleetError::BeingRecovered { run, recovery }) => {
+                    // An admission claimed the run and has not recorded its recovery (it
+                    // crashed, or it is still going): finish it, so the run does not wait on
+                    // a claim nobody completes. The recovery parks where the run did.
+                    if recovery::read(store, &recovery).await?.is_none() {
+                        lifecycle::admit(store, holder, &run, &recovery, false, Takeover::Now)
+                            .await?;
+                    }
+                    return Err(FleetError::BeingRecovered { run, recovery });
+                }
+                Err(other) => return Err(other),
+            }
             lifecycle::host_answered(store, &entry).await?;
         }
     }

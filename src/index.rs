@@ -84,13 +84,26 @@ impl IndexEntry {
     }
 }
 
-/// Writes (or replaces) a run's entry.
-pub async fn put(store: &Store, entry: &IndexEntry) -> Result<(), IndexError> {
+/// Writes (or replaces) a run's entry; returns its version.
+pub async fn put(store: &Store, entry: &IndexEntry) -> Result<ETag, IndexError> {
     let bytes = Bytes::from(serde_json::to_vec(entry).unwrap_or_default());
-    store
+    Ok(store
         .put(&layout::index_entry(entry.run_id.as_str()), bytes)
-        .await?;
-    Ok(())
+        .await?)
+}
+
+/// Replaces a run's entry only if it is still at version `expected`; `false` if someone
+/// else rewrote it meanwhile (and it was left as they wrote it).
+pub async fn swap(store: &Store, entry: &IndexEntry, expected: &ETag) -> Result<bool, IndexError> {
+    let bytes = Bytes::from(serde_json::to_vec(entry).unwrap_or_default());
+    match store
+        .swap(&layout::index_entry(entry.run_id.as_str()), bytes, expected)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(StoreError::Changed { .. }) => Ok(false),
+        Err(other) => Err(other.into()),
+    }
 }
 
 /// Reads a run's entry.

@@ -275,7 +275,7 @@ pub enum LifecycleError {
 /// Brings the source run's index entry in line with `record` (the record is the truth).
 pub async fn sync_index(store: &Store, record: &RecoveryRecord) -> Result<(), IndexError> {
     match entry_for(record) {
-        Some(entry) => index::put(store, &entry).await,
+        Some(entry) => index::put(store, &entry).await.map(|_| ()),
         None => index::remove(store, &record.source_run).await,
     }
 }
@@ -391,6 +391,15 @@ pub async fn admit(
     // sees the claim and stops (see `fleet::answer_run`); one that committed before the
     // fence is in the pin; one still writing is fenced.
     let claimed_now = recovery::claim(store, source, recovery_id).await?;
+    if !claimed_now && let Some((record, _)) = recovery::read(store, recovery_id).await? {
+        // Another admission of this ID finished meanwhile (this one may have been paused):
+        // fencing now would write to the source after its pin.
+        sync_index(store, &record).await?;
+        return Ok(Admitted {
+            record,
+            created: false,
+        });
+    }
     let admitted = async {
         fence_source(store, holder, source)
             .await
@@ -408,7 +417,10 @@ pub async fn admit(
                 && let LifecycleError::Recovery(
                     RecoveryError::NothingToRecover { .. }
                     | RecoveryError::NeverStarted { .. }
-                    | RecoveryError::Source { .. },
+                    | RecoveryError::Source {
+                        source: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
+                        ..
+                    },
                 ) = &error
             {
                 recovery::release_claim(store, source, recovery_id).await?;
@@ -520,18 +532,28 @@ async fn wait_until_silent(store: &Store, source: &RunId) -> Result<(), Lifecycl
 }
 
 /// The index entry of a host's own run when it starts (before its first commit, so a host
-/// that dies right after is found by the coordinator).
-pub async fn host_started(store: &Store, entry: &IndexEntry) -> Result<(), IndexError> {
+/// that dies right after is found by the coordinator). Returns the entry's version, which
+/// the host's later index changes are conditional on.
+pub async fn host_started(store: &Store, entry: &IndexEntry) -> Result<ETag, IndexError> {
     index::put(store, entry).await
 }
 
-/// A host's own run parked: the entry says so and names no holder.
-pub async fn host_parked(store: &Store, entry: &IndexEntry) -> Result<(), IndexError> {
+/// A host's own run parked: the entry says so and names no holder — unless the entry moved
+/// on since the host wrote it (a coordinator judged the host dead and admitted a recovery
+/// while it was paused): then the run is the recovery's, and the entry stays as it is.
+pub async fn host_parked(
+    store: &Store,
+    entry: &IndexEntry,
+    written: &ETag,
+) -> Result<(), IndexError> {
     let mut entry = entry.clone();
     entry.phase = Phase::Parked;
     entry.holder = None;
     entry.holder_ttl_ms = None;
-    index::put(store, &entry).await
+    if !index::swap(store, &entry, written).await? {
+        tracing::info!(run_id = %entry.run_id, "the run was taken over while it parked; its index entry is the recovery's now");
+    }
+    Ok(())
 }
 
 /// A host's own run ended (its terminal fact is committed): it leaves the index.
@@ -547,5 +569,5 @@ pub async fn host_answered(store: &Store, entry: &IndexEntry) -> Result<(), Inde
     entry.holder = None;
     entry.holder_ttl_ms = None;
     entry.updated_at_ms = store.clock().wall_ms();
-    index::put(store, &entry).await
+    index::put(store, &entry).await.map(|_| ())
 }

@@ -108,6 +108,11 @@ struct Claim {
     kind: String,
     source_run: RunId,
     recovery_id: RecoveryId,
+    /// Unique to the admission that wrote it: two admissions of the same ID write different
+    /// bytes, so the store's lost-ack adoption (identical bytes are ours) cannot mistake
+    /// another admission's claim for this one's.
+    #[serde(default)]
+    nonce: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -203,6 +208,7 @@ pub async fn claim(
         kind: CLAIM_KIND.into(),
         source_run: source.clone(),
         recovery_id: recovery_id.clone(),
+        nonce: store.clock().nonce(),
     };
     let claim_bytes = Bytes::from(serde_json::to_vec(&claim).unwrap_or_default());
     match store.create(&claim_key, claim_bytes).await {
