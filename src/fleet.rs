@@ -420,13 +420,12 @@ pub async fn answer_run(
             match commit_answer(store, holder, source, &answer, true).await {
                 Ok(()) => {}
                 Err(FleetError::BeingRecovered { run, recovery }) => {
-                    // An admission claimed the run and has not recorded its recovery (it
-                    // crashed, or it is still going): finish it, so the run does not wait on
-                    // a claim nobody completes. The recovery parks where the run did.
-                    if recovery::read(store, &recovery).await?.is_none() {
-                        lifecycle::admit(store, holder, &run, &recovery, false, Takeover::Now)
-                            .await?;
-                    }
+                    // An admission claimed the run. If it crashed before its record or its
+                    // index entry (a paused host may even have written its own entry over
+                    // it), finish it, so the run does not wait on a claim nobody completes:
+                    // admitting the claimed ID again is idempotent and re-indexes the run.
+                    // The recovery parks where the run did; answer that.
+                    lifecycle::admit(store, holder, &run, &recovery, false, Takeover::Now).await?;
                     return Err(FleetError::BeingRecovered { run, recovery });
                 }
                 Err(other) => return Err(other),
