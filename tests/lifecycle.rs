@@ -942,7 +942,11 @@ async fn a_second_worker_with_the_same_id_refuses_to_start() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let other_stop = Arc::new(AtomicBool::new(false));
     let second = harness.spawn_worker(&store, harness.worker_options("w1"), &other_stop);
-    let error = second.await.unwrap().unwrap_err();
+    let error = tokio::time::timeout(Duration::from_secs(30), second)
+        .await
+        .expect("a second worker with a live worker's ID must refuse to start, not run")
+        .unwrap()
+        .unwrap_err();
     assert!(
         error.to_string().contains("in use by another live process"),
         "{error}"
