@@ -1017,3 +1017,55 @@ async fn graceful_stop_hands_back_without_a_failure() {
     second.await.unwrap().unwrap();
     coordinator.await.unwrap();
 }
+
+// Proves: `recover` without --takeover never fences a holder that took the lease after the
+// admission judged it free. The run's lease is released (its host parked); the admission
+// reads it, is paused, and meanwhile a live process (an answerer committing the human's
+// answer) takes the lease and beats. The admission must refuse, not take the lease over.
+#[tokio::test(start_paused = true)]
+async fn recover_without_takeover_refuses_a_holder_that_came_after_the_silence_check() {
+    use rekindle::store::faults::{FaultPlan, FaultyStore};
+    let harness = Harness::new(2, 32, Some(1));
+    let store = harness.store();
+    // A host whose run parked: it committed, then released the lease.
+    let host = harness.node(&store, "host", TTL);
+    host.holder.beat().await.unwrap();
+    let run = RunId::new("parked");
+    let stopped = host.start_run(&run, None, "go").await.unwrap();
+    assert!(matches!(stopped, Stopped::Parked(_)), "{stopped:?}");
+    host.holder.retire().await.unwrap();
+    // The CLI's admission, paused right after it first reads the (released) lease.
+    let faulty = FaultyStore::new(harness.bucket.clone(), FaultPlan::default(), 1);
+    let cli_store = harness.store_over(faulty.clone());
+    let gate = faulty.pause_after_read(&format!("{}/lease", run.as_str()));
+    let cli = Holder::new(&cli_store, "cli", TTL);
+    let id = RecoveryId::new("by-hand");
+    let admission = {
+        let (cli_store, cli, run, id) = (cli_store.clone(), cli.clone(), run.clone(), id.clone());
+        tokio::spawn(async move {
+            fleet::spawn_recovery(&cli_store, &cli, &run, &id, false, Takeover::IfSilent).await
+        })
+    };
+    gate.reached().await;
+    // Meanwhile a live process takes the free lease and keeps beating.
+    let answerer = Holder::new(&store, "answerer", TTL);
+    answerer.beat().await.unwrap();
+    let answerer_stop = Arc::new(AtomicBool::new(false));
+    let beating = answerer.spawn_heartbeat(Arc::clone(&answerer_stop));
+    let held = answerer.acquire(&run).await.unwrap();
+    gate.release();
+    let outcome = admission.await.unwrap();
+    let lease = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    assert_eq!(
+        (lease.lease.holder.as_str(), lease.lease.epoch),
+        ("answerer", held.epoch),
+        "the live answerer was fenced without --takeover (admission: {outcome:?})"
+    );
+    let error = outcome.unwrap_err();
+    assert!(error.to_string().contains("--takeover"), "{error}");
+    // Refused: no record, and no claim left behind to block a later admission.
+    assert!(recovery::read(&store, &id).await.unwrap().is_none());
+    assert!(recovery::claimed_by(&store, &run).await.unwrap().is_none());
+    answerer_stop.store(true, Ordering::SeqCst);
+    beating.await.unwrap();
+}
