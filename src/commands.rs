@@ -459,7 +459,17 @@ pub async fn answer(
     };
     let source = RunId::new(run);
     let holder = Holder::new(&store, cli::default_id("cli"), CLI_TTL);
-    fleet::answer_run(&store, &holder, &source, answer).await?;
+    // The answer is committed under the run's lease: beat while holding it, or anyone who
+    // looks (`rekindle recover` without --takeover) takes a holder with no heartbeat for
+    // gone and fences the answer.
+    holder.beat().await.context("write the heartbeat")?;
+    let beating_stop = Arc::new(AtomicBool::new(false));
+    let beating = holder.spawn_heartbeat(Arc::clone(&beating_stop));
+    let answered = fleet::answer_run(&store, &holder, &source, answer).await;
+    beating_stop.store(true, Ordering::SeqCst);
+    let _ = beating.await;
+    let _ = holder.retire().await;
+    answered?;
     println!("run {source}: answered; the fleet resumes it");
     Ok(())
 }
