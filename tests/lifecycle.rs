@@ -1069,3 +1069,71 @@ async fn recover_without_takeover_refuses_a_holder_that_came_after_the_silence_c
     answerer_stop.store(true, Ordering::SeqCst);
     beating.await.unwrap();
 }
+
+// Proves: a worker's next attempt at a recovery fences its earlier attempt even in the same
+// process. An attempt whose commit is still in flight fails (its store call gave up) without
+// releasing the lease; the same worker is offered the recovery again and re-takes the lease.
+// If that returns the same epoch, `RunWriter::resume` writes no fence, the late commit lands
+// behind the new attempt's back and the new attempt redoes committed work.
+#[tokio::test(start_paused = true)]
+async fn a_late_commit_of_an_earlier_attempt_is_fenced_by_the_same_workers_next_attempt() {
+    use rekindle::fact::{Fact, FactBody, ModelTurn, Seq};
+    use rekindle::generation::{RunWriter, SnapshotPolicy};
+    use rekindle::store::faults::{FaultPlan, FaultyStore};
+    let harness = Harness::new(2, 32, None);
+    let store = harness.store();
+    let policy = SnapshotPolicy::default();
+    let holder = Holder::new(&store, "w1", TTL);
+    holder.beat().await.unwrap();
+    let run = RunId::new("recovery-run");
+    // Attempt 1 takes the recovery run's lease and seeds the run.
+    let first = holder
+        .acquire_or_wait_from(&run, 2, TTL / 4, TTL * 3)
+        .await
+        .unwrap();
+    let facts = fleet::opening_facts(&run, None, &harness.agent, "go", 0);
+    RunWriter::create_as(&store, run.clone(), facts, first.epoch, policy)
+        .await
+        .unwrap();
+    // Its next commit goes over a slow link and lands 2 s after it was sent.
+    let slow = FaultyStore::new(
+        harness.bucket.clone(),
+        FaultPlan {
+            detached_write_delay: Duration::from_secs(2),
+            ..FaultPlan::default()
+        },
+        1,
+    );
+    let mut late = RunWriter::resume(&harness.store_over(slow), &run, first.epoch, policy)
+        .await
+        .unwrap();
+    let turn = Fact {
+        seq: Seq(3),
+        at_ms: 1,
+        body: FactBody::ModelTurn(ModelTurn {
+            content: Some("late".into()),
+            tool_calls: Vec::new(),
+            reasoning: None,
+            usage: Default::default(),
+        }),
+    };
+    let in_flight = tokio::spawn(async move { late.commit(vec![turn]).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Attempt 1 is given up for failed (no release); attempt 2 on the same worker.
+    let second = holder
+        .acquire_or_wait_from(&run, 2, TTL / 4, TTL * 3)
+        .await
+        .unwrap();
+    let writer = RunWriter::resume(&store, &run, second.epoch, policy)
+        .await
+        .unwrap();
+    let landed = in_flight.await.unwrap();
+    assert!(
+        landed.is_err(),
+        "attempt 1's commit landed after attempt 2 resumed at epoch {} (attempt 1: {}); attempt 2 saw {} facts",
+        second.epoch,
+        first.epoch,
+        writer.state().facts().len()
+    );
+    assert!(second.epoch > first.epoch);
+}
