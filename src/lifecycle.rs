@@ -427,8 +427,7 @@ pub async fn admit(
                         source: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
                         ..
                     },
-                )
-                | LifecycleError::HolderAlive { .. } = &error
+                ) = &error
             {
                 recovery::release_claim(store, source, recovery_id).await?;
             }

@@ -1063,9 +1063,10 @@ async fn recover_without_takeover_refuses_a_holder_that_came_after_the_silence_c
     );
     let error = outcome.unwrap_err();
     assert!(error.to_string().contains("--takeover"), "{error}");
-    // Refused: no record, and no claim left behind to block a later admission.
+    // Refused: no record. (The claim stays: giving it back races an admission of the same
+    // ID that the answerer may be completing, see `fleet::answer_run`; the same ID admits
+    // later, another ID is refused naming it.)
     assert!(recovery::read(&store, &id).await.unwrap().is_none());
-    assert!(recovery::claimed_by(&store, &run).await.unwrap().is_none());
     answerer_stop.store(true, Ordering::SeqCst);
     beating.await.unwrap();
 }
