@@ -330,6 +330,21 @@ pub async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Resu
             view.lease.epoch
         );
     }
+    // A recovery continuing this run is found by the coordinator through the run's index
+    // entry, which retiring removes: its record would stay non-terminal forever.
+    if let Some(recovery) = rekindle::recovery::claimed_by(&store, &run).await?
+        && !force
+    {
+        let state = rekindle::recovery::read(&store, &recovery)
+            .await?
+            .map(|(record, _)| record.state);
+        if !state.is_some_and(|state| state.is_terminal()) {
+            bail!(
+                "run \"{run}\" is being recovered as '{recovery}' ({}); let the recovery end first (or --force to strand it)",
+                state.map_or("admission not finished", |state| state.describe())
+            );
+        }
+    }
     // "Retire now": the same retirement gc does after the retention period, so the run keeps
     // its lease, claim, epochs' first slots and a tombstone and cannot come back to life.
     let deleted = rekindle::gc::retire(&store, &run, rekindle::tombstone::RetiredBy::Removal)
