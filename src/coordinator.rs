@@ -271,6 +271,8 @@ pub async fn run(
             match holder.try_acquire(&lease_run, 0, &mut standby).await {
                 Ok(Attempt::Held(held)) => {
                     tracing::info!(coordinator = %options.id, epoch = held.epoch, "leading");
+                    // Another leader may have written the inboxes since this one last did.
+                    observer.inboxes.clear();
                     leading = Some(held);
                 }
                 Ok(Attempt::Alive { .. }) => {}
@@ -322,6 +324,12 @@ async fn tick(
     }
     let heartbeats = list_heartbeats(store).await?;
     refresh_registrations(store, observer, &heartbeats).await?;
+    if observer.ticks_since_registrations == 0 {
+        // Inboxes are written only when they change from what this leader wrote last; a
+        // stale leader that woke after losing the lease may have overwritten them since.
+        // Rewrite them all now and then (one PUT per worker per sweep).
+        observer.inboxes.clear();
+    }
     let alive = judge_liveness(store, options, observer, &entries, heartbeats);
     let workers: Vec<WorkerView> = observer
         .registrations

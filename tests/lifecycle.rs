@@ -1214,3 +1214,58 @@ async fn an_answer_killed_after_its_commit_does_not_strand_the_recovery() {
     worker.await.unwrap().unwrap();
     coordinator.await.unwrap();
 }
+
+// Proves: an inbox overwritten behind the leading coordinator's back is rewritten. A
+// coordinator paused mid-tick (after computing inboxes, before its PUTs) wakes after a
+// standby took over and writes its stale inboxes unconditionally; the new leader caches
+// what it wrote last and writes an inbox only when that cache changes, so the recovery it
+// assigned stays Admitted on a live worker that never sees it.
+#[tokio::test(start_paused = true)]
+async fn an_inbox_clobbered_by_a_stale_leader_is_rewritten() {
+    let harness = Harness::new(3, 32, None);
+    harness.crashed_host("clobbered", 1).await;
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut options = harness.worker_options("w1");
+    // Slow polling, so the worker reads its inbox only after the stale write below.
+    options.poll_interval = Duration::from_secs(20);
+    let worker = harness.spawn_worker(&store, options, &stop);
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 5, &stop);
+    harness
+        .until(
+            Duration::from_secs(15),
+            "the recovery to be assigned",
+            || async {
+                harness
+                    .record("clobbered")
+                    .await
+                    .is_some_and(|r| r.assigned_to.as_deref() == Some("w1"))
+            },
+        )
+        .await;
+    // The stale leader's write: its inbox for w1, computed before the admission.
+    let stale = serde_json::json!({"format": 1, "kind": "inbox", "worker": "w1", "recoveries": []});
+    store
+        .put(
+            &layout::inbox("w1"),
+            bytes::Bytes::from(serde_json::to_vec(&stale).unwrap()),
+        )
+        .await
+        .unwrap();
+    harness
+        .until(
+            Duration::from_secs(120),
+            "the recovery to finish",
+            || async {
+                harness
+                    .record("clobbered")
+                    .await
+                    .is_some_and(|r| r.state == RecoveryState::Finished)
+            },
+        )
+        .await;
+    harness.audit("clobbered", 1);
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+    coordinator.await.unwrap();
+}
