@@ -65,8 +65,9 @@ pub enum Event {
         worker: String,
         keep_assignment: bool,
     },
-    /// The attempt stopped because the run waits for a human.
-    Park { worker: String },
+    /// The attempt stopped because the run waits for a human; `generation` is the recovery
+    /// run's newest generation then.
+    Park { worker: String, generation: u64 },
     /// A human's answer was committed to the run; it may continue.
     Answer,
     /// The attempt failed with an error.
@@ -160,18 +161,20 @@ pub fn apply(
                 next.assigned_to = None;
             }
         }
-        Event::Park { worker } => {
+        Event::Park { worker, generation } => {
             if !running_on(worker) {
                 return Err(refuse("this worker runs no attempt of it"));
             }
             next.state = RecoveryState::Parked;
             next.assigned_to = None;
+            next.parked_at = Some(*generation);
         }
         Event::Answer => {
             if record.state != RecoveryState::Parked {
                 return Err(refuse("it is not waiting for an answer"));
             }
             next.state = RecoveryState::Admitted;
+            next.parked_at = None;
         }
         Event::Fail { worker, error } => {
             if !running_on(worker) {

@@ -55,6 +55,7 @@ fn fresh_record() -> RecoveryRecord {
         fingerprint_sha256: "fp".into(),
         admitted_at_ms: 0,
         updated_at_ms: 0,
+        parked_at: None,
     }
 }
 
@@ -77,7 +78,10 @@ fn any_event() -> impl Strategy<Value = Event> {
             worker,
             keep_assignment
         }),
-        worker.clone().prop_map(|worker| Event::Park { worker }),
+        worker.clone().prop_map(|worker| Event::Park {
+            worker,
+            generation: 7
+        }),
         Just(Event::Answer),
         worker.clone().prop_map(|worker| Event::Fail {
             worker,
@@ -188,6 +192,7 @@ fn every_state_is_reachable_and_terminal_states_refuse_everything() {
                 },
                 Event::Park {
                     worker: worker.clone(),
+                    generation: 7,
                 },
                 Event::Fail {
                     worker: worker.clone(),
@@ -1139,12 +1144,11 @@ async fn a_late_commit_of_an_earlier_attempt_is_fenced_by_the_same_workers_next_
     assert!(second.epoch > first.epoch);
 }
 
-// Proves (open finding, ignored until fixed): `rekindle answer` killed between committing
-// the answer and the record's `Answer` transition strands the recovery. The run is no
-// longer parked, but its record says Parked, so no worker is ever offered it and the
-// coordinator never looks at the run again; only a human repeating the answer moves it.
+// Proves: `rekindle answer` killed between committing the answer and the record's `Answer`
+// transition does not strand the recovery. The run is no longer parked but its record says
+// Parked, so no worker would be offered it; the coordinator's parked sweep sees a
+// generation after the one the recovery parked at and finishes the `Answer`.
 #[tokio::test(start_paused = true)]
-#[ignore = "open finding: an answer killed between its two writes strands the recovery"]
 async fn an_answer_killed_after_its_commit_does_not_strand_the_recovery() {
     let harness = Harness::new(4, 32, Some(2));
     harness.crashed_host("answered", 1).await;
