@@ -330,6 +330,21 @@ pub async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Resu
             view.lease.epoch
         );
     }
+    // A recovery continuing this run is found by the coordinator through the run's index
+    // entry, which retiring removes: its record would stay non-terminal forever.
+    if let Some(recovery) = rekindle::recovery::claimed_by(&store, &run).await?
+        && !force
+    {
+        let state = rekindle::recovery::read(&store, &recovery)
+            .await?
+            .map(|(record, _)| record.state);
+        if !state.is_some_and(|state| state.is_terminal()) {
+            bail!(
+                "run \"{run}\" is being recovered as '{recovery}' ({}); let the recovery end first (or --force to strand it)",
+                state.map_or("admission not finished", |state| state.describe())
+            );
+        }
+    }
     // "Retire now": the same retirement gc does after the retention period, so the run keeps
     // its lease, claim, epochs' first slots and a tombstone and cannot come back to life.
     let deleted = rekindle::gc::retire(&store, &run, rekindle::tombstone::RetiredBy::Removal)
@@ -459,7 +474,17 @@ pub async fn answer(
     };
     let source = RunId::new(run);
     let holder = Holder::new(&store, cli::default_id("cli"), CLI_TTL);
-    fleet::answer_run(&store, &holder, &source, answer).await?;
+    // The answer is committed under the run's lease: beat while holding it, or anyone who
+    // looks (`rekindle recover` without --takeover) takes a holder with no heartbeat for
+    // gone and fences the answer.
+    holder.beat().await.context("write the heartbeat")?;
+    let beating_stop = Arc::new(AtomicBool::new(false));
+    let beating = holder.spawn_heartbeat(Arc::clone(&beating_stop));
+    let answered = fleet::answer_run(&store, &holder, &source, answer).await;
+    beating_stop.store(true, Ordering::SeqCst);
+    let _ = beating.await;
+    let _ = holder.retire().await;
+    answered?;
     println!("run {source}: answered; the fleet resumes it");
     Ok(())
 }

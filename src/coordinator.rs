@@ -95,6 +95,9 @@ pub struct RunView {
     pub entry: IndexEntry,
     pub holder_alive: bool,
     pub recovery: Option<RecoveryRecord>,
+    /// The parked recovery's run has a generation after the one it parked at: an answer was
+    /// committed whose `Answer` transition never happened (the answering process died).
+    pub answered: bool,
 }
 
 /// What the coordinator does next. Each action on a recovery is one lifecycle event.
@@ -114,6 +117,8 @@ pub enum Action {
     },
     /// Give up on a recovery after too many failed attempts.
     DeadLetter { source: RunId, recovery: RecoveryId },
+    /// A parked recovery's run moved on (an answer was committed): finish its `Answer`.
+    Answered { recovery: RecoveryId },
     /// The index entry disagrees with the record (a crash between the two writes, or a
     /// finished recovery): rewrite it from the record, or remove it.
     Reconcile { source: RunId, recovery: RecoveryId },
@@ -175,6 +180,9 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
             .as_deref()
             .is_some_and(|w| free.contains_key(w));
         match record.state {
+            RecoveryState::Parked if run.answered => actions.push(Action::Answered {
+                recovery: record.recovery_id.clone(),
+            }),
             RecoveryState::Finished | RecoveryState::DeadLettered | RecoveryState::Parked => {}
             RecoveryState::Running => {
                 if !assigned_alive && let Some(worker) = &record.assigned_to {
@@ -271,6 +279,8 @@ pub async fn run(
             match holder.try_acquire(&lease_run, 0, &mut standby).await {
                 Ok(Attempt::Held(held)) => {
                     tracing::info!(coordinator = %options.id, epoch = held.epoch, "leading");
+                    // Another leader may have written the inboxes since this one last did.
+                    observer.inboxes.clear();
                     leading = Some(held);
                 }
                 Ok(Attempt::Alive { .. }) => {}
@@ -322,6 +332,12 @@ async fn tick(
     }
     let heartbeats = list_heartbeats(store).await?;
     refresh_registrations(store, observer, &heartbeats).await?;
+    if observer.ticks_since_registrations == 0 {
+        // Inboxes are written only when they change from what this leader wrote last; a
+        // stale leader that woke after losing the lease may have overwritten them since.
+        // Rewrite them all now and then (one PUT per worker per sweep).
+        observer.inboxes.clear();
+    }
     let alive = judge_liveness(store, options, observer, &entries, heartbeats);
     let workers: Vec<WorkerView> = observer
         .registrations
@@ -478,10 +494,25 @@ async fn observe_runs(
             },
             _ => None,
         };
+        // One HEAD per parked recovery per sweep: the slot after the generation it parked at.
+        let answered = match &recovery {
+            Some(record) if record.state == RecoveryState::Parked => match record.parked_at {
+                Some(parked_at) => {
+                    let chain = crate::generation::Chain::new(
+                        store,
+                        layout::run_base(record.recovery_id.as_str()),
+                    );
+                    matches!(store.head(&chain.key(parked_at + 1)).await, Ok(Some(_)))
+                }
+                None => false,
+            },
+            _ => false,
+        };
         runs.push(RunView {
             entry,
             holder_alive,
             recovery,
+            answered,
         });
     }
     runs
@@ -671,6 +702,11 @@ async fn execute(
                 tracing::error!(source_run = %source, recovery_id = %recovery, failures = record.failures, last_error = record.last_error.as_deref().unwrap_or(""), "recovery dead-lettered");
             }
         }
+        Action::Answered { recovery } => {
+            if event(recovery, Event::Answer).await?.is_some() {
+                tracing::warn!(recovery_id = %recovery, "an answer was committed but not recorded; the recovery continues");
+            }
+        }
         Action::Reconcile { recovery, .. } => {
             if let Some((record, _)) = recovery::read(store, recovery).await? {
                 lifecycle::sync_index(store, &record).await?;
@@ -708,6 +744,7 @@ mod tests {
             entry,
             holder_alive,
             recovery,
+            answered: false,
         }
     }
 
@@ -736,6 +773,7 @@ mod tests {
             fingerprint_sha256: "fp".into(),
             admitted_at_ms: 0,
             updated_at_ms: 0,
+            parked_at: None,
         }
     }
 

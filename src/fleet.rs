@@ -411,7 +411,13 @@ pub async fn answer_run(
                 return Err(not_waiting());
             }
             commit_answer(store, holder, &RunId::new(id.as_str()), &answer, false).await?;
-            lifecycle::transition(store, id, Some((record, etag)), Event::Answer).await?;
+            match lifecycle::transition(store, id, Some((record, etag)), Event::Answer).await {
+                Ok(_) => {}
+                // The coordinator saw the committed answer first and continued the recovery.
+                Err(LifecycleError::Refused(refused))
+                    if refused.state != RecoveryState::Parked && !refused.state.is_terminal() => {}
+                Err(other) => return Err(other.into()),
+            }
         }
         None => {
             if entry.phase != Phase::Parked {

@@ -326,9 +326,10 @@ impl Holder {
         }
     }
 
-    /// Takes the lease if nobody holds it: absent, released, or held by an earlier
-    /// incarnation of this same holder ID (which is gone: IDs are unique per live process).
-    /// The epoch always grows.
+    /// Takes the lease if nobody holds it: absent, released, held by an earlier
+    /// incarnation of this same holder ID (which is gone: IDs are unique per live process),
+    /// or by an earlier holding of this process (a failed attempt that never released it).
+    /// The epoch always grows: every holding gets its own.
     pub async fn acquire(&self, run: &RunId) -> Result<Held, LeaseError> {
         self.acquire_from(run, 0).await
     }
@@ -338,10 +339,16 @@ impl Holder {
     /// system can tell every incarnation apart by (run, epoch).
     pub async fn acquire_from(&self, run: &RunId, floor: u64) -> Result<Held, LeaseError> {
         let key = layout::lease(run.as_str());
+        // Only a write of this call that landed unseen makes a lease held by this very
+        // holder ours to keep at its epoch. Found held on the first read, it is an earlier
+        // holding of this process (a failed attempt whose writes may still land): a new
+        // holding takes a new epoch, so its fence stops them.
+        let mut wrote = false;
         for _ in 0..CAS_ATTEMPTS {
             let result = match read_lease(&self.store, run).await? {
                 None => {
                     let epoch = floor.max(1);
+                    wrote = true;
                     self.store
                         .create(&key, self.lease(run, epoch, false))
                         .await
@@ -350,7 +357,7 @@ impl Holder {
                 Some(view) => {
                     let lease = &view.lease;
                     let mine_already = lease.holder == self.id && lease.holder_nonce == self.nonce;
-                    if mine_already && !lease.released {
+                    if mine_already && !lease.released && wrote {
                         return Ok(Held {
                             run: run.clone(),
                             epoch: lease.epoch,
@@ -365,6 +372,7 @@ impl Holder {
                         });
                     }
                     let epoch = (lease.epoch + 1).max(floor);
+                    wrote = true;
                     self.store
                         .swap(&key, self.lease(run, epoch, false), &view.etag)
                         .await

@@ -65,8 +65,9 @@ pub enum Event {
         worker: String,
         keep_assignment: bool,
     },
-    /// The attempt stopped because the run waits for a human.
-    Park { worker: String },
+    /// The attempt stopped because the run waits for a human; `generation` is the recovery
+    /// run's newest generation then.
+    Park { worker: String, generation: u64 },
     /// A human's answer was committed to the run; it may continue.
     Answer,
     /// The attempt failed with an error.
@@ -160,18 +161,20 @@ pub fn apply(
                 next.assigned_to = None;
             }
         }
-        Event::Park { worker } => {
+        Event::Park { worker, generation } => {
             if !running_on(worker) {
                 return Err(refuse("this worker runs no attempt of it"));
             }
             next.state = RecoveryState::Parked;
             next.assigned_to = None;
+            next.parked_at = Some(*generation);
         }
         Event::Answer => {
             if record.state != RecoveryState::Parked {
                 return Err(refuse("it is not waiting for an answer"));
             }
             next.state = RecoveryState::Admitted;
+            next.parked_at = None;
         }
         Event::Fail { worker, error } => {
             if !running_on(worker) {
@@ -384,9 +387,12 @@ pub async fn admit(
         }
         .into());
     }
-    if takeover == Takeover::IfSilent {
-        wait_until_silent(store, source).await?;
-    }
+    // The lease version judged free or silent: without a takeover, only that version may be
+    // taken over (a holder that took the lease since is alive, not judged).
+    let judged = match takeover {
+        Takeover::IfSilent => Some(wait_until_silent(store, source).await?),
+        Takeover::Now => None,
+    };
     // Claim, then fence, then pin: a writer that takes the source's lease after the fence
     // sees the claim and stops (see `fleet::answer_run`); one that committed before the
     // fence is in the pin; one still writing is fenced.
@@ -401,11 +407,14 @@ pub async fn admit(
         });
     }
     let admitted = async {
-        fence_source(store, holder, source)
+        fence(store, holder, source, judged.as_ref())
             .await
-            .map_err(|error| LifecycleError::Fence {
-                run: source.clone(),
-                source: Box::new(error),
+            .map_err(|error| match error {
+                alive @ LifecycleError::HolderAlive { .. } => alive,
+                error => LifecycleError::Fence {
+                    run: source.clone(),
+                    source: Box::new(error),
+                },
             })?;
         Ok::<_, LifecycleError>(recovery::admit(store, source, recovery_id, force).await?)
     }
@@ -443,8 +452,33 @@ pub async fn fence_source(
     holder: &Arc<Holder>,
     source: &RunId,
 ) -> Result<(), LifecycleError> {
+    fence(store, holder, source, None).await
+}
+
+/// [`fence_source`]; with `judged` (the lease version [`wait_until_silent`] judged free or
+/// silent, `None` if there was no lease), a lease held under any other version belongs to a
+/// holder nobody judged: refuse ([`LifecycleError::HolderAlive`]) instead of taking it over.
+/// The takeover is a compare-and-swap on the version checked here, so the check holds.
+async fn fence(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+    judged: Option<&Option<ETag>>,
+) -> Result<(), LifecycleError> {
     let held = match lease::read_lease(store, source).await? {
-        Some(view) if !view.lease.released => holder.take_over(&view).await?,
+        Some(view) if !view.lease.released => {
+            if let Some(judged) = judged
+                && judged.as_ref() != Some(&view.etag)
+            {
+                return Err(LifecycleError::HolderAlive {
+                    run: source.clone(),
+                    holder: view.lease.holder,
+                    epoch: view.lease.epoch,
+                    ttl_ms: view.lease.ttl_ms,
+                });
+            }
+            holder.take_over(&view).await?
+        }
         _ => holder.acquire(source).await?,
     };
     let policy = SnapshotPolicy::default();
@@ -477,13 +511,13 @@ pub async fn fence_source(
 /// Waits until the source's holder has been silent (lease and heartbeat unchanged) for the
 /// TTL the holder itself declared, observed on this process's monotonic clock. Returns at
 /// once if the lease is free or the holder's heartbeat is gone; refuses if the holder shows
-/// a sign of life.
-async fn wait_until_silent(store: &Store, source: &RunId) -> Result<(), LifecycleError> {
+/// a sign of life. Returns the lease version it judged (`None`: there was no lease).
+async fn wait_until_silent(store: &Store, source: &RunId) -> Result<Option<ETag>, LifecycleError> {
     let Some(first) = lease::read_lease(store, source).await? else {
-        return Ok(());
+        return Ok(None);
     };
     if first.lease.released {
-        return Ok(());
+        return Ok(Some(first.etag));
     }
     let beat = |key: String| async move {
         lease::read_heartbeat(store, &key)
@@ -491,7 +525,7 @@ async fn wait_until_silent(store: &Store, source: &RunId) -> Result<(), Lifecycl
             .map(|beat| beat.map(|(_, etag)| etag))
     };
     let Some(first_beat) = beat(first.lease.heartbeat.clone()).await? else {
-        return Ok(());
+        return Ok(Some(first.etag));
     };
     let ttl = Duration::from_millis(first.lease.ttl_ms);
     let clock = Arc::clone(store.clock());
@@ -503,7 +537,7 @@ async fn wait_until_silent(store: &Store, source: &RunId) -> Result<(), Lifecycl
         let changed = lease_now.etag != first.etag || beat_now.as_ref() != Some(&first_beat);
         if changed {
             if lease_now.lease.released || beat_now.is_none() {
-                return Ok(());
+                return Ok(Some(lease_now.etag));
             }
             return Err(LifecycleError::HolderAlive {
                 run: source.clone(),
@@ -520,11 +554,11 @@ async fn wait_until_silent(store: &Store, source: &RunId) -> Result<(), Lifecycl
             clock.monotonic(),
         );
         if verdict == Verdict::Expired {
-            return Ok(());
+            return Ok(Some(lease_now.etag));
         }
         tokio::time::sleep(poll).await;
         match lease::read_lease(store, source).await? {
-            None => return Ok(()),
+            None => return Ok(None),
             Some(view) => lease_now = view,
         }
         beat_now = beat(first.lease.heartbeat.clone()).await?;

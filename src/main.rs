@@ -212,7 +212,8 @@ enum RunsCommand {
         #[command(flatten)]
         store: StoreArgs,
         run: String,
-        /// Remove even if a holder still has the lease (only when that holder is gone).
+        /// Remove even if a holder still has the lease (only when that holder is gone), or
+        /// a recovery of the run has not ended (its record then stays as it is).
         #[arg(long)]
         force: bool,
     },

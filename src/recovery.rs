@@ -100,6 +100,10 @@ pub struct RecoveryRecord {
     pub fingerprint_sha256: String,
     pub admitted_at_ms: u64,
     pub updated_at_ms: u64,
+    /// While parked: the recovery run's newest generation when it parked. A generation after
+    /// it means an answer was committed (its `Answer` transition may have been lost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked_at: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -345,6 +349,7 @@ pub async fn admit(
             .unwrap_or_default(),
         admitted_at_ms: now,
         updated_at_ms: now,
+        parked_at: None,
     };
     let key = layout::recovery(recovery_id.as_str());
     let bytes = Bytes::from(serde_json::to_vec(&record).unwrap_or_default());

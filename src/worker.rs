@@ -219,8 +219,8 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
                 },
                 false,
             ),
-            Ok((Stopped::Parked(_) | Stopped::WaitingForInput, _)) => {
-                (Event::Park { worker }, false)
+            Ok((Stopped::Parked(_) | Stopped::WaitingForInput, generation)) => {
+                (Event::Park { worker, generation }, false)
             }
             Ok((Stopped::StepCap, _)) => (
                 Event::Yield {

@@ -646,3 +646,32 @@ async fn sigterm_hands_a_recovery_over_at_once() {
     assert!(sigterm(&mut w1).success());
     assert!(sigterm(&mut coordinator).success());
 }
+
+// Proves: `runs rm` does not strand a recovery in progress. A killed host's run is admitted
+// for recovery (its lease released by the fence, its index entry pointing at the
+// recovery); removing the source then would delete the only index entry the coordinator
+// finds the recovery by, leaving its record non-terminal forever. It is refused unless
+// --force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_rm_refuses_a_run_whose_recovery_is_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+    let run = "e2e-rm-recovering";
+    fleet.crash_host(run);
+    let admitted = fleet.cli(&["recover", run, "--recovery-id", "mine", "--takeover"]);
+    assert!(admitted.status.success(), "{admitted:?}");
+    let refused = fleet.cli(&["runs", "rm", run]);
+    let store = common::local(&bucket).await;
+    let entry = rekindle::index::read(&store, &RunId::new(run))
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(1),
+        "runs rm retired a run being recovered; index entry now {entry:?}"
+    );
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(error.contains("'mine'"), "{error}");
+    assert!(entry.is_some_and(|e| e.recovery_id.is_some()));
+}

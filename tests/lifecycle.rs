@@ -55,6 +55,7 @@ fn fresh_record() -> RecoveryRecord {
         fingerprint_sha256: "fp".into(),
         admitted_at_ms: 0,
         updated_at_ms: 0,
+        parked_at: None,
     }
 }
 
@@ -77,7 +78,10 @@ fn any_event() -> impl Strategy<Value = Event> {
             worker,
             keep_assignment
         }),
-        worker.clone().prop_map(|worker| Event::Park { worker }),
+        worker.clone().prop_map(|worker| Event::Park {
+            worker,
+            generation: 7
+        }),
         Just(Event::Answer),
         worker.clone().prop_map(|worker| Event::Fail {
             worker,
@@ -188,6 +192,7 @@ fn every_state_is_reachable_and_terminal_states_refuse_everything() {
                 },
                 Event::Park {
                     worker: worker.clone(),
+                    generation: 7,
                 },
                 Event::Fail {
                     worker: worker.clone(),
@@ -1019,5 +1024,256 @@ async fn graceful_stop_hands_back_without_a_failure() {
     harness.audit("handed", 2);
     stop.store(true, Ordering::SeqCst);
     second.await.unwrap().unwrap();
+    coordinator.await.unwrap();
+}
+
+// Proves: `recover` without --takeover never fences a holder that took the lease after the
+// admission judged it free. The run's lease is released (its host parked); the admission
+// reads it, is paused, and meanwhile a live process (an answerer committing the human's
+// answer) takes the lease and beats. The admission must refuse, not take the lease over.
+#[tokio::test(start_paused = true)]
+async fn recover_without_takeover_refuses_a_holder_that_came_after_the_silence_check() {
+    use rekindle::store::faults::{FaultPlan, FaultyStore};
+    let harness = Harness::new(2, 32, Some(1));
+    let store = harness.store();
+    // A host whose run parked: it committed, then released the lease.
+    let host = harness.node(&store, "host", TTL);
+    host.holder.beat().await.unwrap();
+    let run = RunId::new("parked");
+    let stopped = host.start_run(&run, None, "go").await.unwrap();
+    assert!(matches!(stopped, Stopped::Parked(_)), "{stopped:?}");
+    host.holder.retire().await.unwrap();
+    // The CLI's admission, paused right after it first reads the (released) lease.
+    let faulty = FaultyStore::new(harness.bucket.clone(), FaultPlan::default(), 1);
+    let cli_store = harness.store_over(faulty.clone());
+    let gate = faulty.pause_after_read(&format!("{}/lease", run.as_str()));
+    let cli = Holder::new(&cli_store, "cli", TTL);
+    let id = RecoveryId::new("by-hand");
+    let admission = {
+        let (cli_store, cli, run, id) = (cli_store.clone(), cli.clone(), run.clone(), id.clone());
+        tokio::spawn(async move {
+            fleet::spawn_recovery(&cli_store, &cli, &run, &id, false, Takeover::IfSilent).await
+        })
+    };
+    gate.reached().await;
+    // Meanwhile a live process takes the free lease and keeps beating.
+    let answerer = Holder::new(&store, "answerer", TTL);
+    answerer.beat().await.unwrap();
+    let answerer_stop = Arc::new(AtomicBool::new(false));
+    let beating = answerer.spawn_heartbeat(Arc::clone(&answerer_stop));
+    let held = answerer.acquire(&run).await.unwrap();
+    gate.release();
+    let outcome = admission.await.unwrap();
+    let lease = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    assert_eq!(
+        (lease.lease.holder.as_str(), lease.lease.epoch),
+        ("answerer", held.epoch),
+        "the live answerer was fenced without --takeover (admission: {outcome:?})"
+    );
+    let error = outcome.unwrap_err();
+    assert!(error.to_string().contains("--takeover"), "{error}");
+    // Refused: no record. (The claim stays: giving it back races an admission of the same
+    // ID that the answerer may be completing, see `fleet::answer_run`; the same ID admits
+    // later, another ID is refused naming it.)
+    assert!(recovery::read(&store, &id).await.unwrap().is_none());
+    answerer_stop.store(true, Ordering::SeqCst);
+    beating.await.unwrap();
+}
+
+// Proves: a worker's next attempt at a recovery fences its earlier attempt even in the same
+// process. An attempt whose commit is still in flight fails (its store call gave up) without
+// releasing the lease; the same worker is offered the recovery again and re-takes the lease.
+// If that returns the same epoch, `RunWriter::resume` writes no fence, the late commit lands
+// behind the new attempt's back and the new attempt redoes committed work.
+#[tokio::test(start_paused = true)]
+async fn a_late_commit_of_an_earlier_attempt_is_fenced_by_the_same_workers_next_attempt() {
+    use rekindle::fact::{Fact, FactBody, ModelTurn, Seq};
+    use rekindle::generation::{RunWriter, SnapshotPolicy};
+    use rekindle::store::faults::{FaultPlan, FaultyStore};
+    let harness = Harness::new(2, 32, None);
+    let store = harness.store();
+    let policy = SnapshotPolicy::default();
+    let holder = Holder::new(&store, "w1", TTL);
+    holder.beat().await.unwrap();
+    let run = RunId::new("recovery-run");
+    // Attempt 1 takes the recovery run's lease and seeds the run.
+    let first = holder
+        .acquire_or_wait_from(&run, 2, TTL / 4, TTL * 3)
+        .await
+        .unwrap();
+    let facts = fleet::opening_facts(&run, None, &harness.agent, "go", 0);
+    RunWriter::create_as(&store, run.clone(), facts, first.epoch, policy)
+        .await
+        .unwrap();
+    // Its next commit goes over a slow link and lands 2 s after it was sent.
+    let slow = FaultyStore::new(
+        harness.bucket.clone(),
+        FaultPlan {
+            detached_write_delay: Duration::from_secs(2),
+            ..FaultPlan::default()
+        },
+        1,
+    );
+    let mut late = RunWriter::resume(&harness.store_over(slow), &run, first.epoch, policy)
+        .await
+        .unwrap();
+    let turn = Fact {
+        seq: Seq(3),
+        at_ms: 1,
+        body: FactBody::ModelTurn(ModelTurn {
+            content: Some("late".into()),
+            tool_calls: Vec::new(),
+            reasoning: None,
+            usage: Default::default(),
+        }),
+    };
+    let in_flight = tokio::spawn(async move { late.commit(vec![turn]).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Attempt 1 is given up for failed (no release); attempt 2 on the same worker.
+    let second = holder
+        .acquire_or_wait_from(&run, 2, TTL / 4, TTL * 3)
+        .await
+        .unwrap();
+    let writer = RunWriter::resume(&store, &run, second.epoch, policy)
+        .await
+        .unwrap();
+    let landed = in_flight.await.unwrap();
+    assert!(
+        landed.is_err(),
+        "attempt 1's commit landed after attempt 2 resumed at epoch {} (attempt 1: {}); attempt 2 saw {} facts",
+        second.epoch,
+        first.epoch,
+        writer.state().facts().len()
+    );
+    assert!(second.epoch > first.epoch);
+}
+
+// Proves: `rekindle answer` killed between committing the answer and the record's `Answer`
+// transition does not strand the recovery. The run is no longer parked but its record says
+// Parked, so no worker would be offered it; the coordinator's parked sweep sees a
+// generation after the one the recovery parked at and finishes the `Answer`.
+#[tokio::test(start_paused = true)]
+async fn an_answer_killed_after_its_commit_does_not_strand_the_recovery() {
+    let harness = Harness::new(4, 32, Some(2));
+    harness.crashed_host("answered", 1).await;
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 5, &stop);
+    let worker = harness.spawn_worker(&store, harness.worker_options("w1"), &stop);
+    harness
+        .until(Duration::from_secs(60), "the recovery to park", || async {
+            harness
+                .record("answered")
+                .await
+                .is_some_and(|r| r.state == RecoveryState::Parked)
+        })
+        .await;
+    let id = recovery_id_for(&RunId::new("answered"));
+    let run = RunId::new(id.as_str());
+    let parked = rekindle::generation::load(&store, &run, None)
+        .await
+        .unwrap();
+    let call_id = match parked.state.parked() {
+        Some(rekindle::fold::Parked::Confirmation { call_id, .. }) => call_id.clone(),
+        other => panic!("not waiting for a confirmation: {other:?}"),
+    };
+    // The answering CLI dies at its fourth write (the lease release after the answer's
+    // commit; writes: take the lease, fence, answer, release), before the record changes.
+    let (cli_store, crashable) = harness.crashable();
+    crashable.crash_at_write(4, false);
+    let cli = Holder::new(&cli_store, "cli", TTL);
+    let answer = fleet::Answer::Confirm {
+        call_id,
+        approve: true,
+    };
+    let answering = {
+        let (cli_store, cli) = (cli_store.clone(), cli.clone());
+        tokio::spawn(async move {
+            fleet::answer_run(&cli_store, &cli, &RunId::new("answered"), answer).await
+        })
+    };
+    harness
+        .until(Duration::from_secs(30), "the CLI to die", || async {
+            crashable.crashed()
+        })
+        .await;
+    answering.abort();
+    let now = rekindle::generation::load(&store, &run, None)
+        .await
+        .unwrap();
+    assert!(now.state.parked().is_none(), "the answer did not land");
+    assert_eq!(
+        harness.record("answered").await.unwrap().state,
+        RecoveryState::Parked
+    );
+    harness
+        .until(
+            Duration::from_secs(120),
+            "the answered recovery to finish",
+            || async {
+                harness
+                    .record("answered")
+                    .await
+                    .is_some_and(|r| r.state == RecoveryState::Finished)
+            },
+        )
+        .await;
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+    coordinator.await.unwrap();
+}
+
+// Proves: an inbox overwritten behind the leading coordinator's back is rewritten. A
+// coordinator paused mid-tick (after computing inboxes, before its PUTs) wakes after a
+// standby took over and writes its stale inboxes unconditionally; the new leader caches
+// what it wrote last and writes an inbox only when that cache changes, so the recovery it
+// assigned stays Admitted on a live worker that never sees it.
+#[tokio::test(start_paused = true)]
+async fn an_inbox_clobbered_by_a_stale_leader_is_rewritten() {
+    let harness = Harness::new(3, 32, None);
+    harness.crashed_host("clobbered", 1).await;
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut options = harness.worker_options("w1");
+    // Slow polling, so the worker reads its inbox only after the stale write below.
+    options.poll_interval = Duration::from_secs(20);
+    let worker = harness.spawn_worker(&store, options, &stop);
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 5, &stop);
+    harness
+        .until(
+            Duration::from_secs(15),
+            "the recovery to be assigned",
+            || async {
+                harness
+                    .record("clobbered")
+                    .await
+                    .is_some_and(|r| r.assigned_to.as_deref() == Some("w1"))
+            },
+        )
+        .await;
+    // The stale leader's write: its inbox for w1, computed before the admission.
+    let stale = serde_json::json!({"format": 1, "kind": "inbox", "worker": "w1", "recoveries": []});
+    store
+        .put(
+            &layout::inbox("w1"),
+            bytes::Bytes::from(serde_json::to_vec(&stale).unwrap()),
+        )
+        .await
+        .unwrap();
+    harness
+        .until(
+            Duration::from_secs(120),
+            "the recovery to finish",
+            || async {
+                harness
+                    .record("clobbered")
+                    .await
+                    .is_some_and(|r| r.state == RecoveryState::Finished)
+            },
+        )
+        .await;
+    harness.audit("clobbered", 1);
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
     coordinator.await.unwrap();
 }
