@@ -79,7 +79,8 @@ enum Command {
         /// The interrupted run.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         source_run: Option<String>,
-        #[arg(long, required_unless_present = "all")]
+        /// The ID of the recovery run to admit (with --all, each run gets `recovery-of-<run>`).
+        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
         recovery_id: Option<String>,
         /// Admit every interrupted run (each under its deterministic recovery ID). A run
         /// counts as interrupted when its host's heartbeat is gone or stays unchanged for
@@ -200,7 +201,7 @@ enum RunsCommand {
         #[command(flatten)]
         store: StoreArgs,
         /// running, interrupted, parked, recovering, completed, failed or dead.
-        #[arg(long)]
+        #[arg(long, value_parser = ["running", "interrupted", "parked", "recovering", "completed", "failed", "dead"])]
         state: Option<String>,
         #[arg(long)]
         json: bool,
@@ -552,7 +553,19 @@ fn render(summary: &Summary) -> String {
     out
 }
 
-fn describe_step(step: &Step) -> String {
+/// What a parked run waits for, in words (`rekindle run` and `runs show` print it).
+pub(crate) fn describe_parked(parked: &fold::Parked) -> String {
+    match parked {
+        fold::Parked::Confirmation { call_id, prompt } => {
+            format!("waiting for confirmation of call {call_id}: {prompt}")
+        }
+        fold::Parked::Question { question_id, text } => {
+            format!("waiting for an answer to question {question_id}: {text}")
+        }
+    }
+}
+
+pub(crate) fn describe_step(step: &Step) -> String {
     match step {
         Step::WaitForInput => "wait for a user message".into(),
         Step::CallModel {
@@ -574,14 +587,7 @@ fn describe_step(step: &Step) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        Step::Parked { parked } => match parked {
-            fold::Parked::Confirmation { call_id, prompt } => {
-                format!("parked: waiting for confirmation of call {call_id}: {prompt}")
-            }
-            fold::Parked::Question { question_id, text } => {
-                format!("parked: waiting for an answer to question {question_id}: {text}")
-            }
-        },
+        Step::Parked { parked } => format!("parked: {}", describe_parked(parked)),
         Step::Finish { outcome, reason } => format!("finish as {outcome}: {reason}"),
         Step::Done { terminal } => format!("done: {} ({})", terminal.outcome, terminal.message),
     }
