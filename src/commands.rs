@@ -381,10 +381,14 @@ pub async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Res
             )
             .ok()
         });
-    let recovery_id = entry
-        .as_ref()
-        .and_then(|e| e.recovery_id.clone())
-        .unwrap_or_else(|| coordinator::recovery_id_for(&run));
+    // The index entry names the recovery while the run is indexed; once it is done the entry
+    // is gone, and the run's recovery claim still names a recovery under a chosen ID.
+    let recovery_id = match entry.as_ref().and_then(|e| e.recovery_id.clone()) {
+        Some(id) => id,
+        None => recovery::claimed_by(&store, &run)
+            .await?
+            .unwrap_or_else(|| coordinator::recovery_id_for(&run)),
+    };
     let record = recovery::read(&store, &recovery_id).await?.map(|(r, _)| r);
     // A recovery run's own record (its ID is the recovery ID): the run it continues.
     let recovery_of = recovery::read(&store, &RecoveryId::new(run.as_str()))

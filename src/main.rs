@@ -59,9 +59,11 @@ enum Command {
         store: StoreArgs,
         #[arg(long, env = "REKINDLE_CONFIG")]
         config: PathBuf,
-        #[arg(long)]
+        /// The run's ID; an ID is used once, ever (a second `rekindle run` with it is refused).
+        #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run_id: String,
-        #[arg(long)]
+        /// The session the run belongs to (recorded in its first fact).
+        #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
         session_id: Option<String>,
         /// Directory for local fact logs (default: $XDG_STATE_HOME/rekindle/runs).
         #[arg(long, env = "REKINDLE_STATE_DIR")]
@@ -77,10 +79,15 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
         /// The interrupted run.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        #[arg(required_unless_present = "all", conflicts_with = "all", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         source_run: Option<String>,
         /// The ID of the recovery run to admit (with --all, each run gets `recovery-of-<run>`).
-        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+        #[arg(
+            long,
+            required_unless_present = "all",
+            conflicts_with = "all",
+            value_parser = clap::builder::NonEmptyStringValueParser::new()
+        )]
         recovery_id: Option<String>,
         /// Admit every interrupted run (each under its deterministic recovery ID). A run
         /// counts as interrupted when its host's heartbeat is gone or stays unchanged for
@@ -114,17 +121,22 @@ enum Command {
     Answer {
         #[command(flatten)]
         store: StoreArgs,
+        /// The parked run.
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run: String,
         /// The tool call waiting for confirmation.
-        #[arg(long, requires = "decision")]
+        #[arg(long, requires = "decision", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         confirm: Option<String>,
+        /// Let the tool call run.
         #[arg(long, group = "decision")]
         approve: bool,
+        /// Refuse the tool call: it never runs, and the model is told so.
         #[arg(long, group = "decision")]
         deny: bool,
         /// The question waiting for an answer.
-        #[arg(long, requires = "text")]
+        #[arg(long, requires = "text", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         question: Option<String>,
+        /// The answer to the question.
         #[arg(long)]
         text: Option<String>,
     },
@@ -212,6 +224,7 @@ enum RunsCommand {
     Rm {
         #[command(flatten)]
         store: StoreArgs,
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run: String,
         /// Remove even if a holder still has the lease (only when that holder is gone).
         #[arg(long)]
@@ -221,6 +234,7 @@ enum RunsCommand {
     Show {
         #[command(flatten)]
         store: StoreArgs,
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run: String,
         #[arg(long)]
         json: bool,
