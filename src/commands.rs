@@ -12,6 +12,7 @@ use rekindle::config::Config;
 use rekindle::coordinator::{self, Registration};
 use rekindle::fact::{CallId, QuestionId, RecoveryId, RunId, SessionId};
 use rekindle::fleet::{self, Agent, Answer, Node};
+use rekindle::fold;
 use rekindle::generation;
 use rekindle::index::{self, IndexEntry, IndexScan, Phase};
 use rekindle::layout;
@@ -61,12 +62,24 @@ pub async fn run(
     let _ = beating.await;
     // A stopped host's heartbeat disappears, so the fleet resumes its run at once.
     let _ = holder.retire().await;
-    match result.with_context(|| format!("run \"{run}\""))? {
+    // Most errors already name the run; prefix the others with it, not both.
+    let result = result.map_err(|error| {
+        let error = anyhow::Error::from(error);
+        if format!("{error:#}").contains(&format!("run \"{run}\"")) {
+            error
+        } else {
+            error.context(format!("run \"{run}\""))
+        }
+    });
+    match result? {
         Stopped::Finished(terminal) => {
             println!("run {run}: {} ({})", terminal.outcome, terminal.message)
         }
         Stopped::Parked(parked) => {
-            println!("run {run}: parked, waiting for {parked:?}; answer it with `rekindle answer`")
+            println!(
+                "run {run}: parked, {}; answer it with `rekindle answer {run}`",
+                crate::describe_parked(&parked)
+            )
         }
         Stopped::WaitingForInput => println!("run {run}: waiting for input"),
         Stopped::StepCap | Stopped::StopRequested => {
@@ -207,6 +220,7 @@ pub async fn recover_all(
         tokio::time::sleep(ttl).await;
     }
     let mut admitted = Vec::new();
+    let mut alive = 0;
     for (entry, before) in running.iter().zip(first) {
         let interrupted = match (&before, &entry.holder) {
             _ if takeover => true,
@@ -219,6 +233,7 @@ pub async fn recover_all(
             }
         };
         if !interrupted {
+            alive += 1;
             continue;
         }
         let id = coordinator::recovery_id_for(&entry.run_id);
@@ -235,6 +250,11 @@ pub async fn recover_all(
         }
     }
     println!("{} interrupted runs admitted", admitted.len());
+    if alive > 0 {
+        println!(
+            "{alive} runs left alone: their holders heartbeat (--takeover takes them over now)"
+        );
+    }
     if wait {
         wait_all(&store, &admitted).await?;
     }
@@ -320,10 +340,13 @@ pub async fn runs_ls(store: StoreArgs, state: Option<String>, json: bool) -> any
 pub async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Result<()> {
     let store = store.open(false).await.context("open the store")?;
     let run = RunId::new(run);
-    if let Some(view) = lease::read_lease(&store, &run).await?
-        && !view.lease.released
-        && !force
-    {
+    let lease = lease::read_lease(&store, &run).await?;
+    // Every run that ever started took a lease first, and retirement keeps it: without
+    // one, the ID is a typo, and a tombstone would reserve it for nothing.
+    let Some(view) = lease else {
+        bail!("run \"{run}\" does not exist (it has no lease); nothing to retire");
+    };
+    if !view.lease.released && !force {
         bail!(
             "run \"{run}\" is leased by '{}' at epoch {}; stop it first (or --force if that holder is gone)",
             view.lease.holder,
@@ -373,11 +396,19 @@ pub async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Res
             )
             .ok()
         });
-    let recovery_id = entry
-        .as_ref()
-        .and_then(|e| e.recovery_id.clone())
-        .unwrap_or_else(|| coordinator::recovery_id_for(&run));
+    // The index entry names the recovery while the run is indexed; once it is done the entry
+    // is gone, and the run's recovery claim still names a recovery under a chosen ID.
+    let recovery_id = match entry.as_ref().and_then(|e| e.recovery_id.clone()) {
+        Some(id) => id,
+        None => recovery::claimed_by(&store, &run)
+            .await?
+            .unwrap_or_else(|| coordinator::recovery_id_for(&run)),
+    };
     let record = recovery::read(&store, &recovery_id).await?.map(|(r, _)| r);
+    // A recovery run's own record (its ID is the recovery ID): the run it continues.
+    let recovery_of = recovery::read(&store, &RecoveryId::new(run.as_str()))
+        .await?
+        .map(|(r, _)| r);
     let summary = loaded.state.summary();
     let value = serde_json::json!({
         "run": run,
@@ -389,6 +420,7 @@ pub async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Res
         })),
         "index": entry,
         "recovery": record,
+        "recovery_of": recovery_of,
         "state": summary,
     });
     if json {
@@ -435,6 +467,14 @@ pub async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Res
         ),
         None => println!("recovery    none"),
     }
+    if let Some(of) = &recovery_of {
+        println!(
+            "recovers    {} from its generation {} ({})",
+            of.source_run,
+            of.source_generation,
+            of.state.describe()
+        );
+    }
     println!(
         "facts       {} ({} model turns, {} tool calls, {} results)",
         summary.facts,
@@ -442,10 +482,22 @@ pub async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Res
         summary.counters.tool_calls,
         summary.counters.tool_results
     );
-    println!("next step   {}", serde_json::to_string(&summary.next_step)?);
+    println!("next step   {}", crate::describe_step(&summary.next_step));
     for pending in &summary.pending_calls {
+        let note = match pending.confirmation {
+            fold::Confirmation::Requested => "waiting for confirmation; it has not run",
+            fold::Confirmation::Denied => "denied; it will not run",
+            fold::Confirmation::NotRequested | fold::Confirmation::Approved => match &record {
+                Some(record) if record.source_run == run => {
+                    "no result committed here: the recovery continues the run from this point"
+                }
+                _ => {
+                    "no result committed: it may have been in flight, and a recovery runs it (again)"
+                }
+            },
+        };
         println!(
-            "pending     {} {} {} (a recovery would run this again)",
+            "pending     {} {} {} ({note})",
             pending.call.id, pending.call.name, pending.call.arguments
         );
     }
@@ -544,7 +596,15 @@ pub async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
             worker["assigned"]
         );
     }
-    println!("runs: {}", serde_json::to_string(&counts)?);
+    if counts.is_empty() {
+        println!("runs: none in the index (nothing running, parked or recovering)");
+    } else {
+        let counts: Vec<String> = counts
+            .iter()
+            .map(|(state, n)| format!("{n} {state}"))
+            .collect();
+        println!("runs: {}", counts.join(", "));
+    }
     if let Some(age) = oldest_interrupted_ms {
         println!(
             "oldest interrupted run: {:.1} s (by its last index update)",

@@ -106,11 +106,11 @@ fn default_tool_timeout() -> u64 {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("config {path}: cannot read: {source}")]
+    // The I/O error is part of the message, not a `source`: as both, `{:#}` printed it twice.
+    #[error("config {path}: cannot read: {error}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("config {path}: {message}")]
     Invalid { path: PathBuf, message: String },
@@ -118,9 +118,9 @@ pub enum ConfigError {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         let mut config = Config::parse(&text).map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),

@@ -100,7 +100,7 @@ pub enum LeaseError {
     #[error(transparent)]
     Object(#[from] layout::ObjectError),
     #[error(
-        "run \"{run}\" already exists (its lease is there); choose another run ID, or continue it with `rekindle recover`"
+        "run \"{run}\" already exists (its lease is there); choose another run ID (an interrupted run is continued with `rekindle recover`)"
     )]
     Exists { run: RunId },
     #[error(

@@ -59,9 +59,11 @@ enum Command {
         store: StoreArgs,
         #[arg(long, env = "REKINDLE_CONFIG")]
         config: PathBuf,
-        #[arg(long)]
+        /// The run's ID; an ID is used once, ever (a second `rekindle run` with it is refused).
+        #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run_id: String,
-        #[arg(long)]
+        /// The session the run belongs to (recorded in its first fact).
+        #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
         session_id: Option<String>,
         /// Directory for local fact logs (default: $XDG_STATE_HOME/rekindle/runs).
         #[arg(long, env = "REKINDLE_STATE_DIR")]
@@ -77,9 +79,15 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
         /// The interrupted run.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        #[arg(required_unless_present = "all", conflicts_with = "all", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         source_run: Option<String>,
-        #[arg(long, required_unless_present = "all")]
+        /// The ID of the recovery run to admit (with --all, each run gets `recovery-of-<run>`).
+        #[arg(
+            long,
+            required_unless_present = "all",
+            conflicts_with = "all",
+            value_parser = clap::builder::NonEmptyStringValueParser::new()
+        )]
         recovery_id: Option<String>,
         /// Admit every interrupted run (each under its deterministic recovery ID). A run
         /// counts as interrupted when its host's heartbeat is gone or stays unchanged for
@@ -113,17 +121,22 @@ enum Command {
     Answer {
         #[command(flatten)]
         store: StoreArgs,
+        /// The parked run.
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run: String,
         /// The tool call waiting for confirmation.
-        #[arg(long, requires = "decision")]
+        #[arg(long, requires = "decision", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         confirm: Option<String>,
+        /// Let the tool call run.
         #[arg(long, group = "decision")]
         approve: bool,
+        /// Refuse the tool call: it never runs, and the model is told so.
         #[arg(long, group = "decision")]
         deny: bool,
         /// The question waiting for an answer.
-        #[arg(long, requires = "text")]
+        #[arg(long, requires = "text", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         question: Option<String>,
+        /// The answer to the question.
         #[arg(long)]
         text: Option<String>,
     },
@@ -200,7 +213,7 @@ enum RunsCommand {
         #[command(flatten)]
         store: StoreArgs,
         /// running, interrupted, parked, recovering, completed, failed or dead.
-        #[arg(long)]
+        #[arg(long, value_parser = ["running", "interrupted", "parked", "recovering", "completed", "failed", "dead"])]
         state: Option<String>,
         #[arg(long)]
         json: bool,
@@ -211,6 +224,7 @@ enum RunsCommand {
     Rm {
         #[command(flatten)]
         store: StoreArgs,
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run: String,
         /// Remove even if a holder still has the lease (only when that holder is gone), or
         /// a recovery of the run has not ended (its record then stays as it is).
@@ -221,6 +235,7 @@ enum RunsCommand {
     Show {
         #[command(flatten)]
         store: StoreArgs,
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run: String,
         #[arg(long)]
         json: bool,
@@ -553,7 +568,19 @@ fn render(summary: &Summary) -> String {
     out
 }
 
-fn describe_step(step: &Step) -> String {
+/// What a parked run waits for, in words (`rekindle run` and `runs show` print it).
+pub(crate) fn describe_parked(parked: &fold::Parked) -> String {
+    match parked {
+        fold::Parked::Confirmation { call_id, prompt } => {
+            format!("waiting for confirmation of call {call_id}: {prompt}")
+        }
+        fold::Parked::Question { question_id, text } => {
+            format!("waiting for an answer to question {question_id}: {text}")
+        }
+    }
+}
+
+pub(crate) fn describe_step(step: &Step) -> String {
     match step {
         Step::WaitForInput => "wait for a user message".into(),
         Step::CallModel {
@@ -575,14 +602,7 @@ fn describe_step(step: &Step) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        Step::Parked { parked } => match parked {
-            fold::Parked::Confirmation { call_id, prompt } => {
-                format!("parked: waiting for confirmation of call {call_id}: {prompt}")
-            }
-            fold::Parked::Question { question_id, text } => {
-                format!("parked: waiting for an answer to question {question_id}: {text}")
-            }
-        },
+        Step::Parked { parked } => format!("parked: {}", describe_parked(parked)),
         Step::Finish { outcome, reason } => format!("finish as {outcome}: {reason}"),
         Step::Done { terminal } => format!("done: {} ({})", terminal.outcome, terminal.message),
     }

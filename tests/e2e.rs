@@ -536,6 +536,22 @@ async fn runs_rm_retires_a_finished_run_for_good() {
         calls,
         "a retired run executed tool calls again"
     );
+
+    // A run ID that never existed (a typo) is refused, and no tombstone reserves it.
+    let typo = fleet.cli(&["runs", "rm", "e2e-never-was"]);
+    assert_eq!(typo.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&typo.stderr).contains("run \"e2e-never-was\" does not exist"),
+        "{typo:?}"
+    );
+    let never = rekindle::layout::run_base("e2e-never-was");
+    assert!(
+        store
+            .head(&format!("{never}/tombstone"))
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 // Proves an interrupted workflow, resumed by running it again, skips finished steps and
