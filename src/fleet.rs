@@ -105,8 +105,13 @@ pub enum FleetError {
         "run \"{run}\" is being continued by recovery '{recovery}'; answer it when that recovery parks (`rekindle answer {run}` then reaches it)"
     )]
     BeingRecovered { run: RunId, recovery: RecoveryId },
-    #[error("run \"{run}\" is not parked waiting for {what}")]
-    NotWaiting { run: RunId, what: String },
+    #[error("run \"{run}\" is not parked waiting for {what}{now}")]
+    NotWaiting {
+        run: RunId,
+        what: String,
+        /// What the run does instead, when known (", it waits for ...").
+        now: String,
+    },
 }
 
 /// The shortest interval at which a waiting answer polls a lease.
@@ -402,6 +407,7 @@ pub async fn answer_run(
     let not_waiting = || FleetError::NotWaiting {
         run: source.clone(),
         what: answer.describe(),
+        now: String::new(),
     };
     let entry = index::read(store, source).await?.ok_or_else(not_waiting)?;
     match &entry.recovery_id {
@@ -454,6 +460,13 @@ async fn commit_answer(
     answer: &Answer,
     unless_claimed: bool,
 ) -> Result<(), FleetError> {
+    // Checked before anything is written: a wrong call ID, an ended run or a run that is not
+    // parked is refused without taking the lease (which would fence the run).
+    let loaded = generation::load(store, run, None).await?;
+    if answer_fact(run, &loaded.state, answer)?.is_none() {
+        tracing::info!(run_id = %run, "already answered; finishing the hand-back");
+        return Ok(());
+    }
     let ttl = crate::lease::read_lease(store, run)
         .await?
         .map_or(holder.ttl(), |view| {
@@ -474,38 +487,10 @@ async fn commit_answer(
     let result = async {
         let mut writer =
             RunWriter::resume(store, run, held.epoch, SnapshotPolicy::default()).await?;
-        let parked = writer.state().parked().cloned();
-        if parked.is_none() && writer.state().terminal().is_none() {
+        // Decided again on the state as it is now that this process holds the run.
+        let Some(body) = answer_fact(run, writer.state(), answer)? else {
             tracing::info!(run_id = %run, "already answered; finishing the hand-back");
             return Ok(());
-        }
-        let body = match (answer, parked) {
-            (
-                Answer::Confirm { call_id, approve },
-                Some(crate::fold::Parked::Confirmation {
-                    call_id: waiting, ..
-                }),
-            ) if *call_id == waiting => FactBody::ConfirmationAnswered(ConfirmationAnswered {
-                call_id: call_id.clone(),
-                approved: *approve,
-                note: None,
-            }),
-            (
-                Answer::Question { question_id, text },
-                Some(crate::fold::Parked::Question {
-                    question_id: waiting,
-                    ..
-                }),
-            ) if *question_id == waiting => FactBody::QuestionAnswered(QuestionAnswered {
-                question_id: question_id.clone(),
-                text: text.clone(),
-            }),
-            (answer, _) => {
-                return Err(FleetError::NotWaiting {
-                    run: run.clone(),
-                    what: answer.describe(),
-                });
-            }
         };
         let fact = Fact {
             seq: Seq(writer.state().last_seq().0 + 1),
@@ -518,6 +503,58 @@ async fn commit_answer(
     .await;
     holder.release(&held).await?;
     result
+}
+
+/// The fact that records `answer` on a run in `state`; `None` if the run already moved on
+/// past its park (answered before); refused if it waits for something else or has ended.
+fn answer_fact(
+    run: &RunId,
+    state: &crate::fold::RunState,
+    answer: &Answer,
+) -> Result<Option<FactBody>, FleetError> {
+    let parked = state.parked().cloned();
+    let refuse = |now: String| FleetError::NotWaiting {
+        run: run.clone(),
+        what: answer.describe(),
+        now,
+    };
+    if let Some(terminal) = state.terminal() {
+        return Err(refuse(format!("; it has ended ({})", terminal.outcome)));
+    }
+    let body = match (answer, parked) {
+        (_, None) => return Ok(None),
+        (
+            Answer::Confirm { call_id, approve },
+            Some(crate::fold::Parked::Confirmation {
+                call_id: waiting, ..
+            }),
+        ) if *call_id == waiting => FactBody::ConfirmationAnswered(ConfirmationAnswered {
+            call_id: call_id.clone(),
+            approved: *approve,
+            note: None,
+        }),
+        (
+            Answer::Question { question_id, text },
+            Some(crate::fold::Parked::Question {
+                question_id: waiting,
+                ..
+            }),
+        ) if *question_id == waiting => FactBody::QuestionAnswered(QuestionAnswered {
+            question_id: question_id.clone(),
+            text: text.clone(),
+        }),
+        (_, Some(crate::fold::Parked::Confirmation { call_id, .. })) => {
+            return Err(refuse(format!(
+                "; it waits for confirmation of call '{call_id}'"
+            )));
+        }
+        (_, Some(crate::fold::Parked::Question { question_id, .. })) => {
+            return Err(refuse(format!(
+                "; it waits for an answer to question '{question_id}'"
+            )));
+        }
+    };
+    Ok(Some(body))
 }
 
 /// A human's answer.

@@ -387,6 +387,7 @@ pub async fn admit(
         }
         .into());
     }
+    refuse_unrecoverable(store, source).await?;
     // The lease version judged free or silent: without a takeover, only that version may be
     // taken over (a holder that took the lease since is alive, not judged).
     let judged = match takeover {
@@ -442,6 +443,53 @@ pub async fn admit(
         record: admission.record,
         created: admission.created,
     })
+}
+
+/// Refuses, before anything is written, a source that cannot be recovered: one that ended
+/// (or was retired after it ended), one whose first slot holds only a fence (it never
+/// started), and an ID that was never used (no lease, no generation: a typo must not leave a
+/// run behind). A run that has a lease but no generation yet (its host died before its first
+/// commit, or is slow) goes on: the fence then takes its first slot. The pin after the fence
+/// checks all of this again.
+async fn refuse_unrecoverable(store: &Store, source: &RunId) -> Result<(), LifecycleError> {
+    let source_error = |error: GenerationError| RecoveryError::Source {
+        source_run: source.clone(),
+        source: error,
+    };
+    match crate::generation::load(store, source, None).await {
+        Ok(loaded) => {
+            if let Some(terminal) = loaded.state.terminal() {
+                return Err(RecoveryError::NothingToRecover {
+                    source_run: source.clone(),
+                    outcome: terminal.outcome,
+                }
+                .into());
+            }
+            if loaded.state.meta().is_none() {
+                return Err(RecoveryError::NeverStarted {
+                    source_run: source.clone(),
+                }
+                .into());
+            }
+            Ok(())
+        }
+        Err(GenerationError::Retired {
+            outcome: Some(outcome),
+            ..
+        }) => Err(RecoveryError::NothingToRecover {
+            source_run: source.clone(),
+            outcome,
+        }
+        .into()),
+        Err(error @ GenerationError::NotFound { .. }) => {
+            if lease::read_lease(store, source).await?.is_some() {
+                Ok(())
+            } else {
+                Err(source_error(error).into())
+            }
+        }
+        Err(error) => Err(source_error(error).into()),
+    }
 }
 
 /// Fences an interrupted source run before its recovery is pinned: takes its lease over
