@@ -1277,3 +1277,84 @@ async fn an_inbox_clobbered_by_a_stale_leader_is_rewritten() {
     worker.await.unwrap().unwrap();
     coordinator.await.unwrap();
 }
+
+/// Every key in the bucket with its version, to show that nothing was written.
+async fn snapshot_of(store: &Store) -> BTreeMap<String, Option<String>> {
+    let mut keys = BTreeMap::new();
+    for prefix in ["runs/", "index/", "recoveries/"] {
+        for listed in store.list(prefix, None, 10_000).await.unwrap() {
+            keys.insert(listed.key, listed.etag.map(|e| e.0));
+        }
+    }
+    keys
+}
+
+// Regression (new-user pass): `recover` of a run that ended, or of an ID that was never
+// used, is refused before anything is written: no claim, no fence, no lease epoch, no run.
+#[tokio::test(start_paused = true)]
+async fn a_refused_recovery_writes_nothing() {
+    let harness = Harness::new(2, 32, None);
+    let store = harness.store();
+    let node = harness.node(&store, "host", TTL);
+    node.holder.beat().await.unwrap();
+    let done = RunId::new("done");
+    node.start_run(&done, None, "go").await.unwrap();
+    let before = snapshot_of(&store).await;
+    let cli = Holder::new(&store, "cli", TTL);
+    for (run, expected) in [
+        ("done", "has ended (completed); there is nothing to recover"),
+        ("typo", "has no generations"),
+    ] {
+        let error = fleet::spawn_recovery(
+            &store,
+            &cli,
+            &RunId::new(run),
+            &RecoveryId::new(format!("rec-{run}")),
+            false,
+            Takeover::Now,
+        )
+        .await
+        .unwrap_err();
+        assert!(error.to_string().contains(expected), "{run}: {error}");
+    }
+    assert_eq!(
+        snapshot_of(&store).await,
+        before,
+        "a refused recovery wrote"
+    );
+}
+
+// Regression (new-user pass): an answer to the wrong call is refused before the run's
+// lease is taken (no fence generation, no epoch), and the error names what the run waits for.
+#[tokio::test(start_paused = true)]
+async fn a_refused_answer_writes_nothing() {
+    let harness = Harness::new(2, 32, Some(0));
+    let store = harness.store();
+    let node = harness.node(&store, "host", TTL);
+    node.holder.beat().await.unwrap();
+    let run = RunId::new("waits");
+    let stopped = node.start_run(&run, None, "go").await.unwrap();
+    assert!(matches!(stopped, Stopped::Parked(_)), "{stopped:?}");
+    let before = snapshot_of(&store).await;
+    let cli = Holder::new(&store, "cli", TTL);
+    let wrong = fleet::Answer::Confirm {
+        call_id: rekindle::fact::CallId::new("nope"),
+        approve: true,
+    };
+    let error = fleet::answer_run(&store, &cli, &run, wrong)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "run \"waits\" is not parked waiting for confirmation of call 'nope'; it waits for confirmation of call 'call_1_1'"
+    );
+    assert_eq!(snapshot_of(&store).await, before, "a refused answer wrote");
+    // The right answer goes through and hands the run to the fleet.
+    let right = fleet::Answer::Confirm {
+        call_id: rekindle::fact::CallId::new("call_1_1"),
+        approve: true,
+    };
+    fleet::answer_run(&store, &cli, &run, right).await.unwrap();
+    let entry = index::read(&store, &run).await.unwrap().unwrap();
+    assert_eq!((entry.phase, entry.holder), (Phase::Running, None));
+}
