@@ -64,7 +64,7 @@ use rekindle::store::{Backend, RetryPolicy, Store};
 use rekindle::worker::{self, WorkerOptions, WorkerStats};
 
 /// Seeds per default run: sized to finish well inside a minute in debug on two shared cores.
-const DEFAULT_SEEDS: u64 = 1000;
+const DEFAULT_SEEDS: u64 = 2000;
 /// The default first seed.
 const DEFAULT_BASE: u64 = 20_261_130;
 /// Virtual time the fleet gets to settle before the run counts as stuck.
