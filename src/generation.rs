@@ -1109,6 +1109,14 @@ impl RunWriter {
             }
             Err(other) => return Err(other.into()),
         }
+        self.landed(n, snapshot, size, epoch_starts).await;
+        Ok(None)
+    }
+
+    /// Bookkeeping after generation `n` (of `size` bytes) is known to be in the chain, written
+    /// by this writer or adopted after a lost response: the committed prefix, the epoch
+    /// starts, the snapshot counters, and the head hint for a snapshot (best effort).
+    async fn landed(&mut self, n: u64, snapshot: bool, size: u64, epoch_starts: Vec<(u64, u64)>) {
         self.generation = n;
         self.committed = self.state.last_seq();
         self.epoch_starts = epoch_starts;
@@ -1124,7 +1132,6 @@ impl RunWriter {
             self.delta_count += 1;
             self.delta_bytes += size;
         }
-        Ok(None)
     }
 
     /// Slot `n` is taken. Returns the generation in it (and its size in bytes) if this writer
@@ -1206,21 +1213,7 @@ impl RunWriter {
                     source,
                 })?;
         }
-        self.generation = n;
-        self.committed = self.state.last_seq();
-        self.epoch_starts = ours.epoch_starts;
-        if ours.snapshot {
-            self.base = n;
-            self.snapshot_bytes = size;
-            self.delta_count = 0;
-            self.delta_bytes = 0;
-            if let Err(error) = self.chain.advance_hint(n).await {
-                tracing::warn!(run_id = %self.run, generation = n, %error, "could not advance the head hint");
-            }
-        } else {
-            self.delta_count += 1;
-            self.delta_bytes += size;
-        }
+        self.landed(n, ours.snapshot, size, ours.epoch_starts).await;
         let mut remaining = Vec::new();
         for fact in pending {
             match self.state.apply(fact.clone()) {

@@ -505,6 +505,23 @@ impl Harness {
         beating.abort();
     }
 
+    /// Admits a recovery of `run` (taking over its dead host) and offers it to `worker`.
+    async fn admit_and_assign(&self, run: &str, worker: &str) -> RecoveryId {
+        let store = self.store();
+        let holder = Holder::new(&store, "cli", TTL);
+        let id = recovery_id_for(&RunId::new(run));
+        lifecycle::admit(&store, &holder, &RunId::new(run), &id, false, Takeover::Now)
+            .await
+            .unwrap();
+        let assign = Event::Assign {
+            worker: worker.into(),
+        };
+        lifecycle::transition(&store, &id, None, assign)
+            .await
+            .unwrap();
+        id
+    }
+
     /// Waits (virtual time) until `check` holds, failing after `limit`.
     async fn until<F: std::future::Future<Output = bool>>(
         &self,
@@ -579,22 +596,8 @@ async fn dead_letter_never_overwrites_a_running_attempt() {
     let harness = Harness::new(4, 32, None);
     harness.crashed_host("contested", 1).await;
     let store = harness.store();
-    let holder = Holder::new(&store, "cli", TTL);
-    let id = recovery_id_for(&RunId::new("contested"));
-    lifecycle::admit(
-        &store,
-        &holder,
-        &RunId::new("contested"),
-        &id,
-        false,
-        Takeover::Now,
-    )
-    .await
-    .unwrap();
+    let id = harness.admit_and_assign("contested", "w1").await;
     let w = || "w1".to_string();
-    lifecycle::transition(&store, &id, None, Event::Assign { worker: w() })
-        .await
-        .unwrap();
     for _ in 0..3 {
         lifecycle::transition(&store, &id, None, Event::Start { worker: w() })
             .await
@@ -722,28 +725,7 @@ async fn a_parked_recovery_is_not_rerun_from_a_stale_inbox() {
     let harness = Harness::new(4, 32, Some(2));
     harness.crashed_host("parks", 1).await;
     let store = harness.store();
-    let holder = Holder::new(&store, "cli", TTL);
-    let id = recovery_id_for(&RunId::new("parks"));
-    lifecycle::admit(
-        &store,
-        &holder,
-        &RunId::new("parks"),
-        &id,
-        false,
-        Takeover::Now,
-    )
-    .await
-    .unwrap();
-    lifecycle::transition(
-        &store,
-        &id,
-        None,
-        Event::Assign {
-            worker: "w1".into(),
-        },
-    )
-    .await
-    .unwrap();
+    let id = harness.admit_and_assign("parks", "w1").await;
     // No coordinator: the inbox keeps listing the recovery after it parks.
     let inbox = serde_json::json!({"format": 1, "kind": "inbox", "worker": "w1", "recoveries": [id.as_str()]});
     store
