@@ -110,10 +110,11 @@ pub enum Action {
         recovery: RecoveryId,
         worker: String,
     },
-    /// The worker running an attempt died: hand the recovery back (a failed attempt).
+    /// The worker running attempt `attempt` died: hand the recovery back (a failed attempt).
     Abandon {
         recovery: RecoveryId,
         worker: String,
+        attempt: u32,
     },
     /// Give up on a recovery after too many failed attempts.
     DeadLetter { source: RunId, recovery: RecoveryId },
@@ -189,6 +190,7 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
                     actions.push(Action::Abandon {
                         recovery: record.recovery_id.clone(),
                         worker: worker.clone(),
+                        attempt: record.attempts,
                     });
                 }
             }
@@ -678,11 +680,16 @@ async fn execute(
             )
             .await?;
         }
-        Action::Abandon { recovery, worker } => {
+        Action::Abandon {
+            recovery,
+            worker,
+            attempt,
+        } => {
             if let Some(record) = event(
                 recovery,
                 Event::Abandon {
                     worker: worker.clone(),
+                    attempt: *attempt,
                 },
             )
             .await?
@@ -846,7 +853,8 @@ mod tests {
                 },
                 Action::Abandon {
                     recovery: id("orphaned"),
-                    worker: "dead".into()
+                    worker: "dead".into(),
+                    attempt: 41
                 },
                 Action::Assign {
                     recovery: id("new"),

@@ -63,20 +63,30 @@ pub enum Event {
     /// the recovery back; `keep_assignment` lets the same worker continue at once.
     Yield {
         worker: String,
+        attempt: u32,
         keep_assignment: bool,
     },
     /// The attempt stopped because the run waits for a human; `generation` is the recovery
     /// run's newest generation then.
-    Park { worker: String, generation: u64 },
+    Park {
+        worker: String,
+        attempt: u32,
+        generation: u64,
+    },
     /// A human's answer was committed to the run; it may continue.
     Answer,
     /// The attempt failed with an error.
-    Fail { worker: String, error: String },
+    Fail {
+        worker: String,
+        attempt: u32,
+        error: String,
+    },
     /// The coordinator saw the attempt's worker die (heartbeat silent for its TTL).
-    Abandon { worker: String },
+    Abandon { worker: String, attempt: u32 },
     /// The attempt ended the run; its terminal fact is committed.
     Finish {
         worker: String,
+        attempt: u32,
         result: RecoveryResult,
     },
     /// The coordinator gives up after `max_failures` failed attempts.
@@ -128,8 +138,13 @@ pub fn apply(
     if record.state.is_terminal() {
         return Err(refuse("the recovery has ended"));
     }
-    let running_on = |worker: &str| {
-        record.state == RecoveryState::Running && record.assigned_to.as_deref() == Some(worker)
+    // An attempt's outcome counts only for that very attempt: `attempt` is the number its
+    // `Start` gave it, so a paused earlier attempt (even of a process with the same worker
+    // ID) cannot hand back, park, fail or finish the attempt that replaced it.
+    let running_on = |worker: &str, attempt: u32| {
+        record.state == RecoveryState::Running
+            && record.assigned_to.as_deref() == Some(worker)
+            && record.attempts == attempt
     };
     let mut next = record.clone();
     next.updated_at_ms = now_ms;
@@ -151,9 +166,10 @@ pub fn apply(
         }
         Event::Yield {
             worker,
+            attempt,
             keep_assignment,
         } => {
-            if !running_on(worker) {
+            if !running_on(worker, *attempt) {
                 return Err(refuse("this worker runs no attempt of it"));
             }
             next.state = RecoveryState::Admitted;
@@ -161,8 +177,12 @@ pub fn apply(
                 next.assigned_to = None;
             }
         }
-        Event::Park { worker, generation } => {
-            if !running_on(worker) {
+        Event::Park {
+            worker,
+            attempt,
+            generation,
+        } => {
+            if !running_on(worker, *attempt) {
                 return Err(refuse("this worker runs no attempt of it"));
             }
             next.state = RecoveryState::Parked;
@@ -176,8 +196,12 @@ pub fn apply(
             next.state = RecoveryState::Admitted;
             next.parked_at = None;
         }
-        Event::Fail { worker, error } => {
-            if !running_on(worker) {
+        Event::Fail {
+            worker,
+            attempt,
+            error,
+        } => {
+            if !running_on(worker, *attempt) {
                 return Err(refuse("this worker runs no attempt of it"));
             }
             next.state = RecoveryState::Admitted;
@@ -185,8 +209,8 @@ pub fn apply(
             next.failures = record.failures.saturating_add(1);
             next.last_error = Some(error.clone());
         }
-        Event::Abandon { worker } => {
-            if !running_on(worker) {
+        Event::Abandon { worker, attempt } => {
+            if !running_on(worker, *attempt) {
                 return Err(refuse("its attempt is not on that worker"));
             }
             next.state = RecoveryState::Admitted;
@@ -197,8 +221,12 @@ pub fn apply(
                 record.attempts
             ));
         }
-        Event::Finish { worker, result } => {
-            if !running_on(worker) {
+        Event::Finish {
+            worker,
+            attempt,
+            result,
+        } => {
+            if !running_on(worker, *attempt) {
                 return Err(refuse("this worker runs no attempt of it"));
             }
             next.state = RecoveryState::Finished;

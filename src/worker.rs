@@ -144,12 +144,18 @@ pub async fn run(
             task.abort();
             // Our decision, not a failure: the step in flight may run again, as after any
             // stop, and the next worker waits out this attempt's lease.
-            let event = Event::Yield {
-                worker: options.id.clone(),
-                keep_assignment: false,
-            };
-            if let Err(error) = lifecycle::transition(&store, &id, None, event).await {
-                tracing::debug!(recovery_id = %id, %error, "hand-back at the deadline");
+            // The attempt this process ran is the one the record names, if it still names
+            // this worker.
+            if let Ok(Some((record, etag))) = recovery::read(&store, &id).await {
+                let event = Event::Yield {
+                    worker: options.id.clone(),
+                    attempt: record.attempts,
+                    keep_assignment: false,
+                };
+                let known = Some((record, etag));
+                if let Err(error) = lifecycle::transition(&store, &id, known, event).await {
+                    tracing::debug!(recovery_id = %id, %error, "hand-back at the deadline");
+                }
             }
         }
     }
@@ -180,6 +186,7 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
         if record.state == RecoveryState::Running && record.assigned_to.as_deref() == Some(worker) {
             let abandon = Event::Abandon {
                 worker: worker.to_owned(),
+                attempt: record.attempts,
             };
             if let Err(error) =
                 lifecycle::transition(store, id, Some((record, etag)), abandon).await
@@ -205,12 +212,14 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
             }
         };
         stats.started.fetch_add(1, Ordering::Relaxed);
+        let attempt = record.attempts;
         let outcome = node.execute_recovery(&record).await;
         let worker = worker.to_owned();
         let (event, again) = match outcome {
             Ok((Stopped::Finished(terminal), final_generation)) => (
                 Event::Finish {
                     worker,
+                    attempt,
                     result: RecoveryResult {
                         outcome: terminal.outcome,
                         message: terminal.message.clone(),
@@ -220,11 +229,17 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
                 false,
             ),
             Ok((Stopped::Parked(_) | Stopped::WaitingForInput, generation)) => {
-                (Event::Park { worker, generation }, false)
+                let park = Event::Park {
+                    worker,
+                    attempt,
+                    generation,
+                };
+                (park, false)
             }
             Ok((Stopped::StepCap, _)) => (
                 Event::Yield {
                     worker,
+                    attempt,
                     keep_assignment: true,
                 },
                 !node.stop.load(Ordering::SeqCst),
@@ -232,6 +247,7 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
             Ok((Stopped::StopRequested, _)) => (
                 Event::Yield {
                     worker,
+                    attempt,
                     keep_assignment: false,
                 },
                 false,
@@ -244,6 +260,7 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
                 (
                     Event::Yield {
                         worker,
+                        attempt,
                         keep_assignment: false,
                     },
                     false,
@@ -255,6 +272,7 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
                 (
                     Event::Fail {
                         worker,
+                        attempt,
                         error: error.to_string(),
                     },
                     false,

@@ -69,27 +69,69 @@ fn result() -> RecoveryResult {
 
 const WORKERS: [&str; 2] = ["w1", "w2"];
 
+/// An attempt number standing for "the attempt running now"; any other value is stale.
+const CURRENT: u32 = u32::MAX;
+
+/// `event` with its attempt number resolved against `record`: the current attempt, or one
+/// before it (a stale attempt's late outcome).
+fn resolve(event: &Event, record: &RecoveryRecord) -> Event {
+    let mut event = event.clone();
+    if let Event::Yield { attempt, .. }
+    | Event::Park { attempt, .. }
+    | Event::Fail { attempt, .. }
+    | Event::Abandon { attempt, .. }
+    | Event::Finish { attempt, .. } = &mut event
+    {
+        *attempt = if *attempt == CURRENT {
+            record.attempts
+        } else {
+            record.attempts.wrapping_sub(1)
+        };
+    }
+    event
+}
+
+fn is_stale(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::Yield { attempt, .. }
+            | Event::Park { attempt, .. }
+            | Event::Fail { attempt, .. }
+            | Event::Abandon { attempt, .. }
+            | Event::Finish { attempt, .. } if *attempt != CURRENT
+    )
+}
+
 fn any_event() -> impl Strategy<Value = Event> {
     let worker = prop::sample::select(WORKERS.to_vec()).prop_map(str::to_owned);
+    // Mostly the current attempt; now and then a stale one.
+    let attempt = prop_oneof![4 => Just(CURRENT), 1 => Just(0u32)];
     prop_oneof![
         worker.clone().prop_map(|worker| Event::Assign { worker }),
         worker.clone().prop_map(|worker| Event::Start { worker }),
-        (worker.clone(), any::<bool>()).prop_map(|(worker, keep_assignment)| Event::Yield {
+        (worker.clone(), attempt.clone(), any::<bool>()).prop_map(
+            |(worker, attempt, keep_assignment)| Event::Yield {
+                worker,
+                attempt,
+                keep_assignment
+            }
+        ),
+        (worker.clone(), attempt.clone()).prop_map(|(worker, attempt)| Event::Park {
             worker,
-            keep_assignment
-        }),
-        worker.clone().prop_map(|worker| Event::Park {
-            worker,
+            attempt,
             generation: 7
         }),
         Just(Event::Answer),
-        worker.clone().prop_map(|worker| Event::Fail {
+        (worker.clone(), attempt.clone()).prop_map(|(worker, attempt)| Event::Fail {
             worker,
+            attempt,
             error: "boom".into()
         }),
-        worker.clone().prop_map(|worker| Event::Abandon { worker }),
-        worker.prop_map(|worker| Event::Finish {
+        (worker.clone(), attempt.clone())
+            .prop_map(|(worker, attempt)| Event::Abandon { worker, attempt }),
+        (worker, attempt).prop_map(|(worker, attempt)| Event::Finish {
             worker,
+            attempt,
             result: result()
         }),
         (0u32..4).prop_map(|max_failures| Event::DeadLetter { max_failures }),
@@ -105,6 +147,7 @@ fn drive_to_end(mut record: RecoveryRecord) -> (RecoveryRecord, usize) {
             RecoveryState::Parked => Event::Answer,
             RecoveryState::Running => Event::Abandon {
                 worker: record.assigned_to.clone().unwrap_or_default(),
+                attempt: record.attempts,
             },
             RecoveryState::Admitted if record.assigned_to.is_none() => Event::Assign {
                 worker: "w1".into(),
@@ -116,10 +159,13 @@ fn drive_to_end(mut record: RecoveryRecord) -> (RecoveryRecord, usize) {
         };
         let event = match (&event, record.state) {
             // A started attempt finishes.
-            (Event::Abandon { worker }, RecoveryState::Running) if steps > 0 => Event::Finish {
-                worker: worker.clone(),
-                result: result(),
-            },
+            (Event::Abandon { worker, attempt }, RecoveryState::Running) if steps > 0 => {
+                Event::Finish {
+                    worker: worker.clone(),
+                    attempt: *attempt,
+                    result: result(),
+                }
+            }
             _ => event,
         };
         record = apply(&record, &event, 1).expect("the healthy path applies");
@@ -139,11 +185,14 @@ proptest! {
     fn transitions_keep_the_lifecycle_rules(events in prop::collection::vec(any_event(), 0..60)) {
         let mut record = fresh_record();
         let (mut failures, mut starts) = (0u32, 0u32);
-        for event in &events {
+        for template in &events {
             let before = record.clone();
+            let event = &resolve(template, &record);
             match apply(&record, event, 7) {
                 Ok(next) => {
                     prop_assert!(!before.state.is_terminal(), "{event:?} left terminal {before:?}");
+                    // A stale attempt's outcome never changes the record.
+                    prop_assert!(!is_stale(template), "stale {event:?} applied to {before:?}");
                     match event {
                         Event::Fail { .. } | Event::Abandon { .. } => failures += 1,
                         Event::Start { .. } => starts += 1,
@@ -188,21 +237,26 @@ fn every_state_is_reachable_and_terminal_states_refuse_everything() {
                 },
                 Event::Yield {
                     worker: worker.clone(),
+                    attempt: CURRENT,
                     keep_assignment: true,
                 },
                 Event::Park {
                     worker: worker.clone(),
+                    attempt: CURRENT,
                     generation: 7,
                 },
                 Event::Fail {
                     worker: worker.clone(),
+                    attempt: CURRENT,
                     error: "x".into(),
                 },
                 Event::Abandon {
                     worker: worker.clone(),
+                    attempt: CURRENT,
                 },
                 Event::Finish {
                     worker,
+                    attempt: CURRENT,
                     result: result(),
                 },
             ]
@@ -222,7 +276,8 @@ fn every_state_is_reachable_and_terminal_states_refuse_everything() {
         if !seen.insert(key) || record.failures > 2 {
             continue;
         }
-        for event in &events {
+        for template in &events {
+            let event = &resolve(template, &record);
             match apply(&record, event, 1) {
                 Ok(next) => frontier.push(next),
                 Err(refused) => assert_eq!(refused.state, record.state),
@@ -599,7 +654,7 @@ async fn dead_letter_never_overwrites_a_running_attempt() {
     let id = harness.admit_and_assign("contested", "w1").await;
     let w = || "w1".to_string();
     for _ in 0..3 {
-        lifecycle::transition(&store, &id, None, Event::Start { worker: w() })
+        let (started, _) = lifecycle::transition(&store, &id, None, Event::Start { worker: w() })
             .await
             .unwrap();
         lifecycle::transition(
@@ -608,6 +663,7 @@ async fn dead_letter_never_overwrites_a_running_attempt() {
             None,
             Event::Fail {
                 worker: w(),
+                attempt: started.attempts,
                 error: "boom".into(),
             },
         )
@@ -1339,4 +1395,57 @@ async fn a_refused_answer_writes_nothing() {
     fleet::answer_run(&store, &cli, &run, right).await.unwrap();
     let entry = index::read(&store, &run).await.unwrap().unwrap();
     assert_eq!((entry.phase, entry.holder), (Phase::Running, None));
+}
+
+// Regression (hostile review): the outcome of a stale attempt (a paused process whose worker
+// ID a new process took over) never hands back, fails or finishes the attempt that replaced
+// it: events name their attempt, and only the running one applies.
+#[test]
+fn a_stale_attempts_outcome_never_touches_the_next_attempt() {
+    let w = || "w1".to_string();
+    let mut record = fresh_record();
+    for event in [
+        Event::Assign { worker: w() },
+        Event::Start { worker: w() },
+        Event::Abandon {
+            worker: w(),
+            attempt: 1,
+        },
+        Event::Assign { worker: w() },
+        Event::Start { worker: w() },
+    ] {
+        record = apply(&record, &event, 1).unwrap();
+    }
+    assert_eq!((record.state, record.attempts), (RecoveryState::Running, 2));
+    for stale in [
+        Event::Yield {
+            worker: w(),
+            attempt: 1,
+            keep_assignment: false,
+        },
+        Event::Fail {
+            worker: w(),
+            attempt: 1,
+            error: "late".into(),
+        },
+        Event::Finish {
+            worker: w(),
+            attempt: 1,
+            result: result(),
+        },
+    ] {
+        let refused = apply(&record, &stale, 2).unwrap_err();
+        assert_eq!(refused.state, RecoveryState::Running, "{stale:?}");
+    }
+    let finished = apply(
+        &record,
+        &Event::Finish {
+            worker: w(),
+            attempt: 2,
+            result: result(),
+        },
+        3,
+    )
+    .unwrap();
+    assert_eq!(finished.state, RecoveryState::Finished);
 }

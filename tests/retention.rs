@@ -179,6 +179,7 @@ async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
         lifecycle::Event::Start { worker: w() },
         lifecycle::Event::Finish {
             worker: w(),
+            attempt: 1,
             result: RecoveryResult {
                 outcome,
                 message: "done".into(),

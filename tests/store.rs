@@ -326,6 +326,7 @@ async fn recovery_records(store: Store) {
         None,
         Event::Finish {
             worker: w(),
+            attempt: 1,
             result,
         },
     )
