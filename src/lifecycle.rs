@@ -377,10 +377,11 @@ pub struct Admitted {
 /// Admits a recovery of `source` under `recovery_id`, idempotently: the one admission path.
 ///
 /// Order (each step safe to crash after): refuse an ID taken by another source or a source
-/// claimed by another ID; make sure the holder is gone (`takeover`); fence the source (take
-/// its lease at a higher epoch, write a fence generation, release), so nothing it might still
-/// commit escapes the pin; create the claim and the record pinned to the source's newest
-/// generation; index the source as recovering. A replay finds the record and only re-indexes.
+/// claimed by another ID; refuse, writing nothing, a source that ended, never started or
+/// does not exist; make sure the holder is gone (`takeover`); claim the source; fence it
+/// (take its lease at a higher epoch, write a fence generation, release), so nothing it might
+/// still commit escapes the pin; create the record pinned to the source's newest generation;
+/// index the source as recovering. A replay finds the record and only re-indexes.
 pub async fn admit(
     store: &Store,
     holder: &Arc<Holder>,
