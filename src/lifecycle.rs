@@ -4,7 +4,7 @@
 //! It owns the states ([`RecoveryState`]), the events ([`Event`], each sent by one kind of
 //! process), the pure transition function [`apply`] that says which event may happen in which
 //! state, and one executor ([`transition`]) that writes the result with compare-and-swap and
-//! then brings the index entry in line. Admission (fence the source, claim, create the
+//! then brings the index entry in line. Admission (claim the source, fence it, create the
 //! record, index it) and the index entries of runs that have no recovery (a host's own run)
 //! live here too. The coordinator, the worker, the fleet, workflows and the CLI call only
 //! this module to change either object. It never executes a run and never decides placement.
