@@ -585,15 +585,7 @@ async fn still_as_observed(
     observed: Option<&IndexEntry>,
 ) -> Result<bool, LifecycleError> {
     let current = crate::index::read(store, source).await?;
-    let same = match (current.as_ref(), observed) {
-        (Some(now), Some(then)) => {
-            now.phase == then.phase
-                && now.holder == then.holder
-                && now.recovery_id == then.recovery_id
-                && now.updated_at_ms == then.updated_at_ms
-        }
-        _ => false,
-    };
+    let same = current.is_some() && current.as_ref() == observed;
     if !same {
         tracing::debug!(source_run = %source, "index entry changed since it was observed; not admitting now");
     }
