@@ -2,7 +2,8 @@
 //! of the same bytes. Run with `cargo bench --bench fold`; figures are in the README.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use rekindle::{fact, log, sample};
+use rekindle::core::{fact, sample};
+use rekindle::store::log;
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Duration;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use rekindle::cli::{self, StoreArgs};
-use rekindle::coordinator::{self, CoordinatorOptions};
+use rekindle::fleet::coordinator::{self, CoordinatorOptions};
 
 /// Finds interrupted agent runs and assigns their recoveries to live workers. Several may
 /// run: one leads (by a lease), the others stand by and take over when it stops.

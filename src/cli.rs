@@ -98,10 +98,10 @@ pub fn default_id(role: &str) -> String {
 }
 
 /// The state directory for local fact logs: the given one or the XDG default.
-pub fn state_dir(given: Option<PathBuf>) -> Result<PathBuf, crate::log::LogError> {
+pub fn state_dir(given: Option<PathBuf>) -> Result<PathBuf, crate::store::log::LogError> {
     match given {
         Some(dir) => Ok(dir),
-        None => crate::log::default_dir(),
+        None => crate::store::log::default_dir(),
     }
 }
 

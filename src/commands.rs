@@ -1,6 +1,8 @@
 //! The `rekindle` subcommands that talk to a store. Each prints its result and returns an
 //! error that `main` prints as one line.
 
+use rekindle::core::record::{IndexEntry, Phase, RecoveryState};
+use rekindle::fleet::admission::Takeover;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,20 +10,20 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rekindle::cli::{self, StoreArgs};
-use rekindle::config::Config;
-use rekindle::coordinator::{self, Registration};
-use rekindle::fact::{CallId, QuestionId, RecoveryId, RunId, SessionId};
+use rekindle::core::fact::{CallId, QuestionId, RecoveryId, RunId, SessionId};
+use rekindle::core::fold;
+use rekindle::core::layout;
+
+use rekindle::fleet::coordinator::{self, Registration};
+use rekindle::fleet::runner::Stopped;
 use rekindle::fleet::{self, Agent, Answer, Node};
-use rekindle::fold;
-use rekindle::generation;
-use rekindle::index::{self, IndexEntry, IndexScan, Phase};
-use rekindle::layout;
-use rekindle::lease::{self, Holder};
-use rekindle::lifecycle::Takeover;
-use rekindle::log::LogDir;
-use rekindle::recovery::{self, RecoveryState};
-use rekindle::runner::Stopped;
+use rekindle::host::config::Config;
 use rekindle::store::Store;
+use rekindle::store::generation;
+use rekindle::store::index::{self, IndexScan};
+use rekindle::store::lease::{self, Holder};
+use rekindle::store::log::LogDir;
+use rekindle::store::recovery::{self};
 
 const CLI_TTL: Duration = Duration::from_secs(10);
 
@@ -95,7 +97,7 @@ async fn admit(
     recovery_id: &RecoveryId,
     force: bool,
     takeover: Takeover,
-) -> anyhow::Result<recovery::RecoveryRecord> {
+) -> anyhow::Result<rekindle::core::record::RecoveryRecord> {
     let holder = Holder::new(store, cli::default_id("cli"), CLI_TTL);
     Ok(fleet::spawn_recovery(store, &holder, source, recovery_id, force, takeover).await?)
 }
@@ -296,7 +298,7 @@ pub async fn runs_ls(store: StoreArgs, state: Option<String>, json: bool) -> any
             if let Ok(Some((record, _))) = recovery::read(&store, &RecoveryId::new(id)).await
                 && let Some(result) = &record.result
             {
-                let state = if result.outcome == rekindle::fact::Outcome::Completed {
+                let state = if result.outcome == rekindle::core::fact::Outcome::Completed {
                     "completed"
                 } else {
                     "failed"
@@ -355,10 +357,10 @@ pub async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Resu
     }
     // A recovery continuing this run is found by the coordinator through the run's index
     // entry, which retiring removes: its record would stay non-terminal forever.
-    if let Some(recovery) = rekindle::recovery::claimed_by(&store, &run).await?
+    if let Some(recovery) = rekindle::store::recovery::claimed_by(&store, &run).await?
         && !force
     {
-        let state = rekindle::recovery::read(&store, &recovery)
+        let state = rekindle::store::recovery::read(&store, &recovery)
             .await?
             .map(|(record, _)| record.state);
         if !state.is_some_and(|state| state.is_terminal()) {
@@ -370,9 +372,10 @@ pub async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Resu
     }
     // "Retire now": the same retirement gc does after the retention period, so the run keeps
     // its lease, claim, epochs' first slots and a tombstone and cannot come back to life.
-    let deleted = rekindle::gc::retire(&store, &run, rekindle::tombstone::RetiredBy::Removal)
-        .await
-        .with_context(|| format!("retire run \"{run}\""))?;
+    let deleted =
+        rekindle::store::gc::retire(&store, &run, rekindle::store::tombstone::RetiredBy::Removal)
+            .await
+            .with_context(|| format!("retire run \"{run}\""))?;
     index::remove(&store, &run).await?;
     println!(
         "run {run}: retired, {deleted} objects deleted (tombstone, lease, recovery claim and each epoch's first generation kept)"
@@ -624,11 +627,12 @@ pub async fn workflow_run(
     let agent = Agent::from_config(config).context("set up the model")?;
     let text =
         std::fs::read_to_string(&specs).with_context(|| format!("read {}", specs.display()))?;
-    let steps: Vec<rekindle::workflow::StepSpec> =
+    let steps: Vec<rekindle::fleet::workflow::StepSpec> =
         serde_json::from_str(&text).with_context(|| format!("parse {}", specs.display()))?;
     let store = store.open(false).await.context("open the store")?;
     let report =
-        rekindle::workflow::run(&store, &agent, &id, &steps, Duration::from_millis(500)).await?;
+        rekindle::fleet::workflow::run(&store, &agent, &id, &steps, Duration::from_millis(500))
+            .await?;
     println!(
         "workflow {id}: {} steps skipped (already finished), {} dispatched",
         report.skipped.len(),

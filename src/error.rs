@@ -3,15 +3,15 @@
 //! Each module keeps its own precise error enum; this type wraps them so hosts can branch on
 //! [`ErrorKind`] without matching every variant. It never loses the module error's message.
 
-use crate::checkpoint::CheckpointError;
-use crate::fact::DecodeError;
-use crate::fingerprint::ResumeRefused;
-use crate::fold::FoldError;
-use crate::generation::GenerationError;
-use crate::lease::LeaseError;
-use crate::log::LogError;
-use crate::recovery::RecoveryError;
+use crate::core::fact::DecodeError;
+use crate::core::fingerprint::ResumeRefused;
+use crate::core::fold::FoldError;
 use crate::store::StoreError;
+use crate::store::checkpoint::CheckpointError;
+use crate::store::generation::GenerationError;
+use crate::store::lease::LeaseError;
+use crate::store::log::LogError;
+use crate::store::recovery::RecoveryError;
 
 /// What the caller does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +133,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fact::RunId;
+    use crate::core::fact::RunId;
 
     // Proves the kinds tell callers what to do: stop when fenced, back off when unavailable,
     // refold on a conflict, and look when data is corrupt.

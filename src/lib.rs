@@ -6,8 +6,8 @@
 //! configuration. See ARCHITECTURE.md for the map and the invariants.
 //!
 //! ```
-//! use rekindle::fold::{self, Step};
-//! use rekindle::sample;
+//! use rekindle::core::fold::{self, Step};
+//! use rekindle::core::sample;
 //!
 //! // A finished sample run folds to a state whose next step is "done".
 //! let facts = sample::run("r-1", 20, 7);
@@ -22,34 +22,14 @@
 //! assert_eq!(incremental, state);
 //! ```
 
-pub mod checkpoint;
-pub mod cli;
 pub mod clock;
-pub mod config;
-pub mod coordinator;
-pub mod demo;
+pub mod core;
 pub mod error;
-pub mod fact;
-pub mod fingerprint;
 pub mod fleet;
-pub mod fold;
-pub mod gc;
-pub mod generation;
 pub mod host;
-pub mod index;
-pub mod layout;
-pub mod lease;
-pub mod lifecycle;
-pub mod log;
-pub mod measure;
-pub mod recovery;
-pub mod runner;
-pub mod sample;
-pub mod seal;
-pub mod serve;
 pub mod store;
-pub mod tombstone;
-pub mod worker;
-pub mod workflow;
+
+pub mod cli;
+pub mod serve;
 
 pub use error::{Error, ErrorKind, Result};

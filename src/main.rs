@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rekindle::cli::StoreArgs;
-use rekindle::fold::{self, Step, Summary};
-use rekindle::log;
+use rekindle::core::fold::{self, Step, Summary};
+use rekindle::store::log;
 
 mod commands;
 
@@ -271,15 +271,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             seed,
             json,
         } => block_on(async move {
-            let options = rekindle::demo::DemoOptions {
+            let options = rekindle::fleet::demo::DemoOptions {
                 runs,
                 workers,
                 store,
                 seed,
                 progress: !json,
-                ..rekindle::demo::DemoOptions::default()
+                ..rekindle::fleet::demo::DemoOptions::default()
             };
-            let summary = rekindle::demo::run(options).await.context("run the demo")?;
+            let summary = rekindle::fleet::demo::run(options)
+                .await
+                .context("run the demo")?;
             if json {
                 println!("{}", serde_json::to_string(&summary)?);
             } else {
@@ -393,11 +395,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => block_on(async move {
             let opened = store.open(false).await.context("open the store")?;
             let now = opened.clock().wall_ms();
-            let policy = rekindle::gc::GcPolicy {
+            let policy = rekindle::store::gc::GcPolicy {
                 retention: std::time::Duration::from_secs(retention_hours.saturating_mul(3600)),
                 grace: std::time::Duration::from_secs(grace_minutes.saturating_mul(60)),
             };
-            let report = rekindle::gc::collect(&opened, &policy, now)
+            let report = rekindle::store::gc::collect(&opened, &policy, now)
                 .await
                 .context("collect garbage")?;
             if json {
@@ -424,14 +426,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => block_on(async move {
             let opened = store.open(false).await.context("open the store")?;
             let nonce = opened.clock().nonce();
-            let commit =
-                rekindle::measure::commit_cost(&opened, &format!("bench-commit-{nonce}"), steps)
-                    .await
-                    .context("measure commits")?;
-            let load =
-                rekindle::measure::load_cost(&opened, &format!("bench-load-{nonce}"), facts, 10, 5)
-                    .await
-                    .context("measure loads")?;
+            let commit = rekindle::store::measure::commit_cost(
+                &opened,
+                &format!("bench-commit-{nonce}"),
+                steps,
+            )
+            .await
+            .context("measure commits")?;
+            let load = rekindle::store::measure::load_cost(
+                &opened,
+                &format!("bench-load-{nonce}"),
+                facts,
+                10,
+                5,
+            )
+            .await
+            .context("measure loads")?;
             if json {
                 println!("{}", serde_json::json!({"commit": commit, "load": load}));
                 return Ok(());

@@ -11,18 +11,19 @@
 
 mod common;
 
+use rekindle::core::record::RecoveryState;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rekindle::coordinator::recovery_id_for;
-use rekindle::fact::{FactBody, RunId};
-use rekindle::generation::{self, GenerationError};
-use rekindle::layout;
-use rekindle::recovery::{self, RecoveryState};
-use rekindle::sample::SplitMix;
+use rekindle::core::fact::{FactBody, RunId};
+use rekindle::core::layout;
+use rekindle::core::sample::SplitMix;
+use rekindle::fleet::coordinator::recovery_id_for;
 use rekindle::store::Store;
+use rekindle::store::generation::{self, GenerationError};
+use rekindle::store::recovery::{self};
 
 const TTL_MS: u64 = 800;
 
@@ -218,7 +219,7 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
             1 => {
                 // The leading coordinator, as the lease names it.
                 let lease = RunId::new(layout::COORDINATOR_LEASE_RUN);
-                if let Ok(Some(view)) = rekindle::lease::read_lease(&store, &lease).await
+                if let Ok(Some(view)) = rekindle::store::lease::read_lease(&store, &lease).await
                     && let Some(i) = view
                         .lease
                         .holder
@@ -286,7 +287,7 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (entries, _) = rekindle::index::IndexScan::default()
+        let (entries, _) = rekindle::store::index::IndexScan::default()
             .scan(&store)
             .await
             .unwrap();
@@ -447,7 +448,8 @@ async fn audit(
 async fn commit_epochs(store: &Store, source: &RunId, run: &RunId) -> BTreeMap<u64, u64> {
     let mut epochs = BTreeMap::new();
     for chain_run in [source, run] {
-        let chain = rekindle::generation::Chain::new(store, layout::run_base(chain_run.as_str()));
+        let chain =
+            rekindle::store::generation::Chain::new(store, layout::run_base(chain_run.as_str()));
         let Ok(Some(latest)) = chain.latest().await else {
             continue;
         };
@@ -468,7 +470,7 @@ async fn commit_epochs(store: &Store, source: &RunId, run: &RunId) -> BTreeMap<u
 
 /// Reads every generation of a run in order: epochs never decrease, seqs never skip.
 async fn check_chain(store: &Store, run: &RunId, violation: &mut impl FnMut(String)) {
-    let chain = rekindle::generation::Chain::new(store, layout::run_base(run.as_str()));
+    let chain = rekindle::store::generation::Chain::new(store, layout::run_base(run.as_str()));
     let Ok(Some(latest)) = chain.latest().await else {
         return;
     };

@@ -3,9 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rekindle::fact::{self, Fact};
-use rekindle::fold::Step;
-use rekindle::sample::{Builder, SplitMix};
+use rekindle::core::fact::{self, Fact};
+use rekindle::core::fold::Step;
+use rekindle::core::sample::{Builder, SplitMix};
 
 fn rekindle(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rekindle"))
@@ -77,7 +77,7 @@ fn fold_prints_the_state() {
 #[test]
 fn fold_json_matches_the_library() {
     let (facts, _) = interrupted_run();
-    let state = rekindle::fold::fold(facts).unwrap();
+    let state = rekindle::core::fold::fold(facts).unwrap();
     let out = rekindle(&["fold", fixture().to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{out:?}");
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -4,14 +4,15 @@
 
 mod common;
 
+use rekindle::core::record::RecoveryState;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rekindle::coordinator::recovery_id_for;
-use rekindle::fact::RunId;
-use rekindle::recovery::{self, RecoveryState};
+use rekindle::core::fact::RunId;
+use rekindle::fleet::coordinator::recovery_id_for;
 use rekindle::store::Store;
+use rekindle::store::recovery::{self};
 
 struct Fleet {
     dir: PathBuf,
@@ -158,7 +159,11 @@ fn sigterm(child: &mut Child) -> std::process::ExitStatus {
     child.wait().unwrap()
 }
 
-async fn wait_finished(store: &Store, run: &RunId, timeout: Duration) -> recovery::RecoveryRecord {
+async fn wait_finished(
+    store: &Store,
+    run: &RunId,
+    timeout: Duration,
+) -> rekindle::core::record::RecoveryRecord {
     let id = recovery_id_for(run);
     let deadline = Instant::now() + timeout;
     loop {
@@ -218,7 +223,7 @@ async fn killed_host_and_worker_are_recovered_by_the_fleet() {
     let recovery_run = RunId::new(recovery_id_for(&run).as_str());
     let deadline = Instant::now() + Duration::from_secs(30);
     let victim = loop {
-        if let Ok(Some(view)) = rekindle::lease::read_lease(&store, &recovery_run).await
+        if let Ok(Some(view)) = rekindle::store::lease::read_lease(&store, &recovery_run).await
             && fleet.ledger_lines().iter().any(|l| !l.ends_with(" 1"))
         {
             break view.lease.holder;
@@ -237,7 +242,7 @@ async fn killed_host_and_worker_are_recovered_by_the_fleet() {
     let record = wait_finished(&store, &run, Duration::from_secs(60)).await;
     assert_eq!(
         record.result.unwrap().outcome,
-        rekindle::fact::Outcome::Completed
+        rekindle::core::fact::Outcome::Completed
     );
     audit(&fleet.ledger_lines(), run.as_str());
 
@@ -257,9 +262,9 @@ async fn standby_coordinator_takes_over() {
 
     let mut leader = fleet.coordinator("coordinator-a");
     // Let the first one take the lead before the standby starts.
-    let lease = RunId::new(rekindle::layout::COORDINATOR_LEASE_RUN);
+    let lease = RunId::new(rekindle::core::layout::COORDINATOR_LEASE_RUN);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while rekindle::lease::read_lease(&store, &lease)
+    while rekindle::store::lease::read_lease(&store, &lease)
         .await
         .unwrap()
         .is_none()
@@ -276,7 +281,7 @@ async fn standby_coordinator_takes_over() {
     fleet.crash_host(run.as_str());
 
     wait_finished(&store, &run, Duration::from_secs(60)).await;
-    let view = rekindle::lease::read_lease(&store, &lease)
+    let view = rekindle::store::lease::read_lease(&store, &lease)
         .await
         .unwrap()
         .unwrap();
@@ -358,7 +363,7 @@ async fn same_recovery_id_twice_executes_once() {
     let waited = fleet.cli(&["recover", run, "--recovery-id", "mine", "--wait"]);
     assert!(stdout(&waited).contains("recovery mine: completed"));
     let store = common::local(&bucket).await;
-    let (record, _) = recovery::read(&store, &rekindle::fact::RecoveryId::new("mine"))
+    let (record, _) = recovery::read(&store, &rekindle::core::fact::RecoveryId::new("mine"))
         .await
         .unwrap()
         .unwrap();
@@ -482,7 +487,7 @@ async fn recover_all_admits_interrupted_runs() {
 #[test]
 fn deploy_demo_config_loads() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/demo/rekindle.toml");
-    let config = rekindle::config::Config::load(&path).unwrap();
+    let config = rekindle::host::config::Config::load(&path).unwrap();
     rekindle::fleet::Agent::from_config(config).unwrap();
 }
 
@@ -504,7 +509,7 @@ async fn runs_rm_retires_a_finished_run_for_good() {
     assert!(shown.contains("\"outcome\":\"completed\""), "{shown}");
 
     let store = common::local(&bucket).await;
-    let holder = rekindle::lease::Holder::new(&store, "someone", Duration::from_secs(60));
+    let holder = rekindle::store::lease::Holder::new(&store, "someone", Duration::from_secs(60));
     let held = holder.acquire(&RunId::new("e2e-rm")).await.unwrap();
     let refused = fleet.cli(&["runs", "rm", "e2e-rm"]);
     assert_eq!(refused.status.code(), Some(1));
@@ -520,7 +525,7 @@ async fn runs_rm_retires_a_finished_run_for_good() {
         gone.contains("run \"e2e-rm\" was retired after it ended (completed)"),
         "{gone}"
     );
-    let base = rekindle::layout::run_base("e2e-rm");
+    let base = rekindle::core::layout::run_base("e2e-rm");
     for key in [format!("{base}/lease"), format!("{base}/tombstone")] {
         assert!(store.head(&key).await.unwrap().is_some(), "{key} is gone");
     }
@@ -544,7 +549,7 @@ async fn runs_rm_retires_a_finished_run_for_good() {
         String::from_utf8_lossy(&typo.stderr).contains("run \"e2e-never-was\" does not exist"),
         "{typo:?}"
     );
-    let never = rekindle::layout::run_base("e2e-never-was");
+    let never = rekindle::core::layout::run_base("e2e-never-was");
     assert!(
         store
             .head(&format!("{never}/tombstone"))
@@ -584,7 +589,7 @@ async fn interrupted_workflow_resumes_and_skips_finished_steps() {
     let mut first = workflow(&fleet);
     let store = common::local(&bucket).await;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while rekindle::checkpoint::load_workflow(&store, "wf")
+    while rekindle::store::checkpoint::load_workflow(&store, "wf")
         .await
         .unwrap()
         .is_none()
@@ -604,7 +609,7 @@ async fn interrupted_workflow_resumes_and_skips_finished_steps() {
         .and_then(|n| n.parse().ok())
         .unwrap();
     assert!(skipped >= 1, "{text}");
-    let (saved, _) = rekindle::checkpoint::load_workflow(&store, "wf")
+    let (saved, _) = rekindle::store::checkpoint::load_workflow(&store, "wf")
         .await
         .unwrap()
         .unwrap();
@@ -647,7 +652,7 @@ async fn sigterm_hands_a_recovery_over_at_once() {
     assert!(stopping.elapsed() < Duration::from_secs(10));
     let store = common::local(&bucket).await;
     let recovery_run = RunId::new(recovery_id_for(&run).as_str());
-    let lease = rekindle::lease::read_lease(&store, &recovery_run)
+    let lease = rekindle::store::lease::read_lease(&store, &recovery_run)
         .await
         .unwrap()
         .unwrap();
@@ -679,7 +684,7 @@ async fn runs_rm_refuses_a_run_whose_recovery_is_in_progress() {
     assert!(admitted.status.success(), "{admitted:?}");
     let refused = fleet.cli(&["runs", "rm", run]);
     let store = common::local(&bucket).await;
-    let entry = rekindle::index::read(&store, &RunId::new(run))
+    let entry = rekindle::store::index::read(&store, &RunId::new(run))
         .await
         .unwrap();
     assert_eq!(

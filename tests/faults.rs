@@ -12,11 +12,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use rekindle::clock::{Clock, ManualClock, SystemClock};
-use rekindle::fact::RunId;
-use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
-use rekindle::lease::{Holder, LeaseError};
-use rekindle::sample;
+use rekindle::core::fact::RunId;
+use rekindle::core::sample;
 use rekindle::store::faults::{FaultPlan, FaultyStore};
+use rekindle::store::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
+use rekindle::store::lease::{Holder, LeaseError};
 use rekindle::store::{Backend, RetryPolicy, Store, StoreError};
 
 const CAS_CHILD: &str = "REKINDLE_TEST_CAS_CHILD_DIR";

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use rekindle::demo::{self, DemoOptions};
+use rekindle::fleet::demo::{self, DemoOptions};
 
 fn options(runs: usize, seed: u64, store: Option<String>) -> DemoOptions {
     DemoOptions {
@@ -60,11 +60,11 @@ async fn a_run_stops_when_its_lease_is_taken() {
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
 
-    use rekindle::config::Config;
-    use rekindle::fact::RunId;
+    use rekindle::core::fact::RunId;
     use rekindle::fleet::{Agent, FleetError, Node};
-    use rekindle::lease::Holder;
-    use rekindle::log::LogDir;
+    use rekindle::host::config::Config;
+    use rekindle::store::lease::Holder;
+    use rekindle::store::log::LogDir;
 
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger.txt");
@@ -107,7 +107,7 @@ async fn a_run_stops_when_its_lease_is_taken() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let thief = Holder::new(&store, "thief", Duration::from_secs(60));
-    let view = rekindle::lease::read_lease(&store, &RunId::new("taken"))
+    let view = rekindle::store::lease::read_lease(&store, &RunId::new("taken"))
         .await
         .unwrap()
         .unwrap();

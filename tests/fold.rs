@@ -2,10 +2,10 @@
 //! derive only from facts, and each rule violation is refused without changing the state.
 
 use proptest::prelude::*;
-use rekindle::fact::*;
-use rekindle::fingerprint::Budgets;
-use rekindle::fold::{Applied, Confirmation, FoldError, Parked, RunState, Step, fold};
-use rekindle::sample::{self, Builder};
+use rekindle::core::fact::*;
+use rekindle::core::fingerprint::Budgets;
+use rekindle::core::fold::{Applied, Confirmation, FoldError, Parked, RunState, Step, fold};
+use rekindle::core::sample::{self, Builder};
 
 /// A valid run whose shape is decided by `choices` (consumed in order, then zeros).
 fn valid_run(choices: &[u32]) -> Vec<Fact> {

@@ -5,11 +5,11 @@ mod common;
 
 use std::time::Duration;
 
-use rekindle::fact::{self, Fact, FactBody, RecoveryId, RunId, Seq, ToolResult};
-use rekindle::generation::{self, RunWriter, SnapshotPolicy};
+use rekindle::core::fact::{self, Fact, FactBody, RecoveryId, RunId, Seq, ToolResult};
+use rekindle::core::sample;
 use rekindle::host::{Model, ModelError, ModelRequest, OpenAiModel};
-use rekindle::log::{FactLog, LogError};
-use rekindle::sample;
+use rekindle::store::generation::{self, RunWriter, SnapshotPolicy};
+use rekindle::store::log::{FactLog, LogError};
 
 const SIXTY_FOUR_MIB: usize = 64 * 1024 * 1024;
 
@@ -47,7 +47,7 @@ async fn a_64_mib_fact_is_refused() {
     );
     drop(log);
     assert_eq!(
-        rekindle::log::read(&dir.path().join("big.jsonl"))
+        rekindle::store::log::read(&dir.path().join("big.jsonl"))
             .unwrap()
             .facts,
         facts[..3]
@@ -64,7 +64,7 @@ async fn a_64_mib_fact_is_refused() {
     bytes.extend(b"\n");
     bytes.extend(fact::encode(&facts[2]).unwrap());
     std::fs::write(&planted, bytes).unwrap();
-    let error = rekindle::log::read(&planted).unwrap_err();
+    let error = rekindle::store::log::read(&planted).unwrap_err();
     assert!(
         matches!(error, LogError::Corrupt { line: 3, .. }),
         "{error}"
@@ -118,7 +118,7 @@ async fn hostile_ids_round_trip_in_the_store() {
             .unwrap();
         assert_eq!(loaded.state.facts(), &facts[..5], "{id:?}");
         let recovery = RecoveryId::new(format!("{id}/recovery"));
-        let admitted = rekindle::recovery::admit(&store, &RunId::new(*id), &recovery, false)
+        let admitted = rekindle::store::recovery::admit(&store, &RunId::new(*id), &recovery, false)
             .await
             .unwrap();
         assert_eq!(admitted.record.recovery_id, recovery);
@@ -147,8 +147,8 @@ async fn fake_server(status: u16, body: &'static str, delay: Duration) -> String
     format!("http://{address}")
 }
 
-fn request_state() -> rekindle::fold::RunState {
-    rekindle::fold::fold(sample::run("m", 10, 1)[..2].to_vec()).unwrap()
+fn request_state() -> rekindle::core::fold::RunState {
+    rekindle::core::fold::fold(sample::run("m", 10, 1)[..2].to_vec()).unwrap()
 }
 
 // Proves a model endpoint that returns garbage gets a clear error naming the endpoint, and
@@ -234,7 +234,7 @@ async fn wrong_credentials_are_named_without_the_secret() {
 #[tokio::test]
 async fn a_tool_printing_one_gib_is_bounded() {
     use rekindle::host::{CommandTools, ToolContext, Tools};
-    let tools = CommandTools::new(vec![rekindle::config::ToolConfig {
+    let tools = CommandTools::new(vec![rekindle::host::config::ToolConfig {
         name: "flood".into(),
         description: String::new(),
         schema: serde_json::json!({"type": "object"}),

@@ -5,6 +5,11 @@
 
 mod common;
 
+use rekindle::core::record::{Phase, RecoveryRecord, RecoveryResult, RecoveryState};
+use rekindle::fleet::admission;
+use rekindle::fleet::admission::Takeover;
+use rekindle::fleet::lifecycle;
+use rekindle::fleet::lifecycle::LifecycleError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,20 +20,20 @@ use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use proptest::prelude::*;
 use rekindle::clock::Clock;
-use rekindle::config::Config;
-use rekindle::coordinator::{self, CoordinatorOptions, recovery_id_for};
-use rekindle::fact::{Outcome, RecoveryId, RunId, ToolCall};
+use rekindle::core::fact::{Outcome, RecoveryId, RunId, ToolCall};
+use rekindle::core::layout;
+use rekindle::core::lifecycle::{Event, apply};
+use rekindle::fleet::coordinator::{self, CoordinatorOptions, recovery_id_for};
+use rekindle::fleet::runner::Stopped;
+use rekindle::fleet::worker::{self, WorkerOptions, WorkerStats};
 use rekindle::fleet::{self, Agent, FleetError, Node};
+use rekindle::host::config::Config;
 use rekindle::host::{CommandTools, ToolContext, ToolDefinition, ToolOutput, Tools};
-use rekindle::index::{self, Phase};
-use rekindle::layout;
-use rekindle::lease::{self, Holder, LeaseError};
-use rekindle::lifecycle::{self, Event, LifecycleError, Takeover, apply};
-use rekindle::log::LogDir;
-use rekindle::recovery::{self, RecoveryRecord, RecoveryResult, RecoveryState};
-use rekindle::runner::Stopped;
+use rekindle::store::index::{self};
+use rekindle::store::lease::{self, Holder, LeaseError};
+use rekindle::store::log::LogDir;
+use rekindle::store::recovery::{self};
 use rekindle::store::{Backend, Store};
-use rekindle::worker::{self, WorkerOptions, WorkerStats};
 
 use common::crash::Crashable;
 
@@ -565,7 +570,7 @@ impl Harness {
         let store = self.store();
         let holder = Holder::new(&store, "cli", TTL);
         let id = recovery_id_for(&RunId::new(run));
-        lifecycle::admit(&store, &holder, &RunId::new(run), &id, false, Takeover::Now)
+        admission::admit(&store, &holder, &RunId::new(run), &id, false, Takeover::Now)
             .await
             .unwrap();
         let assign = Event::Assign {
@@ -808,7 +813,7 @@ async fn a_parked_recovery_is_not_rerun_from_a_stale_inbox() {
         .unwrap()
         .lease
         .epoch;
-    let generation = rekindle::generation::load(&store, &run, None)
+    let generation = rekindle::store::generation::load(&store, &run, None)
         .await
         .unwrap()
         .generation;
@@ -826,7 +831,7 @@ async fn a_parked_recovery_is_not_rerun_from_a_stale_inbox() {
         epoch
     );
     assert_eq!(
-        rekindle::generation::load(&store, &run, None)
+        rekindle::store::generation::load(&store, &run, None)
             .await
             .unwrap()
             .generation,
@@ -1125,9 +1130,9 @@ async fn recover_without_takeover_refuses_a_holder_that_came_after_the_silence_c
 // behind the new attempt's back and the new attempt redoes committed work.
 #[tokio::test(start_paused = true)]
 async fn a_late_commit_of_an_earlier_attempt_is_fenced_by_the_same_workers_next_attempt() {
-    use rekindle::fact::{Fact, FactBody, ModelTurn, Seq};
-    use rekindle::generation::{RunWriter, SnapshotPolicy};
+    use rekindle::core::fact::{Fact, FactBody, ModelTurn, Seq};
     use rekindle::store::faults::{FaultPlan, FaultyStore};
+    use rekindle::store::generation::{RunWriter, SnapshotPolicy};
     let harness = Harness::new(2, 32, None);
     let store = harness.store();
     let policy = SnapshotPolicy::default();
@@ -1208,11 +1213,11 @@ async fn an_answer_killed_after_its_commit_does_not_strand_the_recovery() {
         .await;
     let id = recovery_id_for(&RunId::new("answered"));
     let run = RunId::new(id.as_str());
-    let parked = rekindle::generation::load(&store, &run, None)
+    let parked = rekindle::store::generation::load(&store, &run, None)
         .await
         .unwrap();
     let call_id = match parked.state.parked() {
-        Some(rekindle::fold::Parked::Confirmation { call_id, .. }) => call_id.clone(),
+        Some(rekindle::core::fold::Parked::Confirmation { call_id, .. }) => call_id.clone(),
         other => panic!("not waiting for a confirmation: {other:?}"),
     };
     // The answering CLI dies at its fourth write (the lease release after the answer's
@@ -1236,7 +1241,7 @@ async fn an_answer_killed_after_its_commit_does_not_strand_the_recovery() {
         })
         .await;
     answering.abort();
-    let now = rekindle::generation::load(&store, &run, None)
+    let now = rekindle::store::generation::load(&store, &run, None)
         .await
         .unwrap();
     assert!(now.state.parked().is_none(), "the answer did not land");
@@ -1376,7 +1381,7 @@ async fn a_refused_answer_writes_nothing() {
     let before = snapshot_of(&store).await;
     let cli = Holder::new(&store, "cli", TTL);
     let wrong = fleet::Answer::Confirm {
-        call_id: rekindle::fact::CallId::new("nope"),
+        call_id: rekindle::core::fact::CallId::new("nope"),
         approve: true,
     };
     let error = fleet::answer_run(&store, &cli, &run, wrong)
@@ -1389,7 +1394,7 @@ async fn a_refused_answer_writes_nothing() {
     assert_eq!(snapshot_of(&store).await, before, "a refused answer wrote");
     // The right answer goes through and hands the run to the fleet.
     let right = fleet::Answer::Confirm {
-        call_id: rekindle::fact::CallId::new("call_1_1"),
+        call_id: rekindle::core::fact::CallId::new("call_1_1"),
         approve: true,
     };
     fleet::answer_run(&store, &cli, &run, right).await.unwrap();

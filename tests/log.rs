@@ -6,9 +6,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use rekindle::fact::{self, Fact, Seq};
-use rekindle::log::{self, FactLog, LogDir, LogError, TornTail};
-use rekindle::sample;
+use rekindle::core::fact::{self, Fact, Seq};
+use rekindle::core::sample;
+use rekindle::store::log::{self, FactLog, LogDir, LogError, TornTail};
 
 const CHILD_ENV: &str = "REKINDLE_TEST_LOCK_CHILD_LOG";
 

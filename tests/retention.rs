@@ -4,17 +4,20 @@
 
 mod common;
 
+use rekindle::core::lifecycle as rules;
+use rekindle::core::record::{RecoveryResult, RecoveryState};
+use rekindle::fleet::lifecycle;
 use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::memory::InMemory;
 use rekindle::clock::SystemClock;
-use rekindle::fact::RunId;
-use rekindle::gc;
-use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
-use rekindle::layout;
-use rekindle::sample;
+use rekindle::core::fact::RunId;
+use rekindle::core::layout;
+use rekindle::core::sample;
 use rekindle::store::faults::{FaultPlan, FaultyStore};
+use rekindle::store::gc;
+use rekindle::store::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
 use rekindle::store::{Backend, Store};
 
 /// Two stores over one memory bucket: `paused` can hold one of its reads (a reader that
@@ -137,9 +140,8 @@ async fn gc_during_load_reloads_from_the_new_snapshot() {
 // (finding 2: retention resurrected finished runs).
 #[tokio::test]
 async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
-    use rekindle::fact::{Outcome, RecoveryId};
-    use rekindle::lifecycle;
-    use rekindle::recovery::{self, RecoveryError, RecoveryResult, RecoveryState};
+    use rekindle::core::fact::{Outcome, RecoveryId};
+    use rekindle::store::recovery::{self, RecoveryError};
 
     let store = common::memory();
     let source = RunId::new("src");
@@ -175,9 +177,9 @@ async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
     let outcome = worker.state().terminal().unwrap().outcome;
     let w = || "w-1".to_string();
     for event in [
-        lifecycle::Event::Assign { worker: w() },
-        lifecycle::Event::Start { worker: w() },
-        lifecycle::Event::Finish {
+        rules::Event::Assign { worker: w() },
+        rules::Event::Start { worker: w() },
+        rules::Event::Finish {
             worker: w(),
             attempt: 1,
             result: RecoveryResult {
@@ -274,7 +276,7 @@ async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
 // is finished by the next gc, and that the run stops loading as live from then on.
 #[tokio::test]
 async fn gc_finishes_a_retirement_a_crash_interrupted() {
-    use rekindle::tombstone::{self, RetiredBy, Tombstone};
+    use rekindle::store::tombstone::{self, RetiredBy, Tombstone};
 
     let store = common::memory();
     let facts = sample::run("crashed-gc", 30, 24);
@@ -337,9 +339,9 @@ async fn gc_finishes_a_retirement_a_crash_interrupted() {
 // left, and its last writer is fenced rather than left a free slot to commit into.
 #[tokio::test]
 async fn a_run_retired_before_it_ended_stays_retired() {
-    use rekindle::fact::RecoveryId;
-    use rekindle::recovery::{self, RecoveryError};
-    use rekindle::tombstone::RetiredBy;
+    use rekindle::core::fact::RecoveryId;
+    use rekindle::store::recovery::{self, RecoveryError};
+    use rekindle::store::tombstone::RetiredBy;
 
     let store = common::memory();
     let facts = sample::run("removed", 30, 25);
@@ -379,8 +381,8 @@ async fn a_run_retired_before_it_ended_stays_retired() {
 // of failing on it every scan, and leaves it retired.
 #[tokio::test]
 async fn fencing_a_retired_run_is_a_no_op() {
-    use rekindle::lease::Holder;
-    use rekindle::tombstone::RetiredBy;
+    use rekindle::store::lease::Holder;
+    use rekindle::store::tombstone::RetiredBy;
 
     let store = common::memory();
     let facts = sample::run("fenced-retired", 20, 26);
@@ -390,7 +392,7 @@ async fn fencing_a_retired_run_is_a_no_op() {
         .unwrap();
     gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
     let holder = Arc::new(Holder::new(&store, "coordinator", Duration::from_secs(60)));
-    rekindle::lifecycle::fence_source(&store, &holder, &run)
+    rekindle::fleet::admission::fence_source(&store, &holder, &run)
         .await
         .unwrap();
     assert!(matches!(
@@ -436,7 +438,7 @@ async fn gc_between_load_and_fence_loses_no_fence() {
 #[tokio::test]
 async fn a_damaged_run_can_be_retired() {
     use bytes::Bytes;
-    use rekindle::tombstone::RetiredBy;
+    use rekindle::store::tombstone::RetiredBy;
 
     let store = common::memory();
     let facts = sample::run("damaged", 30, 28);

@@ -7,11 +7,11 @@ mod common;
 
 use std::sync::Arc;
 
-use rekindle::fact::RunId;
-use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
-use rekindle::layout;
-use rekindle::sample;
-use rekindle::seal::Sealer;
+use rekindle::core::fact::RunId;
+use rekindle::core::layout;
+use rekindle::core::sample;
+use rekindle::store::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
+use rekindle::store::seal::Sealer;
 
 const KEY: &str = "8f1c2d3e4f5061728394a5b6c7d8e9f00112233445566778899aabbccddeeff0";
 
@@ -183,7 +183,7 @@ async fn legacy_sealed_generation_without_envelope_binding_loads() {
     // Re-seal generation 2 the way the old code did: no associated data, digest in the clear.
     let mut lines = Vec::new();
     for fact in &facts[4..8] {
-        lines.extend(rekindle::fact::encode(fact).unwrap());
+        lines.extend(rekindle::core::fact::encode(fact).unwrap());
         lines.push(b'\n');
     }
     let key_bytes: Vec<u8> = (0..32)
@@ -205,7 +205,10 @@ async fn legacy_sealed_generation_without_envelope_binding_loads() {
         bytes::Bytes::from(serde_json::to_vec(&object).unwrap())
     };
     store
-        .put(&key, rewrite(rekindle::fingerprint::sha256_hex(&lines)))
+        .put(
+            &key,
+            rewrite(rekindle::core::fingerprint::sha256_hex(&lines)),
+        )
         .await
         .unwrap();
     let loaded = generation::load(&store, &run, None).await.unwrap();

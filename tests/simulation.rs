@@ -23,6 +23,7 @@
 //! `cargo test --test simulation` runs the default sweep; a failure prints the seed, the
 //! invariant broken and the trace tail, and the replay command.
 
+use rekindle::core::record::{IndexEntry, Phase, RecoveryState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -44,24 +45,24 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use rekindle::clock::TokioClock;
-use rekindle::config::Config;
-use rekindle::coordinator::{self, CoordinatorOptions, recovery_id_for};
-use rekindle::fact::{FactBody, ModelTurn, RunId, ToolCall};
+use rekindle::core::fact::{FactBody, ModelTurn, RunId, ToolCall};
+use rekindle::core::fold::Parked;
+use rekindle::core::layout;
+use rekindle::core::sample::SplitMix;
+use rekindle::fleet::coordinator::{self, CoordinatorOptions, recovery_id_for};
+use rekindle::fleet::runner::Stopped;
+use rekindle::fleet::worker::{self, WorkerOptions, WorkerStats};
 use rekindle::fleet::{self, Agent, Answer, Node};
-use rekindle::fold::Parked;
-use rekindle::generation::{self, Generation};
+use rekindle::host::config::Config;
 use rekindle::host::{
     Model, ModelError, ModelRequest, ScriptedModel, ToolContext, ToolDefinition, ToolOutput, Tools,
 };
-use rekindle::index::{IndexEntry, IndexScan, Phase};
-use rekindle::layout;
-use rekindle::lease::Holder;
-use rekindle::log::LogDir;
-use rekindle::recovery::{self, RecoveryState};
-use rekindle::runner::Stopped;
-use rekindle::sample::SplitMix;
+use rekindle::store::generation::{self, Generation};
+use rekindle::store::index::IndexScan;
+use rekindle::store::lease::Holder;
+use rekindle::store::log::LogDir;
+use rekindle::store::recovery::{self};
 use rekindle::store::{Backend, RetryPolicy, Store};
-use rekindle::worker::{self, WorkerOptions, WorkerStats};
 
 /// Seeds per default run: sized to finish well inside a minute in debug on two shared cores.
 const DEFAULT_SEEDS: u64 = 2000;
@@ -1090,11 +1091,11 @@ async fn collector(world: Arc<World>, store: Store, retention_ms: u64, every_ms:
         let now = store.clock().wall_ms();
         // A grace period far shorter than production's hour: correctness must not rest on it
         // (the probe rereads the hint, loads reload), so the simulation makes gc race.
-        let policy = rekindle::gc::GcPolicy {
+        let policy = rekindle::store::gc::GcPolicy {
             retention: Duration::from_millis(retention_ms),
             grace: Duration::from_millis(retention_ms.min(1000)),
         };
-        match rekindle::gc::collect(&store, &policy, now).await {
+        match rekindle::store::gc::collect(&store, &policy, now).await {
             Ok(report) => {
                 world.count("gc passes");
                 if report.generations_deleted + report.runs_retired > 0 {
@@ -1513,7 +1514,7 @@ fn landed_generations(world: &World) -> (BTreeMap<String, Vec<LandedGeneration>>
 
 /// The facts a lineage committed, by seq: (fact as JSON, epoch of the first generation that
 /// committed it, the fact).
-type Committed = BTreeMap<u64, (String, u64, rekindle::fact::Fact)>;
+type Committed = BTreeMap<u64, (String, u64, rekindle::core::fact::Fact)>;
 
 fn lineage_facts(
     run: &RunId,
@@ -1788,7 +1789,7 @@ async fn audit(world: &World, store: &Store, scenario: &Scenario) -> (Vec<String
         let Ok(Some(object)) = store.read(&listed.key).await else {
             continue;
         };
-        let Ok(record) = layout::decode_object::<recovery::RecoveryRecord>(
+        let Ok(record) = layout::decode_object::<rekindle::core::record::RecoveryRecord>(
             &listed.key,
             "recovery",
             &object.bytes,

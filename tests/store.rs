@@ -3,16 +3,19 @@
 
 mod common;
 
+use rekindle::core::record::{IndexEntry, Phase};
+use rekindle::fleet::lifecycle;
+use rekindle::fleet::lifecycle::LifecycleError;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rekindle::fact::{RecoveryId, RunId, Seq};
-use rekindle::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
-use rekindle::layout;
-use rekindle::lease::{self, Holder, LeaseError};
-use rekindle::lifecycle::{self, Event, LifecycleError};
-use rekindle::recovery::{self, RecoveryError};
-use rekindle::sample;
+use rekindle::core::fact::{RecoveryId, RunId, Seq};
+use rekindle::core::layout;
+use rekindle::core::lifecycle::Event;
+use rekindle::core::sample;
+use rekindle::store::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
+use rekindle::store::lease::{self, Holder, LeaseError};
+use rekindle::store::recovery::{self, RecoveryError};
 use rekindle::store::{Store, StoreError};
 
 /// Create-if-absent: one create wins; a different second create is refused; repeating our own
@@ -315,8 +318,8 @@ async fn recovery_records(store: Store) {
     lifecycle::transition(&store, &id, None, Event::Start { worker: w() })
         .await
         .unwrap();
-    let result = recovery::RecoveryResult {
-        outcome: rekindle::fact::Outcome::Completed,
+    let result = rekindle::core::record::RecoveryResult {
+        outcome: rekindle::core::fact::Outcome::Completed,
         message: "done".into(),
         final_generation: 9,
     };
@@ -332,7 +335,10 @@ async fn recovery_records(store: Store) {
     )
     .await
     .unwrap();
-    assert_eq!(updated.state, recovery::RecoveryState::Finished);
+    assert_eq!(
+        updated.state,
+        rekindle::core::record::RecoveryState::Finished
+    );
     assert_eq!((updated.attempts, updated.failures), (1, 0));
     let stale = lifecycle::transition(
         &store,
@@ -436,8 +442,8 @@ async fn bad_objects_are_named(store: Store) {
 
 /// Session snapshots are whole envelopes saved by compare-and-swap on the last digest.
 async fn session_snapshots(store: Store) {
-    use rekindle::checkpoint::{self, CheckpointError, SessionData};
-    use rekindle::fact::SessionId;
+    use rekindle::core::fact::SessionId;
+    use rekindle::store::checkpoint::{self, CheckpointError, SessionData};
     let session = SessionId::new("sess-1");
     assert!(
         checkpoint::load_session(&store, &session)
@@ -485,10 +491,10 @@ async fn session_snapshots(store: Store) {
 
 /// Loop and workflow checkpoints round-trip and refuse another run's or session's.
 async fn loop_and_workflow_checkpoints(store: Store) {
-    use rekindle::checkpoint::{self, CheckpointError, LoopCheckpoint, StepOutcome};
-    use rekindle::fact::{Outcome, SessionId};
+    use rekindle::core::fact::{Outcome, SessionId};
+    use rekindle::store::checkpoint::{self, CheckpointError, LoopCheckpoint, StepOutcome};
     let facts = sample::run("loop-run", 30, 8);
-    let state = rekindle::fold::fold(facts).unwrap();
+    let state = rekindle::core::fold::fold(facts).unwrap();
     let saved = LoopCheckpoint::of(&state, 77).unwrap();
     checkpoint::save_loop(&store, &saved).await.unwrap();
     let run = RunId::new("loop-run");
@@ -574,7 +580,7 @@ async fn loop_and_workflow_checkpoints(store: Store) {
 /// The index lists runs without scanning the bucket, re-reads only changed entries, and a
 /// foreign object in it is reported without hiding the others.
 async fn index_scans(store: Store) {
-    use rekindle::index::{self, IndexEntry, IndexScan, Phase};
+    use rekindle::store::index::{self, IndexScan};
     for i in 0..5 {
         let entry = IndexEntry::new(
             RunId::new(format!("r{i}")),
@@ -626,7 +632,7 @@ async fn index_scans(store: Store) {
 /// gc deletes superseded generations (once their snapshot is past the grace period) but keeps
 /// every epoch's first one, so a zombie is still fenced afterwards and the run still loads.
 async fn gc_keeps_fences(store: Store) {
-    use rekindle::gc;
+    use rekindle::store::gc;
     let facts = sample::run("gc-run", 200, 12);
     let run = RunId::new("gc-run");
     let policy = SnapshotPolicy {
@@ -689,7 +695,7 @@ async fn gc_keeps_fences(store: Store) {
 /// except each epoch's first slot (so its stale writers are still fenced), keeps its hint and
 /// a tombstone, and loads as retired, never as a live run.
 async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
-    use rekindle::gc;
+    use rekindle::store::gc;
     let facts = sample::run("old-run", 40, 14);
     let run = RunId::new("old-run");
     let policy = SnapshotPolicy {

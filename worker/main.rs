@@ -8,10 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use rekindle::cli::{self, StoreArgs};
-use rekindle::config::Config;
 use rekindle::fleet::Agent;
-use rekindle::log::LogDir;
-use rekindle::worker::{self, WorkerOptions, WorkerStats};
+use rekindle::fleet::worker::{self, WorkerOptions, WorkerStats};
+use rekindle::host::config::Config;
+use rekindle::store::log::LogDir;
 
 /// Executes recoveries of interrupted agent runs assigned by the coordinator.
 #[derive(Parser)]

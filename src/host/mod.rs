@@ -2,6 +2,7 @@
 //! implement itself, plus the built-in scripted model, the OpenAI-compatible client and
 //! command-line tools.
 
+pub mod config;
 pub mod model;
 pub mod tools;
 

@@ -14,8 +14,8 @@ use backon::{ExponentialBuilder, Retryable};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::fact::{CallId, ModelTurn, ToolCall, Usage};
-use crate::fold::{Message, RunState};
+use crate::core::fact::{CallId, ModelTurn, ToolCall, Usage};
+use crate::core::fold::{Message, RunState};
 use crate::host::tools::ToolDefinition;
 
 /// What the model is asked.

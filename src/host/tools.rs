@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::config::ToolConfig;
-use crate::fact::ToolCall;
+use crate::core::fact::ToolCall;
+use crate::host::config::ToolConfig;
 
 /// Most bytes kept of a tool's stdout and of its stderr; the rest is drained and counted.
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
@@ -169,7 +169,7 @@ impl Tools for CommandTools {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fact::CallId;
+    use crate::core::fact::CallId;
 
     fn tool(name: &str, script: &str, timeout_ms: u64) -> ToolConfig {
         ToolConfig {

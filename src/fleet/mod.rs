@@ -5,25 +5,36 @@
 //! seeding the local log, the resume guard, and what is recorded when a run stops. The
 //! decision of *which* run to recover and *where* is the coordinator's.
 
+pub mod admission;
+pub mod coordinator;
+pub mod demo;
+pub mod lifecycle;
+pub mod runner;
+pub mod worker;
+pub mod workflow;
+
+use crate::core::record::{IndexEntry, Phase, RecoveryRecord, RecoveryState};
+use crate::fleet::admission::Takeover;
+use crate::fleet::lifecycle::LifecycleError;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::clock::Clock;
-use crate::config::Config;
-use crate::fact::{
+use crate::core::fact::{
     ConfirmationAnswered, Fact, FactBody, Meta, QuestionAnswered, RecoveryId, RunId, Seq,
     SessionId, UserMessage,
 };
-use crate::fingerprint::ResumeRefused;
-use crate::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
+use crate::core::fingerprint::ResumeRefused;
+use crate::core::lifecycle::Event;
+use crate::fleet::runner::{RunError, Runner, Stopped};
+use crate::host::config::Config;
 use crate::host::{CommandTools, Model, ModelError, OpenAiModel, ScriptedModel, Tools};
-use crate::index::{self, IndexEntry, IndexError, Phase};
-use crate::lease::{Held, Holder, LeaseError};
-use crate::lifecycle::{self, Event, LifecycleError, Takeover};
-use crate::log::{LogDir, LogError};
-use crate::recovery::{self, RecoveryError, RecoveryRecord, RecoveryState};
-use crate::runner::{RunError, Runner, Stopped};
 use crate::store::Store;
+use crate::store::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
+use crate::store::index::{self, IndexError};
+use crate::store::lease::{Held, Holder, LeaseError};
+use crate::store::log::{LogDir, LogError};
+use crate::store::recovery::{self, RecoveryError};
 
 /// A configured agent: model, tools, prompt, budgets.
 #[derive(Clone)]
@@ -132,7 +143,7 @@ impl Node {
         self.store.clock()
     }
 
-    fn runner(&self, writer: RunWriter, log: crate::log::FactLog, held: Held) -> Runner {
+    fn runner(&self, writer: RunWriter, log: crate::store::log::FactLog, held: Held) -> Runner {
         let lease_suspect = Arc::new(AtomicBool::new(false));
         self.watch_lease(held.clone(), Arc::clone(&lease_suspect));
         Runner {
@@ -283,7 +294,7 @@ impl Node {
                 ..
             }) => {
                 self.holder.release(&held).await?;
-                let terminal = crate::fact::Terminal {
+                let terminal = crate::core::fact::Terminal {
                     outcome,
                     message: "ended in an earlier attempt (checkpoint since retired)".into(),
                 };
@@ -387,7 +398,7 @@ pub async fn spawn_recovery(
     takeover: Takeover,
 ) -> Result<RecoveryRecord, FleetError> {
     Ok(
-        lifecycle::admit(store, holder, source, recovery_id, force, takeover)
+        admission::admit(store, holder, source, recovery_id, force, takeover)
             .await?
             .record,
     )
@@ -437,7 +448,7 @@ pub async fn answer_run(
                     // it), finish it, so the run does not wait on a claim nobody completes:
                     // admitting the claimed ID again is idempotent and re-indexes the run.
                     // The recovery parks where the run did; answer that.
-                    lifecycle::admit(store, holder, &run, &recovery, false, Takeover::Now).await?;
+                    admission::admit(store, holder, &run, &recovery, false, Takeover::Now).await?;
                     return Err(FleetError::BeingRecovered { run, recovery });
                 }
                 Err(other) => return Err(other),
@@ -467,7 +478,7 @@ async fn commit_answer(
         tracing::info!(run_id = %run, "already answered; finishing the hand-back");
         return Ok(());
     }
-    let ttl = crate::lease::read_lease(store, run)
+    let ttl = crate::store::lease::read_lease(store, run)
         .await?
         .map_or(holder.ttl(), |view| {
             std::time::Duration::from_millis(view.lease.ttl_ms)
@@ -509,7 +520,7 @@ async fn commit_answer(
 /// past its park (answered before); refused if it waits for something else or has ended.
 fn answer_fact(
     run: &RunId,
-    state: &crate::fold::RunState,
+    state: &crate::core::fold::RunState,
     answer: &Answer,
 ) -> Result<Option<FactBody>, FleetError> {
     let parked = state.parked().cloned();
@@ -525,7 +536,7 @@ fn answer_fact(
         (_, None) => return Ok(None),
         (
             Answer::Confirm { call_id, approve },
-            Some(crate::fold::Parked::Confirmation {
+            Some(crate::core::fold::Parked::Confirmation {
                 call_id: waiting, ..
             }),
         ) if *call_id == waiting => FactBody::ConfirmationAnswered(ConfirmationAnswered {
@@ -535,7 +546,7 @@ fn answer_fact(
         }),
         (
             Answer::Question { question_id, text },
-            Some(crate::fold::Parked::Question {
+            Some(crate::core::fold::Parked::Question {
                 question_id: waiting,
                 ..
             }),
@@ -543,12 +554,12 @@ fn answer_fact(
             question_id: question_id.clone(),
             text: text.clone(),
         }),
-        (_, Some(crate::fold::Parked::Confirmation { call_id, .. })) => {
+        (_, Some(crate::core::fold::Parked::Confirmation { call_id, .. })) => {
             return Err(refuse(format!(
                 "; it waits for confirmation of call '{call_id}'"
             )));
         }
-        (_, Some(crate::fold::Parked::Question { question_id, .. })) => {
+        (_, Some(crate::core::fold::Parked::Question { question_id, .. })) => {
             return Err(refuse(format!(
                 "; it waits for an answer to question '{question_id}'"
             )));
@@ -561,11 +572,11 @@ fn answer_fact(
 #[derive(Clone, Debug)]
 pub enum Answer {
     Confirm {
-        call_id: crate::fact::CallId,
+        call_id: crate::core::fact::CallId,
         approve: bool,
     },
     Question {
-        question_id: crate::fact::QuestionId,
+        question_id: crate::core::fact::QuestionId,
         text: String,
     },
 }

@@ -4,15 +4,15 @@
 //! before gc (or `rekindle runs rm`) deletes any of a run's generations. It records how the run
 //! ended, its last epoch, its final generation and the first generation of every epoch, so that
 //! a run, its epochs and its slots are never reused after the chain is gone: `generation::load`
-//! turns a retired run into [`GenerationError::Retired`](crate::generation::GenerationError)
+//! turns a retired run into [`GenerationError::Retired`](crate::store::generation::GenerationError)
 //! instead of folding what is left, and the next gc finishes a retirement a crash interrupted
 //! from the tombstone alone. It never deletes anything itself (see `gc.rs`).
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::fact::{Outcome, RunId};
-use crate::layout::{self, FORMAT_VERSION};
+use crate::core::fact::{Outcome, RunId};
+use crate::core::layout::{self, FORMAT_VERSION};
 use crate::store::{Store, StoreError};
 
 const KIND: &str = "run.tombstone";

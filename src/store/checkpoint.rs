@@ -10,11 +10,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::fact::{Outcome, RunId, SessionId};
-use crate::fingerprint::sha256_hex;
-use crate::fold::{Message, RunState};
-use crate::generation::Chain;
-use crate::layout::{self, FORMAT_VERSION, ObjectError};
+use crate::core::fact::{Outcome, RunId, SessionId};
+use crate::core::fingerprint::sha256_hex;
+use crate::core::fold::{Message, RunState};
+use crate::core::layout::{self, FORMAT_VERSION, ObjectError};
+use crate::store::generation::Chain;
 use crate::store::{Store, StoreError};
 
 const SESSION_KIND: &str = "session.snapshot";

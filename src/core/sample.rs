@@ -6,13 +6,13 @@
 //! a caller-supplied source (a seeded generator, or a property test's input), and time and IDs
 //! are derived from the seq, so the same choices always give the same bytes. Never does I/O.
 
-use crate::fact::{
+use crate::core::fact::{
     CallId, ConfirmationAnswered, ConfirmationRequested, Fact, FactBody, Meta, ModelTurn, Outcome,
     QuestionAnswered, QuestionAsked, QuestionId, RunId, Seq, SessionId, Terminal, ToolCall,
     ToolResult, Usage, UserMessage,
 };
-use crate::fingerprint::{Budgets, Fingerprint, ToolSpec};
-use crate::fold::{Confirmation, RunState, Step};
+use crate::core::fingerprint::{Budgets, Fingerprint, ToolSpec};
+use crate::core::fold::{Confirmation, RunState, Step};
 
 const START_MS: u64 = 1_764_400_000_000;
 const TOOLS: [&str; 3] = ["shell", "read_file", "search"];
@@ -125,14 +125,14 @@ impl Builder {
                 message: reason,
             }),
             Step::Parked { parked } => match parked {
-                crate::fold::Parked::Confirmation { call_id, .. } => {
+                crate::core::fold::Parked::Confirmation { call_id, .. } => {
                     FactBody::ConfirmationAnswered(ConfirmationAnswered {
                         call_id,
                         approved: choose(4) != 0,
                         note: None,
                     })
                 }
-                crate::fold::Parked::Question { question_id, .. } => {
+                crate::core::fold::Parked::Question { question_id, .. } => {
                     FactBody::QuestionAnswered(QuestionAnswered {
                         question_id,
                         text: "Yes, the integration tests too.".into(),

@@ -22,7 +22,7 @@
 //! `..`, NUL, newlines or 10 000 characters — maps to exactly one safe key segment. Never does
 //! I/O.
 
-use crate::fingerprint::sha256_hex;
+use crate::core::fingerprint::sha256_hex;
 
 /// The version of this layout and of every object's envelope. Readers refuse newer ones.
 pub const FORMAT_VERSION: u32 = 1;

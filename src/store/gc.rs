@@ -32,11 +32,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::fact::RunId;
-use crate::generation::{self, Chain, GenerationError, RunWriter, SnapshotPolicy};
-use crate::layout;
+use crate::core::fact::RunId;
+use crate::core::layout;
+use crate::store::generation::{self, Chain, GenerationError, RunWriter, SnapshotPolicy};
+use crate::store::tombstone::{self, RetiredBy, Tombstone, TombstoneError};
 use crate::store::{Store, StoreError};
-use crate::tombstone::{self, RetiredBy, Tombstone, TombstoneError};
 
 /// How long things stay.
 #[derive(Clone, Copy, Debug)]
@@ -129,7 +129,7 @@ async fn finished_long_ago(
     {
         return Ok(false);
     }
-    let released = match crate::lease::read_lease(store, run).await {
+    let released = match crate::store::lease::read_lease(store, run).await {
         Ok(Some(view)) => view.lease.released,
         Ok(None) => true,
         Err(_) => false,
@@ -247,7 +247,7 @@ async fn tombstone_for(
                 damaged_chain_starts(store, run, &base, keys).await?
             }
         };
-    if let Ok(Some(view)) = crate::lease::read_lease(store, run).await {
+    if let Ok(Some(view)) = crate::store::lease::read_lease(store, run).await {
         last_epoch = last_epoch.max(view.lease.epoch);
     }
     if outcome.is_none() && final_generation > 0 && loadable {
@@ -291,7 +291,15 @@ async fn damaged_chain_starts(
     run: &RunId,
     base: &str,
     keys: &[String],
-) -> Result<(Option<crate::fact::Outcome>, u64, u64, Vec<(u64, u64)>), GcError> {
+) -> Result<
+    (
+        Option<crate::core::fact::Outcome>,
+        u64,
+        u64,
+        Vec<(u64, u64)>,
+    ),
+    GcError,
+> {
     let prefix = format!("{base}/gen/");
     let mut starts: BTreeSet<(u64, u64)> = BTreeSet::new();
     let (mut last_epoch, mut final_generation) = (0, 0);

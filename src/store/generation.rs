@@ -27,10 +27,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::fact::{self, Fact, RunId, Seq};
-use crate::fingerprint::sha256_hex;
-use crate::fold::{FoldError, RunState};
-use crate::layout::{self, FORMAT_VERSION};
+use crate::core::fact::{self, Fact, RunId, Seq};
+use crate::core::fingerprint::sha256_hex;
+use crate::core::fold::{FoldError, RunState};
+use crate::core::layout::{self, FORMAT_VERSION};
 use crate::store::{ETag, Store, StoreError};
 
 const KIND: &str = "run.generation";
@@ -73,7 +73,7 @@ pub struct Generation {
     pub facts: Vec<Fact>,
     /// The facts' JSONL, encrypted (see `seal.rs`), when client-side encryption is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sealed: Option<crate::seal::Sealed>,
+    pub sealed: Option<crate::store::seal::Sealed>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +105,7 @@ pub enum GenerationError {
     Retired {
         run: RunId,
         /// How the run ended; `None` when it was removed (`rekindle runs rm`) before it ended.
-        outcome: Option<crate::fact::Outcome>,
+        outcome: Option<crate::core::fact::Outcome>,
         final_generation: u64,
     },
     #[error("run \"{run}\" already exists (generation 1 was written by another writer)")]
@@ -140,7 +140,7 @@ pub enum GenerationError {
     },
 }
 
-fn retired_outcome(outcome: &Option<crate::fact::Outcome>) -> String {
+fn retired_outcome(outcome: &Option<crate::core::fact::Outcome>) -> String {
     match outcome {
         Some(outcome) => format!("after it ended ({outcome})"),
         None => "before it ended (rekindle runs rm)".into(),
@@ -227,7 +227,7 @@ pub fn decode(key: &str, run: &RunId, bytes: &[u8]) -> Result<Generation, Genera
 
 /// [`decode`], opening a sealed generation with `sealer`.
 pub fn decode_with(
-    sealer: Option<&crate::seal::Sealer>,
+    sealer: Option<&crate::store::seal::Sealer>,
     key: &str,
     run: &RunId,
     bytes: &[u8],
@@ -260,7 +260,7 @@ pub fn decode_with(
         check_digest = !sealed.aad;
         let context = seal_context(&generation, &sealed.algorithm, &sealed.key_id);
         let plaintext = sealer
-            .ok_or_else(|| crate::seal::SealError::UnknownKey {
+            .ok_or_else(|| crate::store::seal::SealError::UnknownKey {
                 key_id: sealed.key_id.clone(),
             })
             .and_then(|sealer| sealer.open(&sealed, &context))
@@ -645,13 +645,13 @@ async fn read_tombstone(
     store: &Store,
     run: &RunId,
 ) -> Result<Option<GenerationError>, GenerationError> {
-    match crate::tombstone::read(store, run).await {
+    match crate::store::tombstone::read(store, run).await {
         Ok(tombstone) => Ok(tombstone.map(|tombstone| GenerationError::Retired {
             run: run.clone(),
             outcome: tombstone.outcome,
             final_generation: tombstone.final_generation,
         })),
-        Err(crate::tombstone::TombstoneError::Store(error)) => Err(error.into()),
+        Err(crate::store::tombstone::TombstoneError::Store(error)) => Err(error.into()),
         Err(other) => Err(GenerationError::Corrupt {
             key: layout::tombstone(run.as_str()),
             reason: other.to_string(),
@@ -811,7 +811,7 @@ impl RunWriter {
         policy: SnapshotPolicy,
     ) -> Result<RunWriter, GenerationError> {
         let run = match facts.first().map(|f| &f.body) {
-            Some(crate::fact::FactBody::Meta(meta)) => meta.run_id.clone(),
+            Some(crate::core::fact::FactBody::Meta(meta)) => meta.run_id.clone(),
             _ => {
                 return Err(GenerationError::Corrupt {
                     key: "(new run)".into(),
@@ -831,7 +831,7 @@ impl RunWriter {
         epoch: u64,
         policy: SnapshotPolicy,
     ) -> Result<RunWriter, GenerationError> {
-        let state = crate::fold::fold(facts).map_err(|source| GenerationError::Fold {
+        let state = crate::core::fold::fold(facts).map_err(|source| GenerationError::Fold {
             key: "(new run)".into(),
             source,
         })?;
@@ -985,7 +985,7 @@ impl RunWriter {
             };
             match applied {
                 // A fact repeated within one commit is folded once and written once.
-                Ok((crate::fold::Applied::Appended, Some(fact))) => new_facts.push(fact),
+                Ok((crate::core::fold::Applied::Appended, Some(fact))) => new_facts.push(fact),
                 Ok(_) => {}
                 Err(source) => {
                     self.roll_back()?;
@@ -1008,7 +1008,7 @@ impl RunWriter {
         let mut facts = std::mem::take(&mut self.state).into_facts();
         facts.truncate(self.committed.0 as usize);
         // A prefix of facts that folded before folds again.
-        self.state = crate::fold::fold(facts).map_err(|source| GenerationError::Fold {
+        self.state = crate::core::fold::fold(facts).map_err(|source| GenerationError::Fold {
             key: "(rollback)".into(),
             source,
         })?;
@@ -1087,7 +1087,7 @@ impl RunWriter {
         if let Some(sealer) = self.chain.store().sealer() {
             // Sealed with the envelope as associated data, so the payload cannot be moved
             // under another run, slot, epoch or seq range; no plaintext digest is kept.
-            let context = seal_context(&generation, crate::seal::ALGORITHM, sealer.key_id());
+            let context = seal_context(&generation, crate::store::seal::ALGORITHM, sealer.key_id());
             generation.sealed = Some(sealer.seal(&lines, &context));
             generation.facts = Vec::new();
             generation.facts_sha256 = String::new();
@@ -1217,8 +1217,8 @@ impl RunWriter {
         let mut remaining = Vec::new();
         for fact in pending {
             match self.state.apply(fact.clone()) {
-                Ok(crate::fold::Applied::Appended) => remaining.push(fact),
-                Ok(crate::fold::Applied::Duplicate) => {}
+                Ok(crate::core::fold::Applied::Appended) => remaining.push(fact),
+                Ok(crate::core::fold::Applied::Duplicate) => {}
                 Err(source) => {
                     return Err(GenerationError::Fold {
                         key: "(commit)".into(),

@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::fact::{self, RunId};
-use crate::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
-use crate::sample::{self, Builder, SplitMix};
+use crate::core::fact::{self, RunId};
+use crate::core::sample::{self, Builder, SplitMix};
+use crate::store::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
 use crate::store::{MetricsSnapshot, Store};
 
 #[derive(Clone, Debug, Serialize)]

@@ -15,9 +15,9 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::core::fact::{self, DecodeError, Fact, MAX_FACT_BYTES, Seq};
+use crate::core::fold::RunState;
 use crate::error::Error;
-use crate::fact::{self, DecodeError, Fact, MAX_FACT_BYTES, Seq};
-use crate::fold::RunState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -103,7 +103,7 @@ pub fn default_dir_from(
     Ok(base.join("rekindle").join("runs"))
 }
 
-/// The file name of a run's log: [`crate::layout::encode_id`] plus `.jsonl`.
+/// The file name of a run's log: [`crate::core::layout::encode_id`] plus `.jsonl`.
 ///
 /// An ID of 1–128 ASCII letters, digits and `_ . : -` is used as-is, unless it starts with
 /// `.` (so `.` and `..` stay names of files, not directories) or with `s-` (reserved for the
@@ -111,7 +111,7 @@ pub fn default_dir_from(
 /// `s-` plus the SHA-256 of its bytes in full hex, which no two different IDs share and which
 /// cannot escape the directory.
 pub fn file_name(run_id: &str) -> String {
-    format!("{}.jsonl", crate::layout::encode_id(run_id))
+    format!("{}.jsonl", crate::core::layout::encode_id(run_id))
 }
 
 /// A directory of fact logs, created 0700.

@@ -20,7 +20,7 @@ use serde::de::{self, IgnoredAny, MapAccess, Visitor};
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::fingerprint::Fingerprint;
+use crate::core::fingerprint::Fingerprint;
 
 /// The newest fact schema this build reads and the one it writes.
 pub const SCHEMA_VERSION: u32 = 1;

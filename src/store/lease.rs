@@ -20,8 +20,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::fact::RunId;
-use crate::layout::{self, FORMAT_VERSION};
+use crate::core::fact::RunId;
+use crate::core::layout::{self, FORMAT_VERSION};
 use crate::store::{ETag, Store, StoreError};
 
 const LEASE_KIND: &str = "run.lease";

@@ -43,7 +43,17 @@ use object_store::{
 use crate::clock::Clock;
 
 pub mod aws;
+pub mod checkpoint;
 pub mod faults;
+pub mod gc;
+pub mod generation;
+pub mod index;
+pub mod lease;
+pub mod log;
+pub mod measure;
+pub mod recovery;
+pub mod seal;
+pub mod tombstone;
 
 /// The version tag of an object as the store reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -250,7 +260,7 @@ pub struct Store {
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
     /// Client-side encryption of generation payloads, when configured.
-    sealer: Option<Arc<crate::seal::Sealer>>,
+    sealer: Option<Arc<crate::store::seal::Sealer>>,
     /// Directories fsynced by this store after local deletes (a test seam: object_store syncs
     /// writes itself and cannot be observed).
     local_directory_syncs: Arc<AtomicU64>,
@@ -310,11 +320,12 @@ impl Store {
             Some(faulty) => faulty,
             None => inner,
         };
-        let sealer = crate::seal::Sealer::from_env().map_err(|error| StoreError::Failed {
-            op: "open",
-            key: "(client-side encryption key)".into(),
-            message: error.to_string(),
-        })?;
+        let sealer =
+            crate::store::seal::Sealer::from_env().map_err(|error| StoreError::Failed {
+                op: "open",
+                key: "(client-side encryption key)".into(),
+                message: error.to_string(),
+            })?;
         let store = Store::from_parts(inner, backend, url, &prefix, options.retry, clock)
             .with_sealer(sealer.map(Arc::new));
         if !options.skip_probe {
@@ -332,9 +343,9 @@ impl Store {
             format: u32,
             kind: String,
         }
-        let key = crate::layout::format_marker();
+        let key = crate::core::layout::format_marker();
         let ours = Marker {
-            format: crate::layout::FORMAT_VERSION,
+            format: crate::core::layout::FORMAT_VERSION,
             kind: "rekindle.format".into(),
         };
         let bytes = Bytes::from(serde_json::to_vec(&ours).unwrap_or_default());
@@ -347,13 +358,13 @@ impl Store {
             .and_then(|object| serde_json::from_slice::<Marker>(&object.bytes).ok())
             .map(|marker| marker.format);
         match found {
-            Some(found) if found <= crate::layout::FORMAT_VERSION => Ok(()),
+            Some(found) if found <= crate::core::layout::FORMAT_VERSION => Ok(()),
             Some(found) => Err(StoreError::Failed {
                 op: "open",
                 key: key.to_owned(),
                 message: format!(
                     "the bucket has layout format {found}, this build reads up to {}",
-                    crate::layout::FORMAT_VERSION
+                    crate::core::layout::FORMAT_VERSION
                 ),
             }),
             None => Err(StoreError::Failed {
@@ -387,12 +398,12 @@ impl Store {
     }
 
     /// The same store sealing new generations with `sealer` (and able to open them).
-    pub fn with_sealer(mut self, sealer: Option<Arc<crate::seal::Sealer>>) -> Store {
+    pub fn with_sealer(mut self, sealer: Option<Arc<crate::store::seal::Sealer>>) -> Store {
         self.sealer = sealer;
         self
     }
 
-    pub fn sealer(&self) -> Option<&crate::seal::Sealer> {
+    pub fn sealer(&self) -> Option<&crate::store::seal::Sealer> {
         self.sealer.as_deref()
     }
 
@@ -956,9 +967,10 @@ impl Store {
     /// writes share a version only if they wrote the same state.
     fn version(&self, store_etag: Option<String>, bytes: &Bytes, key: &str) -> ETag {
         match self.backend {
-            Backend::Local { .. } => {
-                ETag(format!("sha256:{}", crate::fingerprint::sha256_hex(bytes)))
-            }
+            Backend::Local { .. } => ETag(format!(
+                "sha256:{}",
+                crate::core::fingerprint::sha256_hex(bytes)
+            )),
             _ => etag_of(store_etag, key),
         }
     }
@@ -1019,7 +1031,7 @@ impl Drop for Abandon {
 /// for the duration; the kernel drops it if the process dies.
 async fn local_lock(root: &std::path::Path, key: &str) -> Result<std::fs::File, StoreError> {
     let dir = root.join(".rekindle-locks");
-    let path = dir.join(crate::fingerprint::sha256_hex(key.as_bytes()));
+    let path = dir.join(crate::core::fingerprint::sha256_hex(key.as_bytes()));
     let key = key.to_owned();
     let failed = move |message: String| StoreError::Failed {
         op: "lock",

@@ -9,49 +9,15 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
-use crate::fact::{RunId, SessionId};
-use crate::layout::{self, FORMAT_VERSION, ObjectError};
+use crate::core::fact::RunId;
+use crate::core::layout::{self, ObjectError};
+use crate::core::record::IndexEntry;
 use crate::store::{ETag, Store, StoreError};
 
 const KIND: &str = "index.entry";
 /// Keys per listing page.
 const PAGE: usize = 1000;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Running,
-    Parked,
-    Recovering,
-    /// Recovery failed too often; set aside with its last error.
-    Dead,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IndexEntry {
-    pub format: u32,
-    pub kind: String,
-    pub run_id: RunId,
-    #[serde(default)]
-    pub session_id: Option<SessionId>,
-    pub phase: Phase,
-    /// Heartbeat key of the process running the run; when it stops beating for a TTL, the
-    /// run is interrupted.
-    #[serde(default)]
-    pub holder: Option<String>,
-    /// The lease TTL the holder declared: the coordinator judges it silent only after this
-    /// long (or its own TTL, if longer), never after a shorter TTL of its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holder_ttl_ms: Option<u64>,
-    /// The recovery that continues this run, once admitted.
-    #[serde(default)]
-    pub recovery_id: Option<crate::fact::RecoveryId>,
-    /// SHA-256 of the run's fingerprint, so work goes only to matching workers.
-    pub fingerprint_sha256: String,
-    pub updated_at_ms: u64,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -59,29 +25,6 @@ pub enum IndexError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Object(#[from] ObjectError),
-}
-
-impl IndexEntry {
-    pub fn new(
-        run_id: RunId,
-        session_id: Option<SessionId>,
-        phase: Phase,
-        fingerprint_sha256: String,
-        now_ms: u64,
-    ) -> Self {
-        IndexEntry {
-            format: FORMAT_VERSION,
-            kind: KIND.into(),
-            run_id,
-            session_id,
-            phase,
-            holder: None,
-            holder_ttl_ms: None,
-            recovery_id: None,
-            fingerprint_sha256,
-            updated_at_ms: now_ms,
-        }
-    }
 }
 
 /// Writes (or replaces) a run's entry; returns its version.

@@ -15,96 +15,14 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::fact::{Outcome, RecoveryId, RunId};
-use crate::generation::{self, GenerationError};
-use crate::layout::{self, FORMAT_VERSION};
+use crate::core::fact::{Outcome, RecoveryId, RunId};
+use crate::core::layout::{self, FORMAT_VERSION};
+use crate::core::record::{RecoveryRecord, RecoveryState};
+use crate::store::generation::{self, GenerationError};
 use crate::store::{ETag, Store, StoreError};
 
 const RECORD_KIND: &str = "recovery";
 const CLAIM_KIND: &str = "recovery.claim";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RecoveryState {
-    /// Waiting for an attempt; `assigned_to` names the worker it is offered to, if any.
-    Admitted,
-    /// An attempt is live on `assigned_to`.
-    Running,
-    /// Waiting for a human's answer; no attempt runs until it is recorded.
-    Parked,
-    /// Ended; `result` says how. Terminal.
-    Finished,
-    /// Given up after too many failed attempts; `last_error` says why. Terminal.
-    DeadLettered,
-}
-
-impl RecoveryState {
-    /// No event leaves a terminal state.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, RecoveryState::Finished | RecoveryState::DeadLettered)
-    }
-
-    /// The state as users read it.
-    pub fn describe(self) -> &'static str {
-        match self {
-            RecoveryState::Admitted => "admitted",
-            RecoveryState::Running => "running",
-            RecoveryState::Parked => "parked",
-            RecoveryState::Finished => "finished",
-            RecoveryState::DeadLettered => "dead-lettered",
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecoveryResult {
-    pub outcome: Outcome,
-    pub message: String,
-    pub final_generation: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecoveryRecord {
-    pub format: u32,
-    pub kind: String,
-    pub recovery_id: RecoveryId,
-    pub source_run: RunId,
-    /// The source generation the recovery resumes from, and the SHA-256 of its object.
-    pub source_generation: u64,
-    pub source_digest: String,
-    /// The epoch of that generation; the recovery run's epochs start above it.
-    #[serde(default)]
-    pub source_epoch: u64,
-    pub state: RecoveryState,
-    /// Admitted despite a configuration mismatch (skips the resume guard).
-    #[serde(default)]
-    pub force: bool,
-    /// Attempts started (for operators; never a reason to give up).
-    #[serde(default)]
-    pub attempts: u32,
-    /// Attempts that failed (an error, or the worker died mid-attempt); dead-lettering counts
-    /// only these. Yields at the step cap, parks and graceful hand-backs are not failures.
-    #[serde(default)]
-    pub failures: u32,
-    #[serde(default)]
-    pub last_error: Option<String>,
-    #[serde(default)]
-    pub assigned_to: Option<String>,
-    #[serde(default)]
-    pub result: Option<RecoveryResult>,
-    /// The source's session and configuration fingerprint, so the index entry can be
-    /// rebuilt from the record alone.
-    #[serde(default)]
-    pub session_id: Option<crate::fact::SessionId>,
-    #[serde(default)]
-    pub fingerprint_sha256: String,
-    pub admitted_at_ms: u64,
-    pub updated_at_ms: u64,
-    /// While parked: the recovery run's newest generation when it parked. A generation after
-    /// it means an answer was committed (its `Answer` transition may have been lost).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parked_at: Option<u64>,
-}
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Claim {
@@ -262,7 +180,7 @@ pub async fn claimed_by(
 }
 
 /// Creates the claim and the record of a recovery of `source` under `recovery_id`,
-/// idempotently. Callers go through `lifecycle::admit`, which fences the source first.
+/// idempotently. Callers go through `fleet::admission::admit`, which fences the source first.
 pub async fn admit(
     store: &Store,
     source: &RunId,

@@ -11,6 +11,12 @@
 //! Architecture invariant: a coordinator restart never admits a run twice — recovery IDs are
 //! derived from the source run ([`recovery_id_for`]) and admission is idempotent.
 
+use crate::core::lifecycle as rules;
+use crate::core::record::{IndexEntry, Phase, RecoveryRecord, RecoveryState};
+use crate::fleet::admission;
+use crate::fleet::admission::Takeover;
+use crate::fleet::lifecycle;
+use crate::fleet::lifecycle::LifecycleError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,12 +25,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::fact::{RecoveryId, RunId};
-use crate::index::{IndexEntry, IndexScan, Phase};
-use crate::layout::{self, FORMAT_VERSION};
-use crate::lease::{Attempt, ExpiryWatch, Held, Holder, Verdict};
-use crate::lifecycle::{self, Event, LifecycleError, Takeover};
-use crate::recovery::{self, RecoveryError, RecoveryRecord, RecoveryState};
+use crate::core::fact::{RecoveryId, RunId};
+use crate::core::layout::{self, FORMAT_VERSION};
+use crate::core::lifecycle::Event;
+use crate::store::index::IndexScan;
+use crate::store::lease::{Attempt, ExpiryWatch, Held, Holder, Verdict};
+use crate::store::recovery::{self, RecoveryError};
 use crate::store::{ETag, Store, StoreError};
 
 /// Default number of failed attempts before a recovery is dead-lettered.
@@ -168,7 +174,7 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
             }
             continue;
         };
-        if lifecycle::index_phase(record.state) != Some(run.entry.phase)
+        if rules::index_phase(record.state) != Some(run.entry.phase)
             || run.entry.recovery_id.as_ref() != Some(&record.recovery_id)
         {
             actions.push(Action::Reconcile {
@@ -500,7 +506,7 @@ async fn observe_runs(
         let answered = match &recovery {
             Some(record) if record.state == RecoveryState::Parked => match record.parked_at {
                 Some(parked_at) => {
-                    let chain = crate::generation::Chain::new(
+                    let chain = crate::store::generation::Chain::new(
                         store,
                         layout::run_base(record.recovery_id.as_str()),
                     );
@@ -584,7 +590,7 @@ async fn still_as_observed(
     source: &RunId,
     observed: Option<&IndexEntry>,
 ) -> Result<bool, LifecycleError> {
-    let current = crate::index::read(store, source).await?;
+    let current = crate::store::index::read(store, source).await?;
     let same = current.is_some() && current.as_ref() == observed;
     if !same {
         tracing::debug!(source_run = %source, "index entry changed since it was observed; not admitting now");
@@ -601,7 +607,7 @@ async fn admit_interrupted(
 ) -> Result<(), LifecycleError> {
     let mut id = recovery_id_for(source);
     for _ in 0..2 {
-        match lifecycle::admit(store, holder, source, &id, false, Takeover::Now).await {
+        match admission::admit(store, holder, source, &id, false, Takeover::Now).await {
             Ok(admitted) => {
                 tracing::info!(source_run = %source, recovery_id = %id, created = admitted.created, "interrupted run admitted");
                 return Ok(());
@@ -618,8 +624,8 @@ async fn admit_interrupted(
                 RecoveryError::NeverStarted { .. }
                 | RecoveryError::Source {
                     source:
-                        crate::generation::GenerationError::NotFound { .. }
-                        | crate::generation::GenerationError::Retired { .. },
+                        crate::store::generation::GenerationError::NotFound { .. }
+                        | crate::store::generation::GenerationError::Retired { .. },
                     ..
                 },
             )) => {

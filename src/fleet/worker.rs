@@ -11,6 +11,9 @@
 //! A worker ID is owned by one live process at a time: a worker that finds another live
 //! process beating under its ID refuses to start (`Holder::claim_identity`).
 
+use crate::core::record::{RecoveryResult, RecoveryState};
+use crate::fleet::lifecycle;
+use crate::fleet::lifecycle::LifecycleError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,15 +21,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::coordinator::{Registration, read_inbox};
-use crate::fact::RecoveryId;
+use crate::core::fact::RecoveryId;
+use crate::core::layout;
+use crate::core::lifecycle::Event;
+use crate::fleet::coordinator::{Registration, read_inbox};
+use crate::fleet::runner::Stopped;
 use crate::fleet::{Agent, FleetError, Node};
-use crate::layout;
-use crate::lease::{Holder, LeaseError};
-use crate::lifecycle::{self, Event, LifecycleError};
-use crate::log::LogDir;
-use crate::recovery::{self, RecoveryResult, RecoveryState};
-use crate::runner::Stopped;
+use crate::store::lease::{Holder, LeaseError};
+use crate::store::log::LogDir;
+use crate::store::recovery::{self};
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -322,7 +325,7 @@ fn recovery_finished(node: &Node, id: &RecoveryId, stats: &WorkerStats) {
 fn error_is_fenced(error: &FleetError) -> bool {
     match error {
         FleetError::Run(run) => run.is_fenced(),
-        FleetError::Generation(crate::generation::GenerationError::Fenced { .. }) => true,
+        FleetError::Generation(crate::store::generation::GenerationError::Fenced { .. }) => true,
         FleetError::Lease(LeaseError::Lost { .. }) => true,
         _ => false,
     }

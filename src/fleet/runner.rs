@@ -18,12 +18,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::clock::Clock;
-use crate::fact::{ConfirmationRequested, Fact, FactBody, Seq, Terminal, ToolResult};
-use crate::fold::{Confirmation, Parked, Step};
-use crate::generation::{GenerationError, RunWriter};
+use crate::core::fact::{ConfirmationRequested, Fact, FactBody, Seq, Terminal, ToolResult};
+use crate::core::fold::{Confirmation, Parked, Step};
 use crate::host::{Model, ModelError, ModelRequest, ToolContext, Tools};
-use crate::lease::{Held, Holder, LeaseError};
-use crate::log::{FactLog, LogError};
+use crate::store::generation::{GenerationError, RunWriter};
+use crate::store::lease::{Held, Holder, LeaseError};
+use crate::store::log::{FactLog, LogError};
 
 /// Why `drive` returned.
 #[derive(Clone, Debug, PartialEq)]

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::fact::{
+use crate::core::fact::{
     CallId, Fact, FactBody, Meta, ModelTurn, Outcome, QuestionId, RunId, Seq, SessionId, Terminal,
     ToolCall,
 };

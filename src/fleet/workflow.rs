@@ -7,18 +7,19 @@
 //! running the same workflow again, on any node, skips finished steps, waits for dispatched
 //! ones and dispatches only the rest.
 
+use crate::core::record::{IndexEntry, Phase, RecoveryState};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::checkpoint::{self, CheckpointError, StepOutcome};
-use crate::coordinator::recovery_id_for;
-use crate::fact::{Outcome, RunId, SessionId};
+use crate::core::fact::{Outcome, RunId, SessionId};
+use crate::fleet::coordinator::recovery_id_for;
 use crate::fleet::{Agent, FleetError};
-use crate::generation::{GenerationError, RunWriter, SnapshotPolicy};
-use crate::index::{IndexEntry, Phase};
-use crate::recovery::{self, RecoveryState};
 use crate::store::Store;
+use crate::store::checkpoint::{self, CheckpointError, StepOutcome};
+use crate::store::generation::{GenerationError, RunWriter, SnapshotPolicy};
+
+use crate::store::recovery::{self};
 
 /// One step of a workflow.
 #[derive(Clone, Debug, Deserialize)]
@@ -101,11 +102,13 @@ pub async fn run(
                 .map(|(record, _)| record);
             match record {
                 Some(record) if record.state == RecoveryState::Finished => {
-                    let result = record.result.unwrap_or(crate::recovery::RecoveryResult {
-                        outcome: Outcome::Failed,
-                        message: "finished without a result".into(),
-                        final_generation: 0,
-                    });
+                    let result = record
+                        .result
+                        .unwrap_or(crate::core::record::RecoveryResult {
+                            outcome: Outcome::Failed,
+                            message: "finished without a result".into(),
+                            final_generation: 0,
+                        });
                     let outcome = StepOutcome {
                         step: spec.step.clone(),
                         run_id: run,
@@ -158,7 +161,7 @@ async fn dispatch(
                 .map_err(FleetError::from)?
                 .is_some();
             let indexed = store
-                .head(&crate::layout::index_entry(run.as_str()))
+                .head(&crate::core::layout::index_entry(run.as_str()))
                 .await
                 .map_err(|e| FleetError::from(GenerationError::from(e)))?
                 .is_some();
@@ -176,7 +179,7 @@ async fn dispatch(
         agent.fingerprint_sha256(),
         now,
     );
-    crate::lifecycle::host_started(store, &entry)
+    crate::fleet::lifecycle::host_started(store, &entry)
         .await
         .map_err(FleetError::from)?;
     Ok(())

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::fingerprint::{Budgets, Fingerprint, ToolSpec};
+use crate::core::fingerprint::{Budgets, Fingerprint, ToolSpec};
 
 /// Default cap on steps one resume call may take before yielding the run back.
 pub const DEFAULT_STEPS_PER_RESUME: u32 = 32;

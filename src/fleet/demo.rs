@@ -15,16 +15,16 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::clock::SystemClock;
-use crate::config::Config;
-use crate::coordinator::{self, CoordinatorOptions};
-use crate::fact::RunId;
+use crate::core::fact::RunId;
+use crate::core::sample::SplitMix;
+use crate::fleet::coordinator::{self, CoordinatorOptions};
+use crate::fleet::runner::Stopped;
+use crate::fleet::worker::{self, WorkerOptions, WorkerStats};
 use crate::fleet::{Agent, Node};
-use crate::lease::Holder;
-use crate::log::LogDir;
-use crate::runner::Stopped;
-use crate::sample::SplitMix;
+use crate::host::config::Config;
+use crate::store::lease::Holder;
+use crate::store::log::LogDir;
 use crate::store::{Store, StoreOptions};
-use crate::worker::{self, WorkerOptions, WorkerStats};
 
 #[derive(Clone, Debug)]
 pub struct DemoOptions {
@@ -219,8 +219,10 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
             if let Some(after) = crash_after {
                 // Crash only once the run exists in the store (its first commit): a host that
                 // dies before that has nothing for the fleet to recover.
-                let first =
-                    crate::layout::generation(&crate::layout::run_base(first_key.as_str()), 1);
+                let first = crate::core::layout::generation(
+                    &crate::core::layout::run_base(first_key.as_str()),
+                    1,
+                );
                 while !work.is_finished() && matches!(probe.head(&first).await, Ok(None)) {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
@@ -249,7 +251,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     });
     let mut workers_killed = 0;
     let deadline = started + options.timeout;
-    let mut index = crate::index::IndexScan::default();
+    let mut index = crate::store::index::IndexScan::default();
     loop {
         let done = completed_by_host.load(Ordering::Relaxed) as usize
             + stats.finished.load(Ordering::Relaxed) as usize;
@@ -300,7 +302,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
         let run = RunId::new(format!("{prefix}-run-{i:04}"));
         let recovery = RunId::new(coordinator::recovery_id_for(&run).as_str());
         for candidate in [&recovery, &run] {
-            if let Ok(loaded) = crate::generation::load(&store, candidate, None).await
+            if let Ok(loaded) = crate::store::generation::load(&store, candidate, None).await
                 && loaded.state.terminal().is_some()
             {
                 done += 1;

@@ -1,0 +1,300 @@
+//! Admission: the one path by which a recovery comes to exist, for the coordinator, the CLI
+//! and the library alike.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::core::fact::{RecoveryId, RunId};
+use crate::core::record::RecoveryRecord;
+use crate::fleet::lifecycle::{LifecycleError, sync_index};
+use crate::store::generation::{GenerationError, RunWriter, SnapshotPolicy};
+use crate::store::lease::{self, ExpiryWatch, Holder, Verdict};
+use crate::store::recovery::{self, RecoveryError};
+use crate::store::{ETag, Store};
+
+/// How admission treats a source run whose lease is still held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Takeover {
+    /// The holder was already judged gone (the coordinator's expiry watch) or the operator
+    /// asked to take it over: fence it now.
+    Now,
+    /// Watch the holder for its own declared TTL first, on this process's clock; refuse if
+    /// its lease or heartbeat changes meanwhile (it is alive).
+    IfSilent,
+}
+
+/// The outcome of an admission.
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    pub record: RecoveryRecord,
+    /// False when the recovery already existed (a replay of the same admission).
+    pub created: bool,
+}
+
+/// Admits a recovery of `source` under `recovery_id`, idempotently: the one admission path.
+///
+/// Order (each step safe to crash after): refuse an ID taken by another source or a source
+/// claimed by another ID; refuse, writing nothing, a source that ended, never started or
+/// does not exist; make sure the holder is gone (`takeover`); claim the source; fence it
+/// (take its lease at a higher epoch, write a fence generation, release), so nothing it might
+/// still commit escapes the pin; create the record pinned to the source's newest generation;
+/// index the source as recovering. A replay finds the record and only re-indexes.
+pub async fn admit(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+    force: bool,
+    takeover: Takeover,
+) -> Result<Admitted, LifecycleError> {
+    if let Some((record, _)) = recovery::read(store, recovery_id).await? {
+        if record.source_run != *source {
+            return Err(RecoveryError::IdInUse {
+                recovery_id: recovery_id.clone(),
+                existing_source: record.source_run,
+                requested_source: source.clone(),
+            }
+            .into());
+        }
+        // A replay. The index entry may be missing if the first admission crashed before
+        // writing it; writing it again is harmless.
+        sync_index(store, &record).await?;
+        return Ok(Admitted {
+            record,
+            created: false,
+        });
+    }
+    if let Some(existing) = recovery::claimed_by(store, source).await?
+        && existing != *recovery_id
+    {
+        return Err(RecoveryError::AlreadyRecovered {
+            source_run: source.clone(),
+            existing,
+        }
+        .into());
+    }
+    refuse_unrecoverable(store, source).await?;
+    // The lease version judged free or silent: without a takeover, only that version may be
+    // taken over (a holder that took the lease since is alive, not judged).
+    let judged = match takeover {
+        Takeover::IfSilent => Some(wait_until_silent(store, source).await?),
+        Takeover::Now => None,
+    };
+    // Claim, then fence, then pin: a writer that takes the source's lease after the fence
+    // sees the claim and stops (see `fleet::answer_run`); one that committed before the
+    // fence is in the pin; one still writing is fenced.
+    let claimed_now = recovery::claim(store, source, recovery_id).await?;
+    if !claimed_now && let Some((record, _)) = recovery::read(store, recovery_id).await? {
+        // Another admission of this ID finished meanwhile (this one may have been paused):
+        // fencing now would write to the source after its pin.
+        sync_index(store, &record).await?;
+        return Ok(Admitted {
+            record,
+            created: false,
+        });
+    }
+    let admitted = async {
+        fence(store, holder, source, judged.as_ref())
+            .await
+            .map_err(|error| match error {
+                alive @ LifecycleError::HolderAlive { .. } => alive,
+                error => LifecycleError::Fence {
+                    run: source.clone(),
+                    source: Box::new(error),
+                },
+            })?;
+        Ok::<_, LifecycleError>(recovery::admit(store, source, recovery_id, force).await?)
+    }
+    .await;
+    let admission = match admitted {
+        Ok(admission) => admission,
+        Err(error) => {
+            if claimed_now
+                && let LifecycleError::Recovery(
+                    RecoveryError::NothingToRecover { .. }
+                    | RecoveryError::NeverStarted { .. }
+                    | RecoveryError::Source {
+                        source: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
+                        ..
+                    },
+                ) = &error
+            {
+                recovery::release_claim(store, source, recovery_id).await?;
+            }
+            return Err(error);
+        }
+    };
+    sync_index(store, &admission.record).await?;
+    Ok(Admitted {
+        record: admission.record,
+        created: admission.created,
+    })
+}
+
+/// Refuses, before anything is written, a source that cannot be recovered: one that ended
+/// (or was retired after it ended), one whose first slot holds only a fence (it never
+/// started), and an ID that was never used (no lease, no generation: a typo must not leave a
+/// run behind). A run that has a lease but no generation yet (its host died before its first
+/// commit, or is slow) goes on: the fence then takes its first slot. The pin after the fence
+/// checks all of this again.
+async fn refuse_unrecoverable(store: &Store, source: &RunId) -> Result<(), LifecycleError> {
+    let source_error = |error: GenerationError| RecoveryError::Source {
+        source_run: source.clone(),
+        source: error,
+    };
+    match crate::store::generation::load(store, source, None).await {
+        Ok(loaded) => {
+            if let Some(terminal) = loaded.state.terminal() {
+                return Err(RecoveryError::NothingToRecover {
+                    source_run: source.clone(),
+                    outcome: terminal.outcome,
+                }
+                .into());
+            }
+            if loaded.state.meta().is_none() {
+                return Err(RecoveryError::NeverStarted {
+                    source_run: source.clone(),
+                }
+                .into());
+            }
+            Ok(())
+        }
+        Err(GenerationError::Retired {
+            outcome: Some(outcome),
+            ..
+        }) => Err(RecoveryError::NothingToRecover {
+            source_run: source.clone(),
+            outcome,
+        }
+        .into()),
+        Err(error @ GenerationError::NotFound { .. }) => {
+            if lease::read_lease(store, source).await?.is_some() {
+                Ok(())
+            } else {
+                Err(source_error(error).into())
+            }
+        }
+        Err(error) => Err(source_error(error).into()),
+    }
+}
+
+/// Fences an interrupted source run before its recovery is pinned: takes its lease over
+/// (epoch + 1) and writes the fence generation, so a host that only seemed dead can never
+/// commit to it again, and the pin covers everything it ever acknowledged.
+pub async fn fence_source(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+) -> Result<(), LifecycleError> {
+    fence(store, holder, source, None).await
+}
+
+/// [`fence_source`]; with `judged` (the lease version [`wait_until_silent`] judged free or
+/// silent, `None` if there was no lease), a lease held under any other version belongs to a
+/// holder nobody judged: refuse ([`LifecycleError::HolderAlive`]) instead of taking it over.
+/// The takeover is a compare-and-swap on the version checked here, so the check holds.
+async fn fence(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+    judged: Option<&Option<ETag>>,
+) -> Result<(), LifecycleError> {
+    let held = match lease::read_lease(store, source).await? {
+        Some(view) if !view.lease.released => {
+            if let Some(judged) = judged
+                && judged.as_ref() != Some(&view.etag)
+            {
+                return Err(LifecycleError::HolderAlive {
+                    run: source.clone(),
+                    holder: view.lease.holder,
+                    epoch: view.lease.epoch,
+                    ttl_ms: view.lease.ttl_ms,
+                });
+            }
+            holder.take_over(&view).await?
+        }
+        _ => holder.acquire(source).await?,
+    };
+    let policy = SnapshotPolicy::default();
+    let fenced = match RunWriter::resume(store, source, held.epoch, policy).await {
+        // Nothing committed yet: a host judged dead may only be slow. Take its first slot
+        // with an empty generation at the fence epoch, so its first commit fails instead of
+        // starting a run nobody would recover.
+        Err(GenerationError::NotFound { .. }) => {
+            match RunWriter::create_as(store, source.clone(), Vec::new(), held.epoch, policy).await
+            {
+                Ok(_) => Ok(()),
+                Err(GenerationError::AlreadyExists { .. }) => {
+                    RunWriter::resume(store, source, held.epoch, policy)
+                        .await
+                        .map(|_| ())
+                }
+                Err(other) => Err(other),
+            }
+        }
+        other => other.map(|_| ()),
+    };
+    holder.release(&held).await?;
+    match fenced {
+        // A retired run has no writer left to fence (see `tombstone.rs`); admission refuses it.
+        Ok(()) | Err(GenerationError::Retired { .. }) => Ok(()),
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// Waits until the source's holder has been silent (lease and heartbeat unchanged) for the
+/// TTL the holder itself declared, observed on this process's monotonic clock. Returns at
+/// once if the lease is free or the holder's heartbeat is gone; refuses if the holder shows
+/// a sign of life. Returns the lease version it judged (`None`: there was no lease).
+async fn wait_until_silent(store: &Store, source: &RunId) -> Result<Option<ETag>, LifecycleError> {
+    let Some(first) = lease::read_lease(store, source).await? else {
+        return Ok(None);
+    };
+    if first.lease.released {
+        return Ok(Some(first.etag));
+    }
+    let beat = |key: String| async move {
+        lease::read_heartbeat(store, &key)
+            .await
+            .map(|beat| beat.map(|(_, etag)| etag))
+    };
+    let Some(first_beat) = beat(first.lease.heartbeat.clone()).await? else {
+        return Ok(Some(first.etag));
+    };
+    let ttl = Duration::from_millis(first.lease.ttl_ms);
+    let clock = Arc::clone(store.clock());
+    let mut watch = ExpiryWatch::default();
+    let poll = (ttl / 6).clamp(Duration::from_millis(10), Duration::from_millis(500));
+    let mut lease_now = first.clone();
+    let mut beat_now = Some(first_beat.clone());
+    loop {
+        let changed = lease_now.etag != first.etag || beat_now.as_ref() != Some(&first_beat);
+        if changed {
+            if lease_now.lease.released || beat_now.is_none() {
+                return Ok(Some(lease_now.etag));
+            }
+            return Err(LifecycleError::HolderAlive {
+                run: source.clone(),
+                holder: first.lease.holder.clone(),
+                epoch: first.lease.epoch,
+                ttl_ms: first.lease.ttl_ms,
+            });
+        }
+        let verdict = watch.observe(
+            source,
+            &lease_now.etag,
+            beat_now.as_ref(),
+            ttl,
+            clock.monotonic(),
+        );
+        if verdict == Verdict::Expired {
+            return Ok(Some(lease_now.etag));
+        }
+        tokio::time::sleep(poll).await;
+        match lease::read_lease(store, source).await? {
+            None => return Ok(None),
+            Some(view) => lease_now = view,
+        }
+        beat_now = beat(first.lease.heartbeat.clone()).await?;
+    }
+}
