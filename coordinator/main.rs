@@ -25,7 +25,7 @@ struct Args {
     scan_interval_ms: u64,
     /// Failed attempts (errors, or a worker dying mid-attempt) before a recovery is
     /// dead-lettered. Step-cap yields, parks and graceful hand-backs do not count.
-    #[arg(long, default_value_t = coordinator::DEFAULT_MAX_ATTEMPTS)]
+    #[arg(long, default_value_t = rekindle::core::placement::DEFAULT_MAX_ATTEMPTS)]
     max_attempts: u32,
     /// Log as JSON lines.
     #[arg(long)]

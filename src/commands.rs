@@ -14,7 +14,8 @@ use rekindle::core::fact::{CallId, QuestionId, RecoveryId, RunId, SessionId};
 use rekindle::core::fold;
 use rekindle::core::layout;
 
-use rekindle::fleet::coordinator::{self, Registration};
+use rekindle::core::assignment::Registration;
+use rekindle::fleet::coordinator;
 use rekindle::fleet::runner::Stopped;
 use rekindle::fleet::{self, Agent, Answer, Node};
 use rekindle::host::config::Config;
@@ -238,7 +239,7 @@ pub async fn recover_all(
             alive += 1;
             continue;
         }
-        let id = coordinator::recovery_id_for(&entry.run_id);
+        let id = rekindle::core::assignment::recovery_id_for(&entry.run_id);
         // Judged silent above (or taken over on the operator's word): fence now.
         match admit(&store, &entry.run_id, &id, force, Takeover::Now).await {
             Ok(record) => {
@@ -405,7 +406,7 @@ pub async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Res
         Some(id) => id,
         None => recovery::claimed_by(&store, &run)
             .await?
-            .unwrap_or_else(|| coordinator::recovery_id_for(&run)),
+            .unwrap_or_else(|| rekindle::core::assignment::recovery_id_for(&run)),
     };
     let record = recovery::read(&store, &recovery_id).await?.map(|(r, _)| r);
     // A recovery run's own record (its ID is the recovery ID): the run it continues.

@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rekindle::core::assignment::recovery_id_for;
 use rekindle::core::fact::{FactBody, RunId};
 use rekindle::core::layout;
 use rekindle::core::sample::SplitMix;
-use rekindle::fleet::coordinator::recovery_id_for;
 use rekindle::store::Store;
 use rekindle::store::generation::{self, GenerationError};
 use rekindle::store::recovery::{self};

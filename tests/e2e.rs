@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rekindle::core::assignment::recovery_id_for;
 use rekindle::core::fact::RunId;
-use rekindle::fleet::coordinator::recovery_id_for;
 use rekindle::store::Store;
 use rekindle::store::recovery::{self};
 

@@ -45,11 +45,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use rekindle::clock::TokioClock;
+use rekindle::core::assignment::recovery_id_for;
 use rekindle::core::fact::{FactBody, ModelTurn, RunId, ToolCall};
 use rekindle::core::fold::Parked;
 use rekindle::core::layout;
 use rekindle::core::sample::SplitMix;
-use rekindle::fleet::coordinator::{self, CoordinatorOptions, recovery_id_for};
+use rekindle::fleet::coordinator::{self, CoordinatorOptions};
 use rekindle::fleet::runner::Stopped;
 use rekindle::fleet::worker::{self, WorkerOptions, WorkerStats};
 use rekindle::fleet::{self, Agent, Answer, Node};
@@ -950,7 +951,7 @@ fn coordinator_options(id: &str, ttl: Duration) -> CoordinatorOptions {
         id: id.to_owned(),
         ttl,
         scan_interval: Duration::from_millis(400),
-        max_attempts: coordinator::DEFAULT_MAX_ATTEMPTS,
+        max_attempts: rekindle::core::placement::DEFAULT_MAX_ATTEMPTS,
     }
 }
 

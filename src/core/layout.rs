@@ -24,6 +24,11 @@
 
 use crate::core::fingerprint::sha256_hex;
 
+/// The version tag of an object as the store reports it (an S3 ETag, or the local backend's
+/// equivalent). Compared only for equality.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ETag(pub String);
+
 /// The version of this layout and of every object's envelope. Readers refuse newer ones.
 pub const FORMAT_VERSION: u32 = 1;
 

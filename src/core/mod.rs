@@ -6,10 +6,13 @@
 //! can be tested (and replayed by the simulation) without a store. `tests/layers.rs` fails if a
 //! file here imports the store, the fleet or tokio, or contains `async`/`.await`.
 
+pub mod assignment;
 pub mod fact;
 pub mod fingerprint;
 pub mod fold;
 pub mod layout;
 pub mod lifecycle;
+pub mod liveness;
+pub mod placement;
 pub mod record;
 pub mod sample;

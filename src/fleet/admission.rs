@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::fact::{RecoveryId, RunId};
+use crate::core::liveness::{ExpiryWatch, Verdict};
 use crate::core::record::RecoveryRecord;
 use crate::fleet::lifecycle::{LifecycleError, sync_index};
 use crate::store::generation::{GenerationError, RunWriter, SnapshotPolicy};
-use crate::store::lease::{self, ExpiryWatch, Holder, Verdict};
+use crate::store::lease::{self, Holder};
 use crate::store::recovery::{self, RecoveryError};
 use crate::store::{ETag, Store};
 
@@ -281,7 +282,7 @@ async fn wait_until_silent(store: &Store, source: &RunId) -> Result<Option<ETag>
             });
         }
         let verdict = watch.observe(
-            source,
+            source.as_str(),
             &lease_now.etag,
             beat_now.as_ref(),
             ttl,

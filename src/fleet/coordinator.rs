@@ -11,8 +11,7 @@
 //! Architecture invariant: a coordinator restart never admits a run twice — recovery IDs are
 //! derived from the source run ([`recovery_id_for`]) and admission is idempotent.
 
-use crate::core::lifecycle as rules;
-use crate::core::record::{IndexEntry, Phase, RecoveryRecord, RecoveryState};
+use crate::core::record::{IndexEntry, Phase, RecoveryState};
 use crate::fleet::admission;
 use crate::fleet::admission::Takeover;
 use crate::fleet::lifecycle;
@@ -23,61 +22,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
+use crate::core::assignment::{Inbox, Registration, recovery_id_for};
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::layout::{self, FORMAT_VERSION};
 use crate::core::lifecycle::Event;
+use crate::core::liveness::{self, ExpiryWatch};
+use crate::core::placement::{self, Action, RunView, WorkerView};
 use crate::store::index::IndexScan;
-use crate::store::lease::{Attempt, ExpiryWatch, Held, Holder, Verdict};
+use crate::store::lease::{Attempt, Held, Holder};
 use crate::store::recovery::{self, RecoveryError};
 use crate::store::{ETag, Store, StoreError};
 
-/// Default number of failed attempts before a recovery is dead-lettered.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
-
-/// The deterministic recovery ID of a source run.
-pub fn recovery_id_for(source: &RunId) -> RecoveryId {
-    RecoveryId::new(format!("recovery-of-{source}"))
-}
-
-/// A worker's registration.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Registration {
-    pub format: u32,
-    pub kind: String,
-    pub worker: String,
-    pub heartbeat: String,
-    pub capacity: u32,
-    pub fingerprint_sha256: String,
-    /// The lease TTL the worker declared: it is judged dead only after this long silent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_ms: Option<u64>,
-}
-
-impl Registration {
-    pub fn new(worker: &str, heartbeat: String, capacity: u32, fingerprint_sha256: String) -> Self {
-        Registration {
-            format: FORMAT_VERSION,
-            kind: "worker".into(),
-            worker: worker.to_owned(),
-            heartbeat,
-            capacity,
-            fingerprint_sha256,
-            ttl_ms: None,
-        }
-    }
-}
-
-/// The recoveries assigned to one worker.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Inbox {
-    pub format: u32,
-    pub kind: String,
-    pub worker: String,
-    pub recoveries: Vec<RecoveryId>,
-}
-
+/// The recoveries assigned to `worker`, as its inbox lists them (none if it has no inbox).
 pub async fn read_inbox(store: &Store, worker: &str) -> Result<Vec<RecoveryId>, StoreError> {
     let key = layout::inbox(worker);
     Ok(match store.read(&key).await? {
@@ -86,160 +43,6 @@ pub async fn read_inbox(store: &Store, worker: &str) -> Result<Vec<RecoveryId>, 
             .unwrap_or_default(),
         None => Vec::new(),
     })
-}
-
-/// A worker as the coordinator sees it.
-#[derive(Clone, Debug)]
-pub struct WorkerView {
-    pub registration: Registration,
-    pub alive: bool,
-}
-
-/// A run being tracked, with its recovery record if it has one (and it was read this tick).
-#[derive(Clone, Debug)]
-pub struct RunView {
-    pub entry: IndexEntry,
-    pub holder_alive: bool,
-    pub recovery: Option<RecoveryRecord>,
-    /// The parked recovery's run has a generation after the one it parked at: an answer was
-    /// committed whose `Answer` transition never happened (the answering process died).
-    pub answered: bool,
-}
-
-/// What the coordinator does next. Each action on a recovery is one lifecycle event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Admit a recovery of an interrupted run.
-    Admit { source: RunId },
-    /// Give a recovery to a worker.
-    Assign {
-        recovery: RecoveryId,
-        worker: String,
-    },
-    /// The worker running attempt `attempt` died: hand the recovery back (a failed attempt).
-    Abandon {
-        recovery: RecoveryId,
-        worker: String,
-        attempt: u32,
-    },
-    /// Give up on a recovery after too many failed attempts.
-    DeadLetter { source: RunId, recovery: RecoveryId },
-    /// A parked recovery's run moved on (an answer was committed): finish its `Answer`.
-    Answered { recovery: RecoveryId },
-    /// The index entry disagrees with the record (a crash between the two writes, or a
-    /// finished recovery): rewrite it from the record, or remove it.
-    Reconcile { source: RunId, recovery: RecoveryId },
-}
-
-/// Decides from one observation. Pure: the same observation gives the same actions. The
-/// record decides, the index entry follows (see `lifecycle.rs`).
-pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Vec<Action> {
-    let mut actions = Vec::new();
-    // Free capacity of each live worker, counting recoveries already assigned to it.
-    let mut free: BTreeMap<&str, i64> = workers
-        .iter()
-        .filter(|w| w.alive)
-        .map(|w| {
-            (
-                w.registration.worker.as_str(),
-                i64::from(w.registration.capacity),
-            )
-        })
-        .collect();
-    for run in runs {
-        if let Some(record) = &run.recovery
-            && matches!(
-                record.state,
-                RecoveryState::Admitted | RecoveryState::Running
-            )
-            && let Some(worker) = &record.assigned_to
-            && let Some(slots) = free.get_mut(worker.as_str())
-        {
-            *slots -= 1;
-        }
-    }
-    for run in runs {
-        let source = &run.entry.run_id;
-        let Some(record) = &run.recovery else {
-            match run.entry.phase {
-                Phase::Running if !run.holder_alive => actions.push(Action::Admit {
-                    source: source.clone(),
-                }),
-                // Recovering but no record was found: admission crashed part-way, or the
-                // entry was written by hand. Admitting again is idempotent.
-                Phase::Recovering => actions.push(Action::Admit {
-                    source: source.clone(),
-                }),
-                _ => {}
-            }
-            continue;
-        };
-        if rules::index_phase(record.state) != Some(run.entry.phase)
-            || run.entry.recovery_id.as_ref() != Some(&record.recovery_id)
-        {
-            actions.push(Action::Reconcile {
-                source: source.clone(),
-                recovery: record.recovery_id.clone(),
-            });
-        }
-        let assigned_alive = record
-            .assigned_to
-            .as_deref()
-            .is_some_and(|w| free.contains_key(w));
-        match record.state {
-            RecoveryState::Parked if run.answered => actions.push(Action::Answered {
-                recovery: record.recovery_id.clone(),
-            }),
-            RecoveryState::Finished | RecoveryState::DeadLettered | RecoveryState::Parked => {}
-            RecoveryState::Running => {
-                if !assigned_alive && let Some(worker) = &record.assigned_to {
-                    actions.push(Action::Abandon {
-                        recovery: record.recovery_id.clone(),
-                        worker: worker.clone(),
-                        attempt: record.attempts,
-                    });
-                }
-            }
-            RecoveryState::Admitted => {
-                if record.failures >= max_failures {
-                    actions.push(Action::DeadLetter {
-                        source: source.clone(),
-                        recovery: record.recovery_id.clone(),
-                    });
-                    continue;
-                }
-                if assigned_alive {
-                    continue;
-                }
-                let eligible = workers.iter().filter(|w| {
-                    w.alive
-                        && (record.force
-                            || w.registration.fingerprint_sha256 == run.entry.fingerprint_sha256)
-                });
-                let best = eligible
-                    .map(|w| {
-                        (
-                            free.get(w.registration.worker.as_str())
-                                .copied()
-                                .unwrap_or(0),
-                            &w.registration.worker,
-                        )
-                    })
-                    .filter(|(slots, _)| *slots > 0)
-                    .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
-                if let Some((_, worker)) = best {
-                    if let Some(slots) = free.get_mut(worker.as_str()) {
-                        *slots -= 1;
-                    }
-                    actions.push(Action::Assign {
-                        recovery: record.recovery_id.clone(),
-                        worker: worker.clone(),
-                    });
-                }
-            }
-        }
-    }
-    actions
 }
 
 #[derive(Clone, Debug)]
@@ -356,7 +159,7 @@ async fn tick(
         })
         .collect();
     let runs = observe_runs(store, observer, entries, &alive).await;
-    let actions = decide(&workers, &runs, options.max_attempts);
+    let actions = placement::decide(&workers, &runs, options.max_attempts);
     for action in &actions {
         if let Err(error) = execute(store, holder, options, action, &runs).await {
             tracing::warn!(?action, %error, "coordinator action failed");
@@ -433,10 +236,8 @@ async fn refresh_registrations(
     Ok(())
 }
 
-/// Liveness: a heartbeat whose listed ETag stays the same for its holder's TTL is dead. The
-/// TTL is the longest of this coordinator's and the one each holder declared (in its index
-/// entry or registration): a host that beats every 10 s under a 30 s TTL is never judged by a
-/// coordinator's 3 s TTL. A heartbeat that is not listed is dead.
+/// Liveness of every listed heartbeat, judged by [`liveness::judge_heartbeats`] with the TTL
+/// each holder declared in its index entry or registration.
 fn judge_liveness(
     store: &Store,
     options: &CoordinatorOptions,
@@ -444,7 +245,6 @@ fn judge_liveness(
     entries: &[IndexEntry],
     heartbeats: Vec<(String, ETag)>,
 ) -> HashMap<String, bool> {
-    let mut declared: HashMap<&str, u64> = HashMap::new();
     let holders = entries
         .iter()
         .filter_map(|e| Some((e.holder.as_deref()?, e.holder_ttl_ms?)));
@@ -452,22 +252,13 @@ fn judge_liveness(
         .registrations
         .values()
         .filter_map(|(_, r)| Some((r.heartbeat.as_str(), r.ttl_ms?)));
-    for (key, ttl_ms) in holders.chain(workers) {
-        let longest = declared.entry(key).or_default();
-        *longest = (*longest).max(ttl_ms);
-    }
-    let now = store.clock().monotonic();
-    let mut alive = HashMap::new();
-    for (key, etag) in heartbeats {
-        let ttl = options.ttl.max(Duration::from_millis(
-            declared.get(key.as_str()).copied().unwrap_or(0),
-        ));
-        let verdict = observer
-            .liveness
-            .observe(&RunId::new(key.clone()), &etag, None, ttl, now);
-        alive.insert(key, verdict == Verdict::Alive);
-    }
-    alive
+    liveness::judge_heartbeats(
+        &mut observer.liveness,
+        options.ttl,
+        holders.chain(workers),
+        heartbeats,
+        store.clock().monotonic(),
+    )
 }
 
 /// Pairs each entry with its holder's liveness and, where it has a recovery, the record.
@@ -719,162 +510,4 @@ async fn execute(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn worker(name: &str, capacity: u32, fingerprint: &str, alive: bool) -> WorkerView {
-        WorkerView {
-            registration: Registration::new(
-                name,
-                format!("hb/{name}"),
-                capacity,
-                fingerprint.into(),
-            ),
-            alive,
-        }
-    }
-
-    fn run(
-        name: &str,
-        phase: Phase,
-        holder_alive: bool,
-        recovery: Option<RecoveryRecord>,
-    ) -> RunView {
-        let mut entry = IndexEntry::new(RunId::new(name), None, phase, "fp".into(), 0);
-        entry.recovery_id = recovery.as_ref().map(|r| r.recovery_id.clone());
-        RunView {
-            entry,
-            holder_alive,
-            recovery,
-            answered: false,
-        }
-    }
-
-    fn record(
-        name: &str,
-        state: RecoveryState,
-        assigned: Option<&str>,
-        failures: u32,
-    ) -> RecoveryRecord {
-        RecoveryRecord {
-            format: 1,
-            kind: "recovery".into(),
-            recovery_id: recovery_id_for(&RunId::new(name)),
-            source_run: RunId::new(name),
-            source_generation: 3,
-            source_digest: "d".into(),
-            source_epoch: 1,
-            state,
-            force: false,
-            attempts: failures + 40,
-            failures,
-            last_error: None,
-            assigned_to: assigned.map(str::to_owned),
-            result: None,
-            session_id: None,
-            fingerprint_sha256: "fp".into(),
-            admitted_at_ms: 0,
-            updated_at_ms: 0,
-            parked_at: None,
-        }
-    }
-
-    // Proves the decisions: admit runs whose holder is dead, leave live and parked ones,
-    // assign by free capacity (counting what each worker already holds; ties go to the first
-    // name) to matching workers only, abandon an attempt whose worker died, dead-letter after
-    // too many *failures* (never attempts) and never while an attempt runs, and repair an
-    // index entry that disagrees with its record (a finished recovery's entry is removed).
-    #[test]
-    fn decide_assigns_by_capacity_and_fingerprint() {
-        let workers = [
-            worker("busy", 1, "fp", true),
-            worker("roomy", 3, "fp", true),
-            worker("other-config", 9, "other", true),
-            worker("dead", 9, "fp", false),
-        ];
-        let runs = [
-            run("alive", Phase::Running, true, None),
-            run("crashed", Phase::Running, false, None),
-            run("parked", Phase::Parked, false, None),
-            run(
-                "orphaned",
-                Phase::Recovering,
-                false,
-                Some(record("orphaned", RecoveryState::Running, Some("dead"), 1)),
-            ),
-            run(
-                "new",
-                Phase::Recovering,
-                false,
-                Some(record("new", RecoveryState::Admitted, None, 0)),
-            ),
-            run(
-                "failing",
-                Phase::Recovering,
-                false,
-                Some(record("failing", RecoveryState::Admitted, Some("roomy"), 5)),
-            ),
-            run(
-                "failing-but-running",
-                Phase::Recovering,
-                false,
-                Some(record(
-                    "failing-but-running",
-                    RecoveryState::Running,
-                    Some("busy"),
-                    7,
-                )),
-            ),
-            run(
-                "done",
-                Phase::Recovering,
-                false,
-                Some(record("done", RecoveryState::Finished, Some("roomy"), 1)),
-            ),
-            run(
-                "parked-record",
-                Phase::Recovering,
-                false,
-                Some(record("parked-record", RecoveryState::Parked, None, 0)),
-            ),
-        ];
-        let actions = decide(&workers, &runs, 5);
-        let id = |name: &str| recovery_id_for(&RunId::new(name));
-        assert_eq!(
-            actions,
-            vec![
-                Action::Admit {
-                    source: RunId::new("crashed")
-                },
-                Action::Abandon {
-                    recovery: id("orphaned"),
-                    worker: "dead".into(),
-                    attempt: 41
-                },
-                Action::Assign {
-                    recovery: id("new"),
-                    worker: "roomy".into()
-                },
-                Action::DeadLetter {
-                    source: RunId::new("failing"),
-                    recovery: id("failing")
-                },
-                Action::Reconcile {
-                    source: RunId::new("done"),
-                    recovery: id("done")
-                },
-                Action::Reconcile {
-                    source: RunId::new("parked-record"),
-                    recovery: id("parked-record")
-                },
-            ]
-        );
-        // With no matching live worker, nothing is assigned (and nothing goes to a mismatch).
-        let only_other = [worker("other-config", 9, "other", true)];
-        let actions = decide(&only_other, &runs[4..5], 5);
-        assert!(actions.is_empty(), "{actions:?}");
-    }
 }

@@ -154,7 +154,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
             id: format!("{prefix}-coordinator"),
             ttl,
             scan_interval: Duration::from_millis(150),
-            max_attempts: coordinator::DEFAULT_MAX_ATTEMPTS,
+            max_attempts: crate::core::placement::DEFAULT_MAX_ATTEMPTS,
         },
         Arc::clone(&stop),
     ));
@@ -300,7 +300,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     let mut done = 0;
     for i in 0..options.runs {
         let run = RunId::new(format!("{prefix}-run-{i:04}"));
-        let recovery = RunId::new(coordinator::recovery_id_for(&run).as_str());
+        let recovery = RunId::new(crate::core::assignment::recovery_id_for(&run).as_str());
         for candidate in [&recovery, &run] {
             if let Ok(loaded) = crate::store::generation::load(&store, candidate, None).await
                 && loaded.state.terminal().is_some()

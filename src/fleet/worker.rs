@@ -21,10 +21,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::core::assignment::Registration;
 use crate::core::fact::RecoveryId;
 use crate::core::layout;
 use crate::core::lifecycle::Event;
-use crate::fleet::coordinator::{Registration, read_inbox};
+use crate::fleet::coordinator::read_inbox;
 use crate::fleet::runner::Stopped;
 use crate::fleet::{Agent, FleetError, Node};
 use crate::store::lease::{Holder, LeaseError};

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::core::assignment::recovery_id_for;
 use crate::core::fact::{Outcome, RunId, SessionId};
-use crate::fleet::coordinator::recovery_id_for;
 use crate::fleet::{Agent, FleetError};
 use crate::store::Store;
 use crate::store::checkpoint::{self, CheckpointError, StepOutcome};

@@ -12,7 +12,6 @@
 //! ETag it observed, bumping the epoch. Safety never rests on this timer: a holder that was
 //! merely slow is fenced by the epoch at its next commit (see `generation.rs`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -22,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::fact::RunId;
 use crate::core::layout::{self, FORMAT_VERSION};
+use crate::core::liveness::{ExpiryWatch, Verdict};
 use crate::store::{ETag, Store, StoreError};
 
 const LEASE_KIND: &str = "run.lease";
@@ -544,14 +544,15 @@ impl Holder {
         let ttl = Duration::from_millis(view.lease.ttl_ms);
         let now = self.store.clock().monotonic();
         if replaced
-            || watch.observe(run, &view.etag, heartbeat.as_ref(), ttl, now) == Verdict::Expired
+            || watch.observe(run.as_str(), &view.etag, heartbeat.as_ref(), ttl, now)
+                == Verdict::Expired
         {
             match self.take_over_from(&view, floor).await {
                 Ok(held) => {
-                    watch.forget(run);
+                    watch.forget(run.as_str());
                     return Ok(Attempt::Held(held));
                 }
-                Err(LeaseError::HeldByOther { .. }) => watch.forget(run),
+                Err(LeaseError::HeldByOther { .. }) => watch.forget(run.as_str()),
                 Err(other) => return Err(other),
             }
         }
@@ -569,109 +570,4 @@ pub enum Attempt {
     Alive {
         holder: String,
     },
-}
-
-/// Whether a watched lease is still alive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Alive,
-    Expired,
-}
-
-#[derive(Clone, Debug)]
-struct Observation {
-    lease: ETag,
-    heartbeat: Option<ETag>,
-    since: Duration,
-}
-
-/// Judges lease expiry from observations on this process's monotonic clock alone: a lease
-/// is expired once its object and its holder's heartbeat were seen unchanged for a full TTL.
-/// Pure: the caller supplies the readings and the time.
-#[derive(Debug, Default)]
-pub struct ExpiryWatch {
-    observed: HashMap<RunId, Observation>,
-}
-
-impl ExpiryWatch {
-    pub fn observe(
-        &mut self,
-        run: &RunId,
-        lease: &ETag,
-        heartbeat: Option<&ETag>,
-        ttl: Duration,
-        now: Duration,
-    ) -> Verdict {
-        let entry = self
-            .observed
-            .entry(run.clone())
-            .or_insert_with(|| Observation {
-                lease: lease.clone(),
-                heartbeat: heartbeat.cloned(),
-                since: now,
-            });
-        if entry.lease != *lease || entry.heartbeat.as_ref() != heartbeat {
-            *entry = Observation {
-                lease: lease.clone(),
-                heartbeat: heartbeat.cloned(),
-                since: now,
-            };
-        }
-        if now.saturating_sub(entry.since) >= ttl {
-            Verdict::Expired
-        } else {
-            Verdict::Alive
-        }
-    }
-
-    pub fn forget(&mut self, run: &RunId) {
-        self.observed.remove(run);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Proves expiry depends only on ETags observed over the observer's own monotonic time:
-    // a lease is alive while its heartbeat keeps changing, expires a full TTL after the last
-    // change seen, and any change to the lease restarts the observation.
-    #[test]
-    fn expiry_is_judged_on_the_observers_clock() {
-        let run = RunId::new("r");
-        let ttl = Duration::from_secs(10);
-        let lease = ETag("l1".into());
-        let mut watch = ExpiryWatch::default();
-        let at = Duration::from_secs;
-        for (i, second) in [0, 4, 8, 12, 16].into_iter().enumerate() {
-            let beat = ETag(format!("b{i}"));
-            assert_eq!(
-                watch.observe(&run, &lease, Some(&beat), ttl, at(second)),
-                Verdict::Alive
-            );
-        }
-        let last = ETag("b4".into());
-        assert_eq!(
-            watch.observe(&run, &lease, Some(&last), ttl, at(25)),
-            Verdict::Alive
-        );
-        assert_eq!(
-            watch.observe(&run, &lease, Some(&last), ttl, at(26)),
-            Verdict::Expired
-        );
-        // A new lease version (a takeover or release by someone else) starts over.
-        let moved = ETag("l2".into());
-        assert_eq!(
-            watch.observe(&run, &moved, Some(&last), ttl, at(27)),
-            Verdict::Alive
-        );
-        assert_eq!(
-            watch.observe(&run, &moved, None, ttl, at(36)),
-            Verdict::Alive
-        );
-        assert_eq!(
-            watch.observe(&run, &moved, None, ttl, at(46)),
-            Verdict::Expired
-        );
-    }
 }

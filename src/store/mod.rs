@@ -55,9 +55,7 @@ pub mod recovery;
 pub mod seal;
 pub mod tombstone;
 
-/// The version tag of an object as the store reports it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ETag(pub String);
+pub use crate::core::layout::ETag;
 
 /// An object's bytes and version.
 #[derive(Clone, Debug)]

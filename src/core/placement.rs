@@ -1,0 +1,327 @@
+//! The coordinator's placement policy: from one observation of the fleet (workers, the runs
+//! not done and their recovery records), the pure [`decide`] says what to do next. Each
+//! action on a recovery is one lifecycle event; the loop that observes and executes lives in
+//! `fleet::coordinator`.
+
+use std::collections::BTreeMap;
+
+use crate::core::assignment::Registration;
+use crate::core::fact::{RecoveryId, RunId};
+use crate::core::lifecycle as rules;
+use crate::core::record::{IndexEntry, Phase, RecoveryRecord, RecoveryState};
+
+/// Default number of failed attempts before a recovery is dead-lettered.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+
+/// A worker as the coordinator sees it.
+#[derive(Clone, Debug)]
+pub struct WorkerView {
+    pub registration: Registration,
+    pub alive: bool,
+}
+
+/// A run being tracked, with its recovery record if it has one (and it was read this tick).
+#[derive(Clone, Debug)]
+pub struct RunView {
+    pub entry: IndexEntry,
+    pub holder_alive: bool,
+    pub recovery: Option<RecoveryRecord>,
+    /// The parked recovery's run has a generation after the one it parked at: an answer was
+    /// committed whose `Answer` transition never happened (the answering process died).
+    pub answered: bool,
+}
+
+/// What the coordinator does next. Each action on a recovery is one lifecycle event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Admit a recovery of an interrupted run.
+    Admit { source: RunId },
+    /// Give a recovery to a worker.
+    Assign {
+        recovery: RecoveryId,
+        worker: String,
+    },
+    /// The worker running attempt `attempt` died: hand the recovery back (a failed attempt).
+    Abandon {
+        recovery: RecoveryId,
+        worker: String,
+        attempt: u32,
+    },
+    /// Give up on a recovery after too many failed attempts.
+    DeadLetter { source: RunId, recovery: RecoveryId },
+    /// A parked recovery's run moved on (an answer was committed): finish its `Answer`.
+    Answered { recovery: RecoveryId },
+    /// The index entry disagrees with the record (a crash between the two writes, or a
+    /// finished recovery): rewrite it from the record, or remove it.
+    Reconcile { source: RunId, recovery: RecoveryId },
+}
+
+/// Decides from one observation. Pure: the same observation gives the same actions. The
+/// record decides, the index entry follows (see `lifecycle.rs`).
+pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Vec<Action> {
+    let mut actions = Vec::new();
+    // Free capacity of each live worker, counting recoveries already assigned to it.
+    let mut free: BTreeMap<&str, i64> = workers
+        .iter()
+        .filter(|w| w.alive)
+        .map(|w| {
+            (
+                w.registration.worker.as_str(),
+                i64::from(w.registration.capacity),
+            )
+        })
+        .collect();
+    for run in runs {
+        if let Some(record) = &run.recovery
+            && matches!(
+                record.state,
+                RecoveryState::Admitted | RecoveryState::Running
+            )
+            && let Some(worker) = &record.assigned_to
+            && let Some(slots) = free.get_mut(worker.as_str())
+        {
+            *slots -= 1;
+        }
+    }
+    for run in runs {
+        let source = &run.entry.run_id;
+        let Some(record) = &run.recovery else {
+            match run.entry.phase {
+                Phase::Running if !run.holder_alive => actions.push(Action::Admit {
+                    source: source.clone(),
+                }),
+                // Recovering but no record was found: admission crashed part-way, or the
+                // entry was written by hand. Admitting again is idempotent.
+                Phase::Recovering => actions.push(Action::Admit {
+                    source: source.clone(),
+                }),
+                _ => {}
+            }
+            continue;
+        };
+        if rules::index_phase(record.state) != Some(run.entry.phase)
+            || run.entry.recovery_id.as_ref() != Some(&record.recovery_id)
+        {
+            actions.push(Action::Reconcile {
+                source: source.clone(),
+                recovery: record.recovery_id.clone(),
+            });
+        }
+        let assigned_alive = record
+            .assigned_to
+            .as_deref()
+            .is_some_and(|w| free.contains_key(w));
+        match record.state {
+            RecoveryState::Parked if run.answered => actions.push(Action::Answered {
+                recovery: record.recovery_id.clone(),
+            }),
+            RecoveryState::Finished | RecoveryState::DeadLettered | RecoveryState::Parked => {}
+            RecoveryState::Running => {
+                if !assigned_alive && let Some(worker) = &record.assigned_to {
+                    actions.push(Action::Abandon {
+                        recovery: record.recovery_id.clone(),
+                        worker: worker.clone(),
+                        attempt: record.attempts,
+                    });
+                }
+            }
+            RecoveryState::Admitted => {
+                if record.failures >= max_failures {
+                    actions.push(Action::DeadLetter {
+                        source: source.clone(),
+                        recovery: record.recovery_id.clone(),
+                    });
+                    continue;
+                }
+                if assigned_alive {
+                    continue;
+                }
+                let eligible = workers.iter().filter(|w| {
+                    w.alive
+                        && (record.force
+                            || w.registration.fingerprint_sha256 == run.entry.fingerprint_sha256)
+                });
+                let best = eligible
+                    .map(|w| {
+                        (
+                            free.get(w.registration.worker.as_str())
+                                .copied()
+                                .unwrap_or(0),
+                            &w.registration.worker,
+                        )
+                    })
+                    .filter(|(slots, _)| *slots > 0)
+                    .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
+                if let Some((_, worker)) = best {
+                    if let Some(slots) = free.get_mut(worker.as_str()) {
+                        *slots -= 1;
+                    }
+                    actions.push(Action::Assign {
+                        recovery: record.recovery_id.clone(),
+                        worker: worker.clone(),
+                    });
+                }
+            }
+        }
+    }
+    actions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::assignment::recovery_id_for;
+
+    fn worker(name: &str, capacity: u32, fingerprint: &str, alive: bool) -> WorkerView {
+        WorkerView {
+            registration: Registration::new(
+                name,
+                format!("hb/{name}"),
+                capacity,
+                fingerprint.into(),
+            ),
+            alive,
+        }
+    }
+
+    fn run(
+        name: &str,
+        phase: Phase,
+        holder_alive: bool,
+        recovery: Option<RecoveryRecord>,
+    ) -> RunView {
+        let mut entry = IndexEntry::new(RunId::new(name), None, phase, "fp".into(), 0);
+        entry.recovery_id = recovery.as_ref().map(|r| r.recovery_id.clone());
+        RunView {
+            entry,
+            holder_alive,
+            recovery,
+            answered: false,
+        }
+    }
+
+    fn record(
+        name: &str,
+        state: RecoveryState,
+        assigned: Option<&str>,
+        failures: u32,
+    ) -> RecoveryRecord {
+        RecoveryRecord {
+            format: 1,
+            kind: "recovery".into(),
+            recovery_id: recovery_id_for(&RunId::new(name)),
+            source_run: RunId::new(name),
+            source_generation: 3,
+            source_digest: "d".into(),
+            source_epoch: 1,
+            state,
+            force: false,
+            attempts: failures + 40,
+            failures,
+            last_error: None,
+            assigned_to: assigned.map(str::to_owned),
+            result: None,
+            session_id: None,
+            fingerprint_sha256: "fp".into(),
+            admitted_at_ms: 0,
+            updated_at_ms: 0,
+            parked_at: None,
+        }
+    }
+
+    // Proves the decisions: admit runs whose holder is dead, leave live and parked ones,
+    // assign by free capacity (counting what each worker already holds; ties go to the first
+    // name) to matching workers only, abandon an attempt whose worker died, dead-letter after
+    // too many *failures* (never attempts) and never while an attempt runs, and repair an
+    // index entry that disagrees with its record (a finished recovery's entry is removed).
+    #[test]
+    fn decide_assigns_by_capacity_and_fingerprint() {
+        let workers = [
+            worker("busy", 1, "fp", true),
+            worker("roomy", 3, "fp", true),
+            worker("other-config", 9, "other", true),
+            worker("dead", 9, "fp", false),
+        ];
+        let runs = [
+            run("alive", Phase::Running, true, None),
+            run("crashed", Phase::Running, false, None),
+            run("parked", Phase::Parked, false, None),
+            run(
+                "orphaned",
+                Phase::Recovering,
+                false,
+                Some(record("orphaned", RecoveryState::Running, Some("dead"), 1)),
+            ),
+            run(
+                "new",
+                Phase::Recovering,
+                false,
+                Some(record("new", RecoveryState::Admitted, None, 0)),
+            ),
+            run(
+                "failing",
+                Phase::Recovering,
+                false,
+                Some(record("failing", RecoveryState::Admitted, Some("roomy"), 5)),
+            ),
+            run(
+                "failing-but-running",
+                Phase::Recovering,
+                false,
+                Some(record(
+                    "failing-but-running",
+                    RecoveryState::Running,
+                    Some("busy"),
+                    7,
+                )),
+            ),
+            run(
+                "done",
+                Phase::Recovering,
+                false,
+                Some(record("done", RecoveryState::Finished, Some("roomy"), 1)),
+            ),
+            run(
+                "parked-record",
+                Phase::Recovering,
+                false,
+                Some(record("parked-record", RecoveryState::Parked, None, 0)),
+            ),
+        ];
+        let actions = decide(&workers, &runs, 5);
+        let id = |name: &str| recovery_id_for(&RunId::new(name));
+        assert_eq!(
+            actions,
+            vec![
+                Action::Admit {
+                    source: RunId::new("crashed")
+                },
+                Action::Abandon {
+                    recovery: id("orphaned"),
+                    worker: "dead".into(),
+                    attempt: 41
+                },
+                Action::Assign {
+                    recovery: id("new"),
+                    worker: "roomy".into()
+                },
+                Action::DeadLetter {
+                    source: RunId::new("failing"),
+                    recovery: id("failing")
+                },
+                Action::Reconcile {
+                    source: RunId::new("done"),
+                    recovery: id("done")
+                },
+                Action::Reconcile {
+                    source: RunId::new("parked-record"),
+                    recovery: id("parked-record")
+                },
+            ]
+        );
+        // With no matching live worker, nothing is assigned (and nothing goes to a mismatch).
+        let only_other = [worker("other-config", 9, "other", true)];
+        let actions = decide(&only_other, &runs[4..5], 5);
+        assert!(actions.is_empty(), "{actions:?}");
+    }
+}

@@ -1,0 +1,136 @@
+//! The layering rule, checked on the source: nothing under `src/core/` does I/O, reads a clock
+//! or awaits, and it imports nothing from the layers above it. A violation names the file, the
+//! line and the rule it breaks.
+
+use std::path::{Path, PathBuf};
+
+/// What `src/core/` may not mention, and why.
+const FORBIDDEN: &[(&str, &str)] = &[
+    ("crate::store", "core imports the store layer"),
+    ("crate::fleet", "core imports the fleet layer"),
+    ("crate::host", "core imports the agent host"),
+    (
+        "crate::clock",
+        "core reads the clock (take the time as an argument)",
+    ),
+    ("crate::serve", "core imports an interface"),
+    ("tokio", "core uses the async runtime"),
+    ("async ", "core defines async code"),
+    (".await", "core awaits"),
+    ("std::fs", "core touches the filesystem"),
+    ("std::net", "core touches the network"),
+    ("std::env", "core reads the environment"),
+    ("std::process", "core starts processes"),
+    ("SystemTime", "core reads the wall clock"),
+    ("Instant", "core reads the monotonic clock"),
+    ("object_store", "core uses the object store client"),
+    ("reqwest", "core uses the HTTP client"),
+    ("getrandom", "core draws randomness (take a seed)"),
+    ("Uuid::new_v4", "core draws randomness (take a seed)"),
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src/core") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Lines that are code (not comments), with their numbers.
+fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| (i + 1, line))
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+}
+
+/// `pattern` occurs in `line` as a whole token: not inside a longer identifier
+/// (`.await` is not `.awaiting`, `Instant` is not `InstantLike`).
+fn contains_token(line: &str, pattern: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    line.match_indices(pattern).any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + pattern.len()..].chars().next();
+        let starts_ident = pattern.chars().next().is_some_and(ident);
+        let ends_ident = pattern.chars().next_back().is_some_and(ident);
+        !(starts_ident && before.is_some_and(ident)) && !(ends_ident && after.is_some_and(ident))
+    })
+}
+
+fn violations(files: &[PathBuf]) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).expect("read a core source file");
+        for (number, line) in code_lines(&text) {
+            for (pattern, rule) in FORBIDDEN {
+                if contains_token(line, pattern) {
+                    found.push(format!(
+                        "{}:{number}: {rule}: {}",
+                        file.display(),
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn core_does_no_io_reads_no_clock_and_never_awaits() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/core");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    assert!(
+        files.len() >= 8,
+        "expected the core modules under {}, found {files:?}",
+        root.display()
+    );
+    let found = violations(&files);
+    assert!(
+        found.is_empty(),
+        "layering violations:\n{}",
+        found.join("\n")
+    );
+}
+
+// The checker itself: each rule fires on a line that breaks it, and comments are ignored.
+#[test]
+fn the_layer_check_catches_what_it_names() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("bad.rs");
+    std::fs::write(
+        &file,
+        "// crate::store in a comment is fine\nuse crate::store::Store;\nasync fn f() { g().await }\nlet t = std::time::Instant::now();\nself.awaiting_model = true;\n",
+    )
+    .expect("write");
+    let found = violations(&[file]);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains(":2: core imports the store layer")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains(":3: core defines async code")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|v| v.contains(":3: core awaits")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains(":4: core reads the monotonic clock")),
+        "{found:?}"
+    );
+    assert!(!found.iter().any(|v| v.contains(":1:")), "{found:?}");
+    assert!(!found.iter().any(|v| v.contains(":5:")), "{found:?}");
+}
