@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::core::rng::SplitMix;
 use std::time::{Duration, Instant};
 
 /// A source of time and fresh IDs.
@@ -100,7 +102,7 @@ pub struct TokioClock {
     wall_base_ms: u64,
     prefix: String,
     next_nonce: AtomicU64,
-    random: Mutex<u64>,
+    random: Mutex<SplitMix>,
 }
 
 impl TokioClock {
@@ -111,18 +113,13 @@ impl TokioClock {
             wall_base_ms,
             prefix: prefix.into(),
             next_nonce: AtomicU64::new(1),
-            random: Mutex::new(seed),
+            random: Mutex::new(SplitMix::new(seed)),
         })
     }
 
     fn next_random(&self) -> u64 {
-        // SplitMix64.
-        let mut state = self.random.lock().unwrap_or_else(|e| e.into_inner());
-        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        let mut random = self.random.lock().unwrap_or_else(|e| e.into_inner());
+        random.next_u64()
     }
 }
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use rekindle::core::assignment::recovery_id_for;
 use rekindle::core::fact::{FactBody, RunId};
 use rekindle::core::layout;
-use rekindle::core::sample::SplitMix;
+use rekindle::core::rng::SplitMix;
 use rekindle::store::Store;
 use rekindle::store::generation::{self, GenerationError};
 use rekindle::store::recovery::{self};

@@ -5,7 +5,8 @@ use std::process::{Command, Output};
 
 use rekindle::core::fact::{self, Fact};
 use rekindle::core::fold::Step;
-use rekindle::core::sample::{Builder, SplitMix};
+use rekindle::core::rng::SplitMix;
+use rekindle::core::sample::Builder;
 
 fn rekindle(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rekindle"))

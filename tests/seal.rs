@@ -205,10 +205,7 @@ async fn legacy_sealed_generation_without_envelope_binding_loads() {
         bytes::Bytes::from(serde_json::to_vec(&object).unwrap())
     };
     store
-        .put(
-            &key,
-            rewrite(rekindle::core::fingerprint::sha256_hex(&lines)),
-        )
+        .put(&key, rewrite(rekindle::core::digest::sha256_hex(&lines)))
         .await
         .unwrap();
     let loaded = generation::load(&store, &run, None).await.unwrap();

@@ -49,7 +49,7 @@ use rekindle::core::assignment::recovery_id_for;
 use rekindle::core::fact::{FactBody, ModelTurn, RunId, ToolCall};
 use rekindle::core::fold::Parked;
 use rekindle::core::layout;
-use rekindle::core::sample::SplitMix;
+use rekindle::core::rng::SplitMix;
 use rekindle::fleet::coordinator::{self, CoordinatorOptions};
 use rekindle::fleet::runner::Stopped;
 use rekindle::fleet::worker::{self, WorkerOptions, WorkerStats};

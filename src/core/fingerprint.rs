@@ -5,6 +5,7 @@
 //! fingerprint stores hashes only (never the prompt or tool schemas themselves), and comparing
 //! two fingerprints names exactly what changed. This module never does I/O.
 
+use crate::core::digest::{hex, sha256_hex};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -145,20 +146,6 @@ pub fn tool_set_sha256(tools: &[ToolSpec<'_>]) -> String {
         hasher.update(schema.as_bytes());
     }
     hex(&hasher.finalize())
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push(DIGITS[usize::from(byte >> 4)] as char);
-        out.push(DIGITS[usize::from(byte & 0xf)] as char);
-    }
-    out
 }
 
 #[cfg(test)]

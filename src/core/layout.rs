@@ -22,7 +22,7 @@
 //! `..`, NUL, newlines or 10 000 characters — maps to exactly one safe key segment. Never does
 //! I/O.
 
-use crate::core::fingerprint::sha256_hex;
+use crate::core::digest::sha256_hex;
 
 /// The version tag of an object as the store reports it (an S3 ETag, or the local backend's
 /// equivalent). Compared only for equality.

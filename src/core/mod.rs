@@ -7,6 +7,7 @@
 //! file here imports the store, the fleet or tokio, or contains `async`/`.await`.
 
 pub mod assignment;
+pub mod digest;
 pub mod fact;
 pub mod fingerprint;
 pub mod fold;
@@ -15,4 +16,5 @@ pub mod lifecycle;
 pub mod liveness;
 pub mod placement;
 pub mod record;
+pub mod rng;
 pub mod sample;

@@ -13,6 +13,7 @@ use crate::core::fact::{
 };
 use crate::core::fingerprint::{Budgets, Fingerprint, ToolSpec};
 use crate::core::fold::{Confirmation, RunState, Step};
+use crate::core::rng::SplitMix;
 
 const START_MS: u64 = 1_764_400_000_000;
 const TOOLS: [&str; 3] = ["shell", "read_file", "search"];
@@ -34,24 +35,6 @@ pub fn fingerprint() -> Fingerprint {
         None,
         Budgets::default(),
     )
-}
-
-/// A small deterministic generator (SplitMix64), enough to vary sample runs by seed.
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> Self {
-        SplitMix(seed)
-    }
-
-    pub fn below(&mut self, bound: u32) -> u32 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z % u64::from(bound.max(1))) as u32
-    }
 }
 
 /// A complete run of about `facts` facts (at least 5), ending in a terminal fact.

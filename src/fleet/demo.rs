@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::clock::SystemClock;
 use crate::core::fact::RunId;
-use crate::core::sample::SplitMix;
+use crate::core::rng::SplitMix;
 use crate::fleet::coordinator::{self, CoordinatorOptions};
 use crate::fleet::runner::Stopped;
 use crate::fleet::worker::{self, WorkerOptions, WorkerStats};

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::core::digest::sha256_hex;
 use crate::core::fact::{Outcome, RunId, SessionId};
-use crate::core::fingerprint::sha256_hex;
 use crate::core::fold::{Message, RunState};
 use crate::core::layout::{self, FORMAT_VERSION, ObjectError};
 use crate::store::generation::Chain;

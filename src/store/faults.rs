@@ -25,7 +25,7 @@ use object_store::{
     ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 
-use crate::core::sample::SplitMix;
+use crate::core::rng::SplitMix;
 
 /// What to inject, as probabilities in parts per thousand.
 #[derive(Clone, Copy, Debug, Default)]

@@ -27,8 +27,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use crate::core::digest::sha256_hex;
 use crate::core::fact::{self, Fact, RunId, Seq};
-use crate::core::fingerprint::sha256_hex;
 use crate::core::fold::{FoldError, RunState};
 use crate::core::layout::{self, FORMAT_VERSION};
 use crate::store::{ETag, Store, StoreError};

@@ -8,7 +8,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::core::fact::{self, RunId};
-use crate::core::sample::{self, Builder, SplitMix};
+use crate::core::rng::SplitMix;
+use crate::core::sample::{self, Builder};
 use crate::store::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
 use crate::store::{MetricsSnapshot, Store};
 

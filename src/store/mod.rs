@@ -965,10 +965,9 @@ impl Store {
     /// writes share a version only if they wrote the same state.
     fn version(&self, store_etag: Option<String>, bytes: &Bytes, key: &str) -> ETag {
         match self.backend {
-            Backend::Local { .. } => ETag(format!(
-                "sha256:{}",
-                crate::core::fingerprint::sha256_hex(bytes)
-            )),
+            Backend::Local { .. } => {
+                ETag(format!("sha256:{}", crate::core::digest::sha256_hex(bytes)))
+            }
             _ => etag_of(store_etag, key),
         }
     }
@@ -1029,7 +1028,7 @@ impl Drop for Abandon {
 /// for the duration; the kernel drops it if the process dies.
 async fn local_lock(root: &std::path::Path, key: &str) -> Result<std::fs::File, StoreError> {
     let dir = root.join(".rekindle-locks");
-    let path = dir.join(crate::core::fingerprint::sha256_hex(key.as_bytes()));
+    let path = dir.join(crate::core::digest::sha256_hex(key.as_bytes()));
     let key = key.to_owned();
     let failed = move |message: String| StoreError::Failed {
         op: "lock",

@@ -19,7 +19,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
-use crate::core::fingerprint::sha256_hex;
+use crate::core::digest::sha256_hex;
 
 /// The cipher every sealed payload names.
 pub const ALGORITHM: &str = "AES-256-GCM";
