@@ -64,7 +64,7 @@ impl Fingerprint {
 
     /// SHA-256 of the whole fingerprint, to match runs with workers cheaply.
     pub fn sha256(&self) -> String {
-        sha256_hex(&serde_json::to_vec(self).unwrap_or_default())
+        sha256_hex(&crate::core::layout::encode_object(self))
     }
 
     /// Lists every difference from `self` (the run's) to `other` (the resuming host's), in a

@@ -170,6 +170,20 @@ pub enum ObjectError {
     },
 }
 
+/// Encodes an object for the bucket: the JSON of one of Rekindle's own record types, which
+/// are plain structs with string keys, so serialising them cannot fail. A failure would be a
+/// bug in a type's `Serialize`, never bad input, so it panics naming the type instead of
+/// writing an empty object.
+pub fn encode_object<T: serde::Serialize>(value: &T) -> bytes::Bytes {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => bytes::Bytes::from(bytes),
+        Err(error) => panic!(
+            "encoding a {} cannot fail: {error}",
+            std::any::type_name::<T>()
+        ),
+    }
+}
+
 /// Decodes an object written by Rekindle: checks the envelope's `format` (older accepted,
 /// newer refused naming both) and `kind` (an unknown or foreign object is refused naming its
 /// key), then the body.

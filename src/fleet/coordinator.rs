@@ -21,8 +21,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::core::assignment::{Inbox, Registration, recovery_id_for};
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::layout::{self, FORMAT_VERSION};
@@ -171,22 +169,14 @@ async fn tick(
 
 /// Every heartbeat key with its listed ETag.
 async fn list_heartbeats(store: &Store) -> Result<Vec<(String, ETag)>, StoreError> {
-    let mut heartbeats = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = store
-            .list(layout::heartbeats_prefix(), after.as_deref(), 1000)
-            .await?;
-        let full = page.len() == 1000;
-        after = page.last().map(|l| l.key.clone());
-        heartbeats.extend(page.into_iter().map(|listed| {
+    let listed = store.list_all(layout::heartbeats_prefix()).await?;
+    Ok(listed
+        .into_iter()
+        .map(|listed| {
             let etag = listed.etag.unwrap_or_else(|| ETag(String::new()));
             (listed.key, etag)
-        }));
-        if !full {
-            return Ok(heartbeats);
-        }
-    }
+        })
+        .collect())
 }
 
 /// Registrations change only when a worker starts or stops, and a worker beats before it
@@ -207,7 +197,7 @@ async fn refresh_registrations(
         return Ok(());
     }
     observer.ticks_since_registrations = 0;
-    let listed = store.list(layout::workers_prefix(), None, 10_000).await?;
+    let listed = store.list_all(layout::workers_prefix()).await?;
     let mut registrations = BTreeMap::new();
     for entry in listed {
         let cached = observer
@@ -361,10 +351,7 @@ async fn write_inboxes(
             recoveries: recoveries.clone(),
         };
         store
-            .put(
-                &layout::inbox(&worker),
-                Bytes::from(serde_json::to_vec(&inbox).unwrap_or_default()),
-            )
+            .put(&layout::inbox(&worker), layout::encode_object(&inbox))
             .await?;
         observer.inboxes.insert(worker, recoveries);
     }

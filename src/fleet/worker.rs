@@ -19,8 +19,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::core::assignment::Registration;
 use crate::core::fact::RecoveryId;
 use crate::core::layout;
@@ -92,7 +90,7 @@ pub async fn run(
     store
         .put(
             &layout::worker(&options.id),
-            Bytes::from(serde_json::to_vec(&registration).unwrap_or_default()),
+            layout::encode_object(&registration),
         )
         .await?;
     tracing::info!(worker_id = %options.id, concurrency = options.concurrency, "worker registered");

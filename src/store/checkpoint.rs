@@ -133,7 +133,7 @@ pub async fn save_session(
         writer: store.clock().nonce(),
         contents,
     };
-    let bytes = Bytes::from(serde_json::to_vec(&envelope).unwrap_or_default());
+    let bytes = layout::encode_object(&envelope);
     let digest = sha256_hex(&bytes);
     if save_in_chain(&chain, n, bytes).await? {
         Ok(Saved {
@@ -234,7 +234,7 @@ impl LoopCheckpoint {
 /// Appends a loop checkpoint; returns its generation.
 pub async fn save_loop(store: &Store, checkpoint: &LoopCheckpoint) -> Result<u64, CheckpointError> {
     let chain = Chain::new(store, layout::loop_base(checkpoint.run_id.as_str()));
-    let bytes = Bytes::from(serde_json::to_vec(checkpoint).unwrap_or_default());
+    let bytes = layout::encode_object(checkpoint);
     // A bounded number of tries: a concurrent saver of the same run is a bug upstream.
     for _ in 0..4 {
         let n = chain.latest().await?.map_or(1, |n| n + 1);
@@ -317,7 +317,7 @@ pub async fn save_workflow(
         completed,
         at_ms: store.clock().wall_ms(),
     };
-    let bytes = Bytes::from(serde_json::to_vec(&checkpoint).unwrap_or_default());
+    let bytes = layout::encode_object(&checkpoint);
     if save_in_chain(&chain, n, bytes).await? {
         Ok(n)
     } else {

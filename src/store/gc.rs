@@ -102,8 +102,6 @@ pub enum GcError {
     },
 }
 
-const PAGE: usize = 1000;
-
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
@@ -149,19 +147,10 @@ async fn finished_long_ago(
     Ok(released && at_ms.saturating_add(keep_ms) < now_ms)
 }
 
-/// Lists every key under `prefix`, page by page.
+/// Every key under `prefix`.
 async fn list_all(store: &Store, prefix: &str) -> Result<Vec<String>, StoreError> {
-    let mut keys = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = store.list(prefix, after.as_deref(), PAGE).await?;
-        let full = page.len() == PAGE;
-        after = page.last().map(|listed| listed.key.clone());
-        keys.extend(page.into_iter().map(|listed| listed.key));
-        if !full {
-            return Ok(keys);
-        }
-    }
+    let listed = store.list_all(prefix).await?;
+    Ok(listed.into_iter().map(|listed| listed.key).collect())
 }
 
 /// The keys under a retired run's `base` that retirement deletes: everything but the lease,

@@ -217,7 +217,7 @@ fn seal_context(generation: &Generation, algorithm: &str, key_id: &str) -> Vec<u
         key_id,
     };
     // Numbers, booleans and strings always serialize; field order is fixed by the struct.
-    serde_json::to_vec(&context).unwrap_or_default()
+    layout::encode_object(&context).to_vec()
 }
 
 /// Parses and checks one generation object read from `key` (a sealed one cannot be opened).
@@ -408,7 +408,7 @@ impl Chain {
                 }),
                 retired: true,
             };
-            let bytes = Bytes::from(serde_json::to_vec(&hint).unwrap_or_default());
+            let bytes = layout::encode_object(&hint);
             let written = match current {
                 Some(hint) if hint.retired => return Ok(()),
                 Some(hint) => self.store.swap(&key, bytes, &hint.etag).await.map(drop),
@@ -438,7 +438,7 @@ impl Chain {
             generation: n,
             retired: false,
         };
-        let bytes = Bytes::from(serde_json::to_vec(&hint).unwrap_or_default());
+        let bytes = layout::encode_object(&hint);
         match self.read_hint().await? {
             None => match self.store.create(&key, bytes).await {
                 Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
@@ -546,21 +546,11 @@ impl Chain {
 
     async fn latest_by_listing(&self) -> Result<Option<u64>, StoreError> {
         let prefix = format!("{}/gen/", self.base);
-        let mut after: Option<String> = None;
-        let mut newest = None;
-        loop {
-            let page = self.store.list(&prefix, after.as_deref(), 1000).await?;
-            if page.is_empty() {
-                break;
-            }
-            for entry in &page {
-                if let Some(n) = layout::generation_number(&entry.key) {
-                    newest = newest.max(Some(n));
-                }
-            }
-            after = page.last().map(|entry| entry.key.clone());
-        }
-        Ok(newest)
+        let listed = self.store.list_all(&prefix).await?;
+        Ok(listed
+            .iter()
+            .filter_map(|entry| layout::generation_number(&entry.key))
+            .max())
     }
 }
 

@@ -8,16 +8,10 @@
 
 use std::collections::HashMap;
 
-use bytes::Bytes;
-
 use crate::core::fact::RunId;
 use crate::core::layout::{self, ObjectError};
-use crate::core::record::IndexEntry;
+use crate::core::record::{INDEX_ENTRY_KIND, IndexEntry};
 use crate::store::{ETag, Store, StoreError};
-
-const KIND: &str = "index.entry";
-/// Keys per listing page.
-const PAGE: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -29,7 +23,7 @@ pub enum IndexError {
 
 /// Writes (or replaces) a run's entry; returns its version.
 pub async fn put(store: &Store, entry: &IndexEntry) -> Result<ETag, IndexError> {
-    let bytes = Bytes::from(serde_json::to_vec(entry).unwrap_or_default());
+    let bytes = layout::encode_object(entry);
     Ok(store
         .put(&layout::index_entry(entry.run_id.as_str()), bytes)
         .await?)
@@ -38,7 +32,7 @@ pub async fn put(store: &Store, entry: &IndexEntry) -> Result<ETag, IndexError> 
 /// Replaces a run's entry only if it is still at version `expected`; `false` if someone
 /// else rewrote it meanwhile (and it was left as they wrote it).
 pub async fn swap(store: &Store, entry: &IndexEntry, expected: &ETag) -> Result<bool, IndexError> {
-    let bytes = Bytes::from(serde_json::to_vec(entry).unwrap_or_default());
+    let bytes = layout::encode_object(entry);
     match store
         .swap(&layout::index_entry(entry.run_id.as_str()), bytes, expected)
         .await
@@ -54,7 +48,11 @@ pub async fn read(store: &Store, run: &RunId) -> Result<Option<IndexEntry>, Inde
     let key = layout::index_entry(run.as_str());
     match store.read(&key).await? {
         None => Ok(None),
-        Some(object) => Ok(Some(layout::decode_object(&key, KIND, &object.bytes)?)),
+        Some(object) => Ok(Some(layout::decode_object(
+            &key,
+            INDEX_ENTRY_KIND,
+            &object.bytes,
+        )?)),
     }
 }
 
@@ -87,47 +85,36 @@ impl IndexScan {
     ) -> Result<(Vec<IndexEntry>, Vec<BadEntry>), StoreError> {
         let mut seen = HashMap::new();
         let mut bad = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = store
-                .list(layout::index_prefix(), after.as_deref(), PAGE)
-                .await?;
-            let full = page.len() == PAGE;
-            for listed in &page {
-                let cached = self
-                    .cache
-                    .remove(&listed.key)
-                    .filter(|(etag, _)| listed.etag.as_ref() == Some(etag));
-                let entry = match cached {
-                    Some(hit) => hit,
-                    None => match store.read(&listed.key).await? {
-                        None => continue,
-                        Some(object) => {
-                            match layout::decode_object::<IndexEntry>(
-                                &listed.key,
-                                KIND,
-                                &object.bytes,
-                            ) {
-                                // Cached under the listing's ETag, which the next listing
-                                // reports again if the entry is unchanged.
-                                Ok(entry) => (listed.etag.clone().unwrap_or(object.etag), entry),
-                                Err(error) => {
-                                    bad.push(BadEntry {
-                                        key: listed.key.clone(),
-                                        error: error.into(),
-                                    });
-                                    continue;
-                                }
+        for listed in &store.list_all(layout::index_prefix()).await? {
+            let cached = self
+                .cache
+                .remove(&listed.key)
+                .filter(|(etag, _)| listed.etag.as_ref() == Some(etag));
+            let entry = match cached {
+                Some(hit) => hit,
+                None => match store.read(&listed.key).await? {
+                    None => continue,
+                    Some(object) => {
+                        match layout::decode_object::<IndexEntry>(
+                            &listed.key,
+                            INDEX_ENTRY_KIND,
+                            &object.bytes,
+                        ) {
+                            // Cached under the listing's ETag, which the next listing
+                            // reports again if the entry is unchanged.
+                            Ok(entry) => (listed.etag.clone().unwrap_or(object.etag), entry),
+                            Err(error) => {
+                                bad.push(BadEntry {
+                                    key: listed.key.clone(),
+                                    error: error.into(),
+                                });
+                                continue;
                             }
                         }
-                    },
-                };
-                seen.insert(listed.key.clone(), entry);
-            }
-            after = page.last().map(|listed| listed.key.clone());
-            if !full {
-                break;
-            }
+                    }
+                },
+            };
+            seen.insert(listed.key.clone(), entry);
         }
         self.cache = seen;
         let mut entries: Vec<IndexEntry> = self.cache.values().map(|(_, e)| e.clone()).collect();

@@ -232,7 +232,7 @@ impl Holder {
             ttl_ms: self.ttl.as_millis() as u64,
             at_ms: self.store.clock().wall_ms(),
         };
-        let bytes = Bytes::from(serde_json::to_vec(&beat).unwrap_or_default());
+        let bytes = layout::encode_object(&beat);
         self.store.put(&self.heartbeat_key(), bytes).await?;
         Ok(())
     }
@@ -304,7 +304,7 @@ impl Holder {
             released,
             at_ms: self.store.clock().wall_ms(),
         };
-        Bytes::from(serde_json::to_vec(&lease).unwrap_or_default())
+        layout::encode_object(&lease)
     }
 
     /// Takes the lease of a run that never had one (create-if-absent): the gate for starting

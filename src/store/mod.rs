@@ -57,6 +57,9 @@ pub mod tombstone;
 
 pub use crate::core::layout::ETag;
 
+/// Keys per listing page: what one S3 LIST request returns.
+pub const LIST_PAGE: usize = 1000;
+
 /// An object's bytes and version.
 #[derive(Clone, Debug)]
 pub struct Object {
@@ -346,7 +349,7 @@ impl Store {
             format: crate::core::layout::FORMAT_VERSION,
             kind: "rekindle.format".into(),
         };
-        let bytes = Bytes::from(serde_json::to_vec(&ours).unwrap_or_default());
+        let bytes = crate::core::layout::encode_object(&ours);
         let existing = match self.create(key, bytes).await {
             Ok(_) => return Ok(()),
             Err(StoreError::AlreadyExists { .. }) => self.read(key).await?,
@@ -807,6 +810,21 @@ impl Store {
             key: key.to_owned(),
             message,
         })
+    }
+
+    /// Lists every key under `prefix`, in key order, one bounded page ([`LIST_PAGE`] keys, one
+    /// request) at a time. The one pager: callers never hand-write the `after` loop.
+    pub async fn list_all(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let mut all = Vec::new();
+        loop {
+            let after = all.last().map(|listed: &Listed| listed.key.clone());
+            let page = self.list(prefix, after.as_deref(), LIST_PAGE).await?;
+            let full = page.len() == LIST_PAGE;
+            all.extend(page);
+            if !full {
+                return Ok(all);
+            }
+        }
     }
 
     /// Lists up to `limit` keys under `prefix` (a key prefix ending in `/`), in key order,

@@ -12,7 +12,6 @@
 //! already-claimed source is refused naming the existing one. State changes are
 //! compare-and-swap on the record's ETag.
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::core::fact::{Outcome, RecoveryId, RunId};
@@ -132,7 +131,7 @@ pub async fn claim(
         recovery_id: recovery_id.clone(),
         nonce: store.clock().nonce(),
     };
-    let claim_bytes = Bytes::from(serde_json::to_vec(&claim).unwrap_or_default());
+    let claim_bytes = layout::encode_object(&claim);
     match store.create(&claim_key, claim_bytes).await {
         Ok(_) => Ok(true),
         Err(StoreError::AlreadyExists { .. }) => match read_claim(store, source).await? {
@@ -270,7 +269,7 @@ pub async fn admit(
         parked_at: None,
     };
     let key = layout::recovery(recovery_id.as_str());
-    let bytes = Bytes::from(serde_json::to_vec(&record).unwrap_or_default());
+    let bytes = layout::encode_object(&record);
     match store.create(&key, bytes).await {
         Ok(etag) => {
             tracing::info!(recovery_id = %recovery_id, source_run = %source, generation = record.source_generation, "recovery admitted");
@@ -307,7 +306,7 @@ pub(crate) async fn swap(
     etag: &ETag,
 ) -> Result<ETag, RecoveryError> {
     let key = layout::recovery(next.recovery_id.as_str());
-    let bytes = Bytes::from(serde_json::to_vec(next).unwrap_or_default());
+    let bytes = layout::encode_object(next);
     match store.swap(&key, bytes, etag).await {
         Ok(etag) => Ok(etag),
         Err(StoreError::Changed { .. }) => Err(RecoveryError::Changed {
