@@ -11,6 +11,34 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::core::rng::SplitMix;
 use std::time::{Duration, Instant};
 
+/// Waits `duration` on tokio's timer, which a paused test runtime turns into virtual time:
+/// the one sleep the library uses, so the simulation controls every wait.
+#[allow(clippy::disallowed_methods)] // The one place a sleep is started.
+pub fn sleep(duration: Duration) -> tokio::time::Sleep {
+    tokio::time::sleep(duration)
+}
+
+/// Measures elapsed time (tool durations, benchmark timings, deadlines) on tokio's monotonic
+/// timer: real time in a process, virtual time under a paused test runtime.
+#[derive(Clone, Copy, Debug)]
+pub struct Stopwatch(tokio::time::Instant);
+
+impl Stopwatch {
+    #[allow(clippy::disallowed_methods)] // The one place the monotonic clock is read directly.
+    pub fn start() -> Self {
+        Stopwatch(tokio::time::Instant::now())
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.0.elapsed()
+    }
+
+    /// The instant `after` from the start, for `tokio::time::timeout_at`.
+    pub fn deadline(&self, after: Duration) -> tokio::time::Instant {
+        self.0 + after
+    }
+}
+
 /// A source of time and fresh IDs.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Milliseconds since the Unix epoch, for recording in facts and objects (data only).
@@ -33,6 +61,7 @@ pub struct SystemClock {
 }
 
 impl SystemClock {
+    #[allow(clippy::disallowed_methods)] // The real clock's origin.
     pub fn shared() -> Arc<dyn Clock> {
         Arc::new(SystemClock {
             start: Instant::now(),
@@ -52,6 +81,7 @@ impl Clock for SystemClock {
         self.start.elapsed()
     }
 
+    #[allow(clippy::disallowed_methods)] // The one place random IDs are drawn.
     fn nonce(&self) -> String {
         uuid::Uuid::new_v4().simple().to_string()
     }
@@ -107,6 +137,7 @@ pub struct TokioClock {
 
 impl TokioClock {
     /// `wall_base_ms` is what `wall_ms` reads at creation; `seed` drives nonces and jitter.
+    #[allow(clippy::disallowed_methods)] // The virtual clock's origin.
     pub fn new(wall_base_ms: u64, prefix: impl Into<String>, seed: u64) -> Arc<Self> {
         Arc::new(TokioClock {
             start: tokio::time::Instant::now(),

@@ -28,7 +28,7 @@ use rekindle::store::recovery::{self};
 
 const CLI_TTL: Duration = Duration::from_secs(10);
 
-pub async fn run(
+pub(crate) async fn run(
     store: StoreArgs,
     config: PathBuf,
     run_id: String,
@@ -103,7 +103,7 @@ async fn admit(
     Ok(fleet::spawn_recovery(store, &holder, source, recovery_id, force, takeover).await?)
 }
 
-pub async fn recover(
+pub(crate) async fn recover(
     store: StoreArgs,
     source: String,
     recovery_id: String,
@@ -160,7 +160,7 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
                     ));
                     break;
                 }
-                _ => tokio::time::sleep(Duration::from_millis(500)).await,
+                _ => rekindle::clock::sleep(Duration::from_millis(500)).await,
             }
         }
     }
@@ -183,7 +183,7 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
     }
 }
 
-pub async fn recover_all(
+pub(crate) async fn recover_all(
     store: StoreArgs,
     takeover: bool,
     wait: bool,
@@ -220,7 +220,7 @@ pub async fn recover_all(
             running.len(),
             ttl.as_secs_f64()
         );
-        tokio::time::sleep(ttl).await;
+        rekindle::clock::sleep(ttl).await;
     }
     let mut admitted = Vec::new();
     let mut alive = 0;
@@ -277,7 +277,7 @@ async fn state_of(store: &Store, entry: &IndexEntry) -> anyhow::Result<&'static 
     })
 }
 
-pub async fn runs_ls(store: StoreArgs, state: Option<String>, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn runs_ls(store: StoreArgs, state: Option<String>, json: bool) -> anyhow::Result<()> {
     let store = store.open(true).await.context("open the store")?;
     let (entries, bad) = IndexScan::default().scan(&store).await?;
     let mut rows: Vec<serde_json::Value> = Vec::new();
@@ -340,7 +340,7 @@ pub async fn runs_ls(store: StoreArgs, state: Option<String>, json: bool) -> any
     Ok(())
 }
 
-pub async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Result<()> {
+pub(crate) async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Result<()> {
     let store = store.open(false).await.context("open the store")?;
     let run = RunId::new(run);
     let lease = lease::read_lease(&store, &run).await?;
@@ -384,7 +384,7 @@ pub async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Resu
     Ok(())
 }
 
-pub async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Result<()> {
     let store = store.open(true).await.context("open the store")?;
     let run = RunId::new(run);
     let loaded = generation::load(&store, &run, None).await?;
@@ -508,7 +508,7 @@ pub async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Res
     Ok(())
 }
 
-pub async fn answer(
+pub(crate) async fn answer(
     store: StoreArgs,
     run: String,
     confirm: Option<String>,
@@ -545,7 +545,7 @@ pub async fn answer(
     Ok(())
 }
 
-pub async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
     let store = store.open(true).await.context("open the store")?;
     let now = store.clock().wall_ms();
     let mut workers = Vec::new();
@@ -618,7 +618,7 @@ pub async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn workflow_run(
+pub(crate) async fn workflow_run(
     store: StoreArgs,
     config: PathBuf,
     id: String,

@@ -9,6 +9,8 @@
 //! `REKINDLE_CHAOS_RUNS=20`: `cargo nextest run --test chaos` after starting the S3 test
 //! server as `scripts/test` does (or just `scripts/test`). Each sweep prints one summary line.
 
+#![allow(clippy::disallowed_methods)] // real processes on real time: deadlines and pauses are wall time.
+
 mod common;
 
 use rekindle::core::record::RecoveryState;
@@ -188,7 +190,7 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
         let kill_at = (random.below(100) < 50)
             .then(|| Instant::now() + Duration::from_millis(200 + u64::from(random.below(1200))));
         hosts.push((child, kill_at));
-        tokio::time::sleep(Duration::from_millis(u64::from(random.below(120)))).await;
+        rekindle::clock::sleep(Duration::from_millis(u64::from(random.below(120)))).await;
     }
 
     // The event loop: kills, pauses and a partition, chosen by the seed.
@@ -268,7 +270,7 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
                 coordinators[i] = harness.coordinator(i);
             }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        rekindle::clock::sleep(Duration::from_millis(50)).await;
     }
     // Calm: resume everything, restart what is down, let the fleet settle.
     if let Some((i, _)) = paused.take() {
@@ -307,7 +309,7 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
             ));
             break;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        rekindle::clock::sleep(Duration::from_millis(200)).await;
     }
     for child in workers.iter_mut().chain(coordinators.iter_mut()) {
         signal(child, "-TERM");

@@ -2,6 +2,8 @@
 //! workers; a worker killed mid-recovery; the leading coordinator killed. Every run must
 //! complete, and the side-effect ledger must show no committed tool call executed again.
 
+#![allow(clippy::disallowed_methods)] // real processes on real time: deadlines and pauses are wall time.
+
 mod common;
 
 use rekindle::core::record::RecoveryState;
@@ -176,7 +178,7 @@ async fn wait_finished(
             Instant::now() < deadline,
             "recovery of {run} did not finish in {timeout:?}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        rekindle::clock::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -229,7 +231,7 @@ async fn killed_host_and_worker_are_recovered_by_the_fleet() {
             break view.lease.holder;
         }
         assert!(Instant::now() < deadline, "the recovery never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
     };
     let (killed, survivor) = if victim == "w0" {
         (&mut w0, &mut w1)
@@ -270,7 +272,7 @@ async fn standby_coordinator_takes_over() {
         .is_none()
     {
         assert!(Instant::now() < deadline, "no coordinator took the lead");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
     }
     let mut standby = fleet.coordinator("coordinator-b");
     let mut worker = fleet.worker("w0");
@@ -314,7 +316,7 @@ async fn parked_run_is_answered_through_the_cli() {
     assert!(listed.contains("e2e-parked"), "{listed}");
     let mut coordinator = fleet.coordinator("coordinator-a");
     let mut worker = fleet.worker("w0");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    rekindle::clock::sleep(Duration::from_millis(1500)).await;
     assert!(fleet.ledger_lines().is_empty(), "a parked run took a step");
     let shown = stdout(&fleet.cli(&["runs", "show", "e2e-parked"]));
     assert!(shown.contains("confirmation"), "{shown}");
@@ -430,7 +432,7 @@ async fn binaries_serve_health_and_metrics() {
             break;
         }
         assert!(Instant::now() < deadline, "no health endpoint");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        rekindle::clock::sleep(Duration::from_millis(50)).await;
     }
     let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
     assert!(ready.status().is_success());
@@ -595,7 +597,7 @@ async fn interrupted_workflow_resumes_and_skips_finished_steps() {
         .is_none()
     {
         assert!(Instant::now() < deadline, "no step finished");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
     }
     first.kill().unwrap();
     first.wait().unwrap();
@@ -645,7 +647,7 @@ async fn sigterm_hands_a_recovery_over_at_once() {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !fleet.ledger_lines().iter().any(|l| !l.ends_with(" 1")) {
         assert!(Instant::now() < deadline, "the recovery never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        rekindle::clock::sleep(Duration::from_millis(10)).await;
     }
     let stopping = Instant::now();
     assert!(sigterm(&mut w0).success());

@@ -313,7 +313,7 @@ async fn local_swap_timeout_keeps_the_lock_until_the_write_lands() {
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error}");
     let second = patient.swap("k", Bytes::from_static(b"b"), &first).await;
     // Let the late write land whatever happened.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    rekindle::clock::sleep(Duration::from_millis(600)).await;
     let stored = patient.read("k").await.unwrap().unwrap().bytes;
     match second {
         Ok(_) => assert_eq!(
@@ -489,7 +489,7 @@ async fn lease_child_or_exclusive_in_process() {
     println!("HELD {}", held.epoch);
     for _ in 0..600 {
         holder.beat().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        rekindle::clock::sleep(Duration::from_millis(50)).await;
     }
 }
 

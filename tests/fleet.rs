@@ -104,7 +104,7 @@ async fn a_run_stops_when_its_lease_is_taken() {
         .count()
         < 1
     {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        rekindle::clock::sleep(Duration::from_millis(10)).await;
     }
     let thief = Holder::new(&store, "thief", Duration::from_secs(60));
     let view = rekindle::store::lease::read_lease(&store, &RunId::new("taken"))
@@ -118,7 +118,7 @@ async fn a_run_stops_when_its_lease_is_taken() {
         _ => false,
     };
     assert!(stopped_right, "{error}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    rekindle::clock::sleep(Duration::from_millis(500)).await;
     let calls = std::fs::read_to_string(&ledger).unwrap().lines().count();
     assert!(
         calls <= 2,

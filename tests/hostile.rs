@@ -1,6 +1,8 @@
 //! The hostile-input corpus beyond the fold, log and store suites: each case gets a clear
 //! error naming the object and the problem, and the proof that nothing else broke.
 
+#![allow(clippy::disallowed_methods)] // real processes on real time: deadlines and pauses are wall time.
+
 mod common;
 
 use std::time::Duration;
@@ -136,7 +138,7 @@ async fn hostile_ids_round_trip_in_the_store() {
 async fn fake_server(status: u16, body: &'static str, delay: Duration) -> String {
     use axum::http::StatusCode;
     let app = axum::Router::new().fallback(move || async move {
-        tokio::time::sleep(delay).await;
+        rekindle::clock::sleep(delay).await;
         (StatusCode::from_u16(status).unwrap(), body)
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

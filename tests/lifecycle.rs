@@ -3,6 +3,8 @@
 //! one process on the memory store under tokio's paused, virtual clock, with in-process
 //! tools that record every execution in a ledger.
 
+#![allow(clippy::disallowed_methods)] // the harness schedules its own faults on the paused runtime's clock.
+
 mod common;
 
 use rekindle::core::record::{Phase, RecoveryRecord, RecoveryResult, RecoveryState};
@@ -391,7 +393,7 @@ impl Tools for LedgerTools {
             call.id.as_str().to_owned(),
             context.epoch,
         ));
-        tokio::time::sleep(self.delay).await;
+        rekindle::clock::sleep(self.delay).await;
         ToolOutput {
             output: "ok".into(),
             is_error: false,
@@ -559,7 +561,7 @@ impl Harness {
         let id = RunId::new(run);
         let task = tokio::spawn(async move { node.start_run(&id, None, "go").await });
         while self.ledger.calls(run).len() < after {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            rekindle::clock::sleep(Duration::from_millis(1)).await;
         }
         crashable.crash();
         task.abort();
@@ -593,7 +595,7 @@ impl Harness {
         let start = tokio::time::Instant::now();
         while !check().await {
             assert!(start.elapsed() < limit, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            rekindle::clock::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -819,7 +821,7 @@ async fn a_parked_recovery_is_not_rerun_from_a_stale_inbox() {
         .unwrap()
         .generation;
     // Many polls later.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    rekindle::clock::sleep(Duration::from_secs(5)).await;
     let record = harness.record("parks").await.unwrap();
     assert_eq!((record.state, record.attempts), (RecoveryState::Parked, 1));
     assert_eq!(
@@ -913,7 +915,7 @@ async fn a_live_host_with_a_longer_ttl_is_not_fenced() {
                 if let Ok(Some(view)) = lease::read_lease(&store, &run).await {
                     epochs.insert(view.lease.epoch);
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                rekindle::clock::sleep(Duration::from_millis(100)).await;
             }
             epochs
         })
@@ -988,7 +990,7 @@ async fn a_second_worker_with_the_same_id_refuses_to_start() {
     let store = harness.store();
     let stop = Arc::new(AtomicBool::new(false));
     let first = harness.spawn_worker(&store, harness.worker_options("w1"), &stop);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    rekindle::clock::sleep(Duration::from_millis(500)).await;
     let other_stop = Arc::new(AtomicBool::new(false));
     let second = harness.spawn_worker(&store, harness.worker_options("w1"), &other_stop);
     let error = tokio::time::timeout(Duration::from_secs(30), second)
@@ -1020,7 +1022,7 @@ async fn a_second_worker_with_the_same_id_refuses_to_start() {
     );
     let again_stop = Arc::new(AtomicBool::new(false));
     let again = harness.spawn_worker(&store, harness.worker_options("w1"), &again_stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
     assert!(!again.is_finished());
     again_stop.store(true, Ordering::SeqCst);
     again.await.unwrap().unwrap();
@@ -1172,7 +1174,7 @@ async fn a_late_commit_of_an_earlier_attempt_is_fenced_by_the_same_workers_next_
         }),
     };
     let in_flight = tokio::spawn(async move { late.commit(vec![turn]).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    rekindle::clock::sleep(Duration::from_millis(100)).await;
     // Attempt 1 is given up for failed (no release); attempt 2 on the same worker.
     let second = holder
         .acquire_or_wait_from(&run, 2, TTL / 4, TTL * 3)

@@ -1,6 +1,8 @@
 //! The local fact log on a real filesystem: durability bookkeeping, torn tails, corruption,
 //! locking between two real processes, permissions, and safe file names for hostile IDs.
 
+#![allow(clippy::disallowed_methods)] // real processes on real time: deadlines and pauses are wall time.
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -23,6 +23,8 @@
 //! `cargo test --test simulation` runs the default sweep; a failure prints the seed, the
 //! invariant broken and the trace tail, and the replay command.
 
+#![allow(clippy::disallowed_methods)] // the harness schedules its own faults on the paused runtime's clock.
+
 use rekindle::core::record::{IndexEntry, Phase, RecoveryState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -273,7 +275,7 @@ impl Proc {
     async fn gate(&self, op: &str, key: &str) -> object_store::Result<()> {
         let latency = self.below(self.plan.faults.latency_ms + 1);
         if latency > 0 {
-            tokio::time::sleep(Duration::from_millis(u64::from(latency))).await;
+            rekindle::clock::sleep(Duration::from_millis(u64::from(latency))).await;
         }
         self.alive().await;
         self.world.note_call(&self.name, op, key);
@@ -283,7 +285,7 @@ impl Proc {
         }
         if self.roll(self.plan.faults.stall) {
             self.world.count("stalls");
-            tokio::time::sleep(STALL).await;
+            rekindle::clock::sleep(STALL).await;
             return Err(transient("stalled past the deadline (injected)"));
         }
         Ok(())
@@ -576,7 +578,7 @@ impl Model for SimModel {
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelTurn, ModelError> {
         self.proc.alive().await;
         let think = self.proc.below(30);
-        tokio::time::sleep(Duration::from_millis(u64::from(think))).await;
+        rekindle::clock::sleep(Duration::from_millis(u64::from(think))).await;
         self.proc.alive().await;
         self.script.complete(request).await
     }
@@ -606,7 +608,7 @@ impl Tools for SimTools {
     async fn call(&self, call: &ToolCall, context: &ToolContext) -> ToolOutput {
         self.proc.alive().await;
         let before = self.proc.below(20);
-        tokio::time::sleep(Duration::from_millis(u64::from(before))).await;
+        rekindle::clock::sleep(Duration::from_millis(u64::from(before))).await;
         // A dead process does nothing more; a paused one does its side effect when it wakes.
         self.proc.alive().await;
         self.proc.world.ledger.lock().unwrap().push(Execution {
@@ -630,7 +632,7 @@ impl Tools for SimTools {
         } else {
             self.proc.below(60)
         };
-        tokio::time::sleep(Duration::from_millis(u64::from(after))).await;
+        rekindle::clock::sleep(Duration::from_millis(u64::from(after))).await;
         ToolOutput {
             output: format!("recorded {}", call.id),
             is_error: false,
@@ -1030,7 +1032,7 @@ async fn host(
     run: RunId,
     plan: HostPlan,
 ) {
-    tokio::time::sleep(Duration::from_millis(plan.start_ms)).await;
+    rekindle::clock::sleep(Duration::from_millis(plan.start_ms)).await;
     let holder = Holder::new(
         &store,
         proc.name.clone(),
@@ -1060,7 +1062,7 @@ async fn operator(world: Arc<World>, store: Store, scenario: Scenario) {
     let mut first_seen: BTreeMap<RunId, Instant> = BTreeMap::new();
     let mut scan = IndexScan::default();
     loop {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        rekindle::clock::sleep(Duration::from_millis(300)).await;
         let Ok((entries, _)) = scan.scan(&store).await else {
             continue;
         };
@@ -1088,7 +1090,7 @@ async fn operator(world: Arc<World>, store: Store, scenario: Scenario) {
 /// gc now and then, with a short retention.
 async fn collector(world: Arc<World>, store: Store, retention_ms: u64, every_ms: u64) {
     loop {
-        tokio::time::sleep(Duration::from_millis(every_ms)).await;
+        rekindle::clock::sleep(Duration::from_millis(every_ms)).await;
         let now = store.clock().wall_ms();
         // A grace period far shorter than production's hour: correctness must not rest on it
         // (the probe rereads the hint, loads reload), so the simulation makes gc race.
@@ -1335,7 +1337,7 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
         .into_iter()
         .map(|(proc, at, length)| {
             tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(at)).await;
+                rekindle::clock::sleep(Duration::from_millis(at)).await;
                 proc.pause(length);
             })
         })
@@ -1356,7 +1358,7 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
     let mut settle_scan = IndexScan::default();
     let started = Instant::now();
     loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        rekindle::clock::sleep(Duration::from_millis(200)).await;
         // A process that died at a write boundary: stop what can be stopped, as kill -9.
         // Coordinators and workers are restarted (same ID, a new incarnation) a little later,
         // as Kubernetes would; a host's run is left to the fleet.

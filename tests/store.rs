@@ -259,7 +259,7 @@ async fn leases(store: Store) {
         tokio::spawn(async move {
             for _ in 0..20 {
                 a.beat().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(40)).await;
+                rekindle::clock::sleep(Duration::from_millis(40)).await;
             }
         })
     };

@@ -291,7 +291,7 @@ async fn wait_until_silent(store: &Store, source: &RunId) -> Result<Option<ETag>
         if verdict == Verdict::Expired {
             return Ok(Some(lease_now.etag));
         }
-        tokio::time::sleep(poll).await;
+        crate::clock::sleep(poll).await;
         match lease::read_lease(store, source).await? {
             None => return Ok(None),
             Some(view) => lease_now = view,

@@ -106,7 +106,7 @@ pub async fn run(
                 tracing::warn!(%error, "coordinator tick failed");
             }
         }
-        tokio::time::sleep(options.scan_interval).await;
+        crate::clock::sleep(options.scan_interval).await;
     }
     if let Some(held) = &leading {
         let _ = holder.release(held).await;

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -143,7 +143,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
         .map_err(|e| setup(&e))?;
     let fleet_store = store.with_fresh_metrics();
     let ttl = Duration::from_millis(600);
-    let started = Instant::now();
+    let started = crate::clock::Stopwatch::start();
     let prefix = format!("demo-{}", store.clock().nonce()[..8].to_owned());
 
     // The fleet.
@@ -224,9 +224,9 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
                     1,
                 );
                 while !work.is_finished() && matches!(probe.head(&first).await, Ok(None)) {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    crate::clock::sleep(Duration::from_millis(5)).await;
                 }
-                tokio::time::sleep(after).await;
+                crate::clock::sleep(after).await;
                 // The host dies: its work stops wherever it is, its heartbeat goes silent.
                 work.abort();
                 beating.abort();
@@ -250,7 +250,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
         bar
     });
     let mut workers_killed = 0;
-    let deadline = started + options.timeout;
+    let timeout = options.timeout;
     let mut index = crate::store::index::IndexScan::default();
     loop {
         let done = completed_by_host.load(Ordering::Relaxed) as usize
@@ -277,7 +277,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
             crash_switches[0].store(true, Ordering::SeqCst);
             workers_killed = 1;
         }
-        if Instant::now() > deadline {
+        if started.elapsed() > timeout {
             stop.store(true, Ordering::SeqCst);
             return Err(DemoError::TimedOut {
                 seconds: options.timeout.as_secs(),
@@ -285,7 +285,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
                 runs: options.runs,
             });
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        crate::clock::sleep(Duration::from_millis(100)).await;
     }
     if let Some(bar) = &bar {
         bar.finish();

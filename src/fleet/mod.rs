@@ -168,7 +168,7 @@ impl Node {
         tokio::spawn(async move {
             let interval = holder.ttl() / 3;
             loop {
-                tokio::time::sleep(interval).await;
+                crate::clock::sleep(interval).await;
                 // The runner dropped its end: the run is done here.
                 if Arc::strong_count(&suspect) == 1 {
                     return;

@@ -137,9 +137,9 @@ pub async fn run(
             }
             Err(error) => tracing::warn!(worker_id = %options.id, %error, "cannot read the inbox"),
         }
-        tokio::time::sleep(options.poll_interval).await;
+        crate::clock::sleep(options.poll_interval).await;
     }
-    let deadline = tokio::time::Instant::now() + options.shutdown_deadline;
+    let deadline = crate::clock::Stopwatch::start().deadline(options.shutdown_deadline);
     for (id, mut task) in running {
         if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
             tracing::warn!(recovery_id = %id, "still running at the shutdown deadline; handed back to another worker");

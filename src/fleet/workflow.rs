@@ -134,7 +134,7 @@ pub async fn run(
         }
         waiting = still;
         if !waiting.is_empty() {
-            tokio::time::sleep(poll).await;
+            crate::clock::sleep(poll).await;
         }
     }
     Ok(report)

@@ -6,7 +6,7 @@
 //! which the process is killed, and stdout/stderr captured up to a bound.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -101,7 +101,7 @@ impl Tools for CommandTools {
     }
 
     async fn call(&self, call: &ToolCall, context: &ToolContext) -> ToolOutput {
-        let started = Instant::now();
+        let started = crate::clock::Stopwatch::start();
         let fail = |output: String| ToolOutput {
             output,
             is_error: true,

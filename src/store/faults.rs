@@ -243,7 +243,7 @@ impl FaultyStore {
     async fn before(&self, is_write: bool) -> Result<Fault> {
         let plan = self.plan();
         if !plan.latency.is_zero() {
-            tokio::time::sleep(plan.latency).await;
+            crate::clock::sleep(plan.latency).await;
         }
         if self.is_partitioned() {
             self.counts.partitioned.fetch_add(1, Ordering::Relaxed);
@@ -265,7 +265,7 @@ impl FaultyStore {
             }
             Fault::Stall => {
                 self.counts.stalls.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(plan.stall).await;
+                crate::clock::sleep(plan.stall).await;
                 Err(transient("request stalled (injected)"))
             }
             other => Ok(other),
@@ -328,7 +328,7 @@ impl ObjectStore for FaultyStore {
                 });
             }
             // The window in which another request's check also passes.
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            crate::clock::sleep(Duration::from_millis(5)).await;
             opts.mode = PutMode::Overwrite;
         }
         let result = if plan.detached_write_delay.is_zero() {
@@ -339,7 +339,7 @@ impl ObjectStore for FaultyStore {
             let location = location.clone();
             let delay = plan.detached_write_delay;
             tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
+                crate::clock::sleep(delay).await;
                 inner.put_opts(&location, payload, opts).await
             })
             .await

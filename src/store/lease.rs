@@ -203,7 +203,7 @@ impl Holder {
                 if let Err(error) = holder.beat().await {
                     tracing::warn!(holder = %holder.id, %error, "heartbeat failed");
                 }
-                tokio::time::sleep(interval).await;
+                crate::clock::sleep(interval).await;
             }
         })
     }
@@ -254,7 +254,7 @@ impl Holder {
         let start = clock.monotonic();
         let poll = (ttl / 6).clamp(Duration::from_millis(10), Duration::from_millis(1000));
         while clock.monotonic().saturating_sub(start) < ttl {
-            tokio::time::sleep(poll).await;
+            crate::clock::sleep(poll).await;
             match read_heartbeat(&self.store, &key).await? {
                 None => return Ok(()),
                 Some((_, etag)) if etag == first_etag => {}
@@ -514,7 +514,7 @@ impl Holder {
                     }
                 }
             }
-            tokio::time::sleep(poll).await;
+            crate::clock::sleep(poll).await;
         }
     }
 

@@ -3,8 +3,6 @@
 //! Used by `rekindle bench-store`. Runs sample runs through the real generation writer and
 //! loader against any store and reads the store's own request counters.
 
-use std::time::Instant;
-
 use serde::Serialize;
 
 use crate::core::fact::{self, RunId};
@@ -91,7 +89,7 @@ pub async fn load_cost(
     let mut requests = MetricsSnapshot::default();
     for _ in 0..loads.max(1) {
         let before = store.metrics();
-        let started = Instant::now();
+        let started = crate::clock::Stopwatch::start();
         let loaded = generation::load(store, &run_id, None).await?;
         times.push(started.elapsed().as_secs_f64() * 1000.0);
         requests = store.metrics().since(&before);

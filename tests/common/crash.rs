@@ -17,7 +17,7 @@ use object_store::{
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 
-pub struct Crashable {
+pub(crate) struct Crashable {
     inner: Arc<dyn ObjectStore>,
     /// Writes left before the crash; negative: never.
     writes_left: AtomicI64,
@@ -39,7 +39,7 @@ impl fmt::Display for Crashable {
 }
 
 impl Crashable {
-    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+    pub(crate) fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
         Arc::new(Crashable {
             inner,
             writes_left: AtomicI64::new(-1),
@@ -49,17 +49,17 @@ impl Crashable {
     }
 
     /// Dies at the `n`th write from now (1 = the next one); `lands` says whether it lands.
-    pub fn crash_at_write(&self, n: i64, lands: bool) {
+    pub(crate) fn crash_at_write(&self, n: i64, lands: bool) {
         self.lands.store(lands, Ordering::SeqCst);
         self.writes_left.store(n, Ordering::SeqCst);
     }
 
     /// Dies now.
-    pub fn crash(&self) {
+    pub(crate) fn crash(&self) {
         self.crashed.store(true, Ordering::SeqCst);
     }
 
-    pub fn crashed(&self) -> bool {
+    pub(crate) fn crashed(&self) -> bool {
         self.crashed.load(Ordering::SeqCst)
     }
 

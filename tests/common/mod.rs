@@ -1,7 +1,7 @@
 //! Shared test helpers: opening each backend the conformance suite runs on.
 #![allow(dead_code)]
 
-pub mod crash;
+pub(crate) mod crash;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use rekindle::store::faults::{FaultPlan, FaultyStore};
 use rekindle::store::{Backend, RetryPolicy, Store, StoreOptions};
 
 /// Fast retries so fault tests finish quickly; still bounded.
-pub fn fast_retry() -> RetryPolicy {
+pub(crate) fn fast_retry() -> RetryPolicy {
     RetryPolicy {
         min_delay: Duration::from_millis(1),
         max_delay: Duration::from_millis(20),
@@ -21,7 +21,7 @@ pub fn fast_retry() -> RetryPolicy {
     }
 }
 
-pub fn memory() -> Store {
+pub(crate) fn memory() -> Store {
     Store::from_parts(
         Arc::new(InMemory::new()),
         Backend::Memory,
@@ -33,7 +33,7 @@ pub fn memory() -> Store {
 }
 
 /// A memory store under a seeded fault injector.
-pub fn faulty_memory(plan: FaultPlan, seed: u64) -> (Store, Arc<FaultyStore>) {
+pub(crate) fn faulty_memory(plan: FaultPlan, seed: u64) -> (Store, Arc<FaultyStore>) {
     let faulty = FaultyStore::new(Arc::new(InMemory::new()), plan, seed);
     let store = Store::from_parts(
         faulty.clone(),
@@ -46,7 +46,7 @@ pub fn faulty_memory(plan: FaultPlan, seed: u64) -> (Store, Arc<FaultyStore>) {
     (store, faulty)
 }
 
-pub async fn local(dir: &std::path::Path) -> Store {
+pub(crate) async fn local(dir: &std::path::Path) -> Store {
     let options = StoreOptions {
         retry: fast_retry(),
         ..StoreOptions::default()
@@ -58,7 +58,7 @@ pub async fn local(dir: &std::path::Path) -> Store {
 
 /// The S3 test server's URL. `scripts/test` starts one (moto behind a request-serialising
 /// wrapper) and sets it; set it yourself to run against MinIO or AWS.
-pub fn s3_url() -> String {
+pub(crate) fn s3_url() -> String {
     std::env::var("REKINDLE_TEST_S3_URL").unwrap_or_else(|_| {
         panic!(
             "REKINDLE_TEST_S3_URL is not set: run the tests through scripts/test, which starts a local S3 server, or point it at a bucket (with AWS credentials in the environment)"
@@ -67,7 +67,7 @@ pub fn s3_url() -> String {
 }
 
 /// The S3 test store at an exact URL.
-pub async fn s3_store_at(url: &str) -> Store {
+pub(crate) async fn s3_store_at(url: &str) -> Store {
     let options = StoreOptions {
         retry: fast_retry(),
         ..StoreOptions::default()
@@ -78,7 +78,7 @@ pub async fn s3_store_at(url: &str) -> Store {
 }
 
 /// A fresh prefix in the S3 test bucket, so tests never see each other's objects.
-pub async fn s3(name: &str) -> Store {
+pub(crate) async fn s3(name: &str) -> Store {
     let clock: Arc<dyn Clock> = SystemClock::shared();
     let url = format!(
         "{}/{name}-{}",
@@ -94,14 +94,14 @@ pub async fn s3(name: &str) -> Store {
 
 /// A child process that is killed (and reaped) when dropped, so a failing test never leaves
 /// fleet processes running.
-pub struct Proc(Option<std::process::Child>);
+pub(crate) struct Proc(Option<std::process::Child>);
 
 impl Proc {
-    pub fn new(child: std::process::Child) -> Self {
+    pub(crate) fn new(child: std::process::Child) -> Self {
         Proc(Some(child))
     }
 
-    pub fn into_inner(mut self) -> std::process::Child {
+    pub(crate) fn into_inner(mut self) -> std::process::Child {
         self.0.take().expect("the child is present until dropped")
     }
 }
