@@ -277,7 +277,11 @@ async fn state_of(store: &Store, entry: &IndexEntry) -> anyhow::Result<&'static 
     })
 }
 
-pub(crate) async fn runs_ls(store: StoreArgs, state: Option<String>, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn runs_ls(
+    store: StoreArgs,
+    state: Option<String>,
+    json: bool,
+) -> anyhow::Result<()> {
     let store = store.open(true).await.context("open the store")?;
     let (entries, bad) = IndexScan::default().scan(&store).await?;
     let mut rows: Vec<serde_json::Value> = Vec::new();

@@ -470,7 +470,7 @@ async fn execute(
             )
             .await?
             {
-                tracing::warn!(recovery_id = %recovery, worker = %worker, failures = record.failures, "worker died mid-attempt; recovery handed back");
+                tracing::warn!(recovery_id = %recovery, worker_id = %worker, failures = record.failures, "worker died mid-attempt; recovery handed back");
             }
         }
         Action::DeadLetter { source, recovery } => {

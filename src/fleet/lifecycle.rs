@@ -82,7 +82,7 @@ pub async fn transition(
                     event = event.name(),
                     from = record.state.describe(),
                     to = next.state.describe(),
-                    worker = next.assigned_to.as_deref().unwrap_or("-"),
+                    worker_id = next.assigned_to.as_deref().unwrap_or("-"),
                     "recovery changed"
                 );
                 if index_phase(record.state) != index_phase(next.state) {

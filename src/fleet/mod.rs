@@ -202,6 +202,7 @@ impl Node {
 
     /// Starts a run on this node and drives it until it ends, parks or is asked to stop.
     /// A run ID that was ever used is refused before anything is written.
+    #[tracing::instrument(name = "host_run", skip_all, fields(run_id = %run, holder_id = %self.holder.id()))]
     pub async fn start_run(
         &self,
         run: &RunId,
@@ -268,6 +269,11 @@ impl Node {
     /// already started it), checks the resume guard, drives it until it ends, parks or
     /// reaches the step cap, and releases the lease. Returns why it stopped and the newest
     /// generation. It changes no record: the caller reports the outcome as a lifecycle event.
+    #[tracing::instrument(
+        name = "recovery_attempt",
+        skip_all,
+        fields(run_id = %record.source_run, recovery_id = %record.recovery_id, holder_id = %self.holder.id())
+    )]
     pub async fn execute_recovery(
         &self,
         record: &RecoveryRecord,
@@ -389,6 +395,7 @@ pub fn opening_facts(
 /// in the index so the fleet executes it. Idempotent: the same ID again returns the
 /// existing recovery; another ID for the same source is refused naming the first. A source
 /// whose holder is alive is refused unless `takeover` is [`Takeover::Now`].
+#[tracing::instrument(name = "admission", skip_all, fields(run_id = %source, recovery_id = %recovery_id))]
 pub async fn spawn_recovery(
     store: &Store,
     holder: &Arc<Holder>,

@@ -176,6 +176,7 @@ pub async fn run(
 /// Attempts at one recovery offered to this worker: start, execute, report how it ended.
 /// At the step cap the recovery is yielded and, still offered to this worker, started again
 /// at once (each resume is bounded; none counts as a failure).
+#[tracing::instrument(name = "worker_attempt", skip_all, fields(worker_id = %worker, recovery_id = %id))]
 async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats) {
     let store = &node.store;
     loop {

@@ -201,7 +201,7 @@ impl Holder {
             let interval = holder.ttl / 3;
             while !stop.load(Ordering::SeqCst) {
                 if let Err(error) = holder.beat().await {
-                    tracing::warn!(holder = %holder.id, %error, "heartbeat failed");
+                    tracing::warn!(holder_id = %holder.id, %error, "heartbeat failed");
                 }
                 crate::clock::sleep(interval).await;
             }
@@ -267,7 +267,7 @@ impl Holder {
                 }
             }
         }
-        tracing::info!(holder = %self.id, "the previous process with this ID is gone; taking the ID over");
+        tracing::info!(holder_id = %self.id, "the previous process with this ID is gone; taking the ID over");
         Ok(())
     }
 
@@ -314,7 +314,7 @@ impl Holder {
         let key = layout::lease(run.as_str());
         match self.store.create(&key, self.lease(run, 1, false)).await {
             Ok(etag) => {
-                tracing::info!(run_id = %run, epoch = 1, holder = %self.id, "lease acquired");
+                tracing::info!(run_id = %run, epoch = 1, holder_id = %self.id, "lease acquired");
                 Ok(Held {
                     run: run.clone(),
                     epoch: 1,
@@ -381,7 +381,7 @@ impl Holder {
             };
             match result {
                 Ok((epoch, etag)) => {
-                    tracing::info!(run_id = %run, epoch, holder = %self.id, "lease acquired");
+                    tracing::info!(run_id = %run, epoch, holder_id = %self.id, "lease acquired");
                     return Ok(Held {
                         run: run.clone(),
                         epoch,
@@ -413,7 +413,7 @@ impl Holder {
             .await
         {
             Ok(etag) => {
-                tracing::info!(run_id = %run, epoch, holder = %self.id, from = %observed.lease.holder, "lease taken over");
+                tracing::info!(run_id = %run, epoch, holder_id = %self.id, from = %observed.lease.holder, "lease taken over");
                 Ok(Held {
                     run: run.clone(),
                     epoch,
