@@ -4,6 +4,68 @@
 //! This module owns the sequence around the drive loop: taking the lease, the index entry,
 //! seeding the local log, the resume guard, and what is recorded when a run stops. The
 //! decision of *which* run to recover and *where* is the coordinator's.
+//!
+//! A host journals a run, stops part-way (as a crash would leave it), and the run is
+//! recovered under a host-chosen ID, all on an in-memory bucket:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//! use std::time::Duration;
+//!
+//! use rekindle::clock::SystemClock;
+//! use rekindle::core::fact::{RecoveryId, RunId};
+//! use rekindle::fleet::admission::Takeover;
+//! use rekindle::fleet::runner::Stopped;
+//! use rekindle::fleet::{Agent, Node, spawn_recovery};
+//! use rekindle::host::config::Config;
+//! use rekindle::store::{Store, lease::Holder, log::LogDir};
+//!
+//! // An agent whose scripted model answers twice, then finishes.
+//! let dir = tempfile::tempdir()?;
+//! std::fs::write(
+//!     dir.path().join("script.json"),
+//!     r#"[{"content": "thinking"}, {"content": "done"}]"#,
+//! )?;
+//! std::fs::write(
+//!     dir.path().join("rekindle.toml"),
+//!     "[model]\nkind = \"scripted\"\nname = \"m\"\nscript = \"script.json\"\n",
+//! )?;
+//! let agent = Agent::from_config(Config::load(&dir.path().join("rekindle.toml"))?)?;
+//! let store = Store::memory(SystemClock::shared());
+//! let node = |name: &str, stop: bool| -> Result<Node, Box<dyn std::error::Error>> {
+//!     Ok(Node {
+//!         store: store.clone(),
+//!         agent: agent.clone(),
+//!         logs: LogDir::open(dir.path().join(name))?,
+//!         holder: Holder::new(&store, name, Duration::from_secs(5)),
+//!         stop: Arc::new(AtomicBool::new(stop)),
+//!     })
+//! };
+//!
+//! // The host journals the run's opening facts, then stops before the model's turn: the
+//! // run is interrupted, and everything it acknowledged is committed.
+//! let run = RunId::new("r-1");
+//! let host = node("host", true)?;
+//! let stopped = host.start_run(&run, None, "say hello").await?;
+//! assert!(matches!(stopped, Stopped::StopRequested));
+//!
+//! // Another node recovers it under an ID of the host's choosing, and finishes it.
+//! let worker = node("worker", false)?;
+//! let id = RecoveryId::new("r-1-recovery");
+//! let record = spawn_recovery(&store, &worker.holder, &run, &id, false, Takeover::Now).await?;
+//! let (stopped, _generation) = worker.execute_recovery(&record).await?;
+//! assert!(matches!(stopped, Stopped::Finished(_)));
+//!
+//! // Admitting the same ID again is a replay: the same recovery, not a second one.
+//! let again = spawn_recovery(&store, &worker.holder, &run, &id, false, Takeover::Now).await?;
+//! assert_eq!(again.recovery_id, record.recovery_id);
+//! # let _ = Ordering::SeqCst;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod admission;
 pub mod coordinator;

@@ -398,6 +398,18 @@ impl Store {
         }
     }
 
+    /// An empty in-memory store (`memory://`): for tests, examples and the demo.
+    pub fn memory(clock: Arc<dyn Clock>) -> Store {
+        Store::from_parts(
+            Arc::new(object_store::memory::InMemory::new()),
+            Backend::Memory,
+            "memory://",
+            "",
+            RetryPolicy::default(),
+            clock,
+        )
+    }
+
     /// The same store sealing new generations with `sealer` (and able to open them).
     pub fn with_sealer(mut self, sealer: Option<Arc<crate::store::seal::Sealer>>) -> Store {
         self.sealer = sealer;
