@@ -1,9 +1,12 @@
 //! Rekindle recovers interrupted AI-agent runs.
 //!
-//! A run journals every model turn and tool result as an immutable [`fact::Fact`]; the pure
-//! [`fold`] turns facts into resumable [`fold::RunState`]; the local [`log`] keeps a run's facts
-//! durably on disk; the [`fingerprint`] guards against resuming under a different
-//! configuration. See ARCHITECTURE.md for the map and the invariants.
+//! A run journals every model turn and tool result as an immutable [`core::fact::Fact`]; the
+//! pure [`core::fold`] turns facts into resumable [`core::fold::RunState`]; the local
+//! [`store::log`] keeps a run's facts durably on disk; the [`core::fingerprint`] guards against
+//! resuming under a different configuration. The layers: [`core`] (pure rules and types),
+//! [`store`] (durable state), [`host`] (the agent's model and tools), [`fleet`] (running and
+//! recovering runs). See ARCHITECTURE.md for the map and the invariants, and [`fleet`] for a
+//! run journaled and recovered end to end.
 //!
 //! ```
 //! use rekindle::core::fold::{self, Step};

@@ -1,13 +1,12 @@
-//! The recovery lifecycle: every change to a recovery record, and to the index entry of the
-//! run it continues, goes through this module.
+//! The recovery lifecycle's rules: every change to a recovery record, and to the index entry
+//! of the run it continues, is an [`Event`] that [`apply`] allows or refuses.
 //!
-//! It owns the states ([`RecoveryState`]), the events ([`Event`], each sent by one kind of
-//! process), the pure transition function [`apply`] that says which event may happen in which
-//! state, and one executor ([`transition`]) that writes the result with compare-and-swap and
-//! then brings the index entry in line. Admission (claim the source, fence it, create the
-//! record, index it) and the index entries of runs that have no recovery (a host's own run)
-//! live here too. The coordinator, the worker, the fleet, workflows and the CLI call only
-//! this module to change either object. It never executes a run and never decides placement.
+//! It owns the states ([`RecoveryState`]), the events (each sent by one kind of process), the
+//! pure transition function [`apply`] that says which event may happen in which state, and
+//! [`entry_for`], the index entry a record implies. The executor that writes the result with
+//! compare-and-swap, record first and index entry second, is `fleet::lifecycle::transition`;
+//! admission is `fleet::admission::admit`. The coordinator, the worker, the fleet, workflows
+//! and the CLI change either object only through those two. Nothing here does I/O.
 //!
 //! ```text
 //!              Admit (coordinator, CLI, library)

@@ -57,7 +57,7 @@ pub enum Action {
 }
 
 /// Decides from one observation. Pure: the same observation gives the same actions. The
-/// record decides, the index entry follows (see `lifecycle.rs`).
+/// record decides, the index entry follows (see `core/lifecycle.rs`).
 pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Vec<Action> {
     let mut actions = Vec::new();
     // Free capacity of each live worker, counting recoveries already assigned to it.

@@ -2,7 +2,7 @@
 //!
 //! This module owns leadership (one active coordinator, by a lease; a standby takes over when
 //! the leader stops beating), observing the fleet through the bucket (the index, worker
-//! registrations, heartbeats, recovery records) and the pure [`decide`] that turns an
+//! registrations, heartbeats, recovery records) and the pure [`crate::core::placement::decide`] that turns an
 //! observation into actions. Polling stays cheap: per tick, one LIST each of the index and
 //! the heartbeats (liveness comes from the listed ETags), a LIST of registrations only when
 //! the set of processes changed, and GETs only for index entries that changed and for runs

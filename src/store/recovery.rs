@@ -2,8 +2,8 @@
 //!
 //! This module owns the format of `recoveries/<shard>/<recovery>` and the source run's
 //! `recovered-by` claim, and creating them. It never executes a recovery and never changes a
-//! record after creating it: every later change is a lifecycle event (`lifecycle.rs`), which
-//! is the only caller of [`swap`].
+//! record after creating it: every later change is a lifecycle event (`fleet/lifecycle.rs`), which
+//! is the only caller of `swap`.
 //!
 //! Architecture invariant: the same recovery ID is executed at most once (brief, invariant 5).
 //! Admission is create-if-absent on both the source's claim and the record, so on every node
