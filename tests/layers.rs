@@ -57,7 +57,7 @@ fn contains_token(line: &str, pattern: &str) -> bool {
         let after = line[at + pattern.len()..].chars().next();
         let starts_ident = pattern.chars().next().is_some_and(ident);
         let ends_ident = pattern.chars().next_back().is_some_and(ident);
-        !(starts_ident && before.is_some_and(ident)) && !(ends_ident && after.is_some_and(ident))
+        !(starts_ident && before.is_some_and(ident) || ends_ident && after.is_some_and(ident))
     })
 }
 
