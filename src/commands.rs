@@ -380,7 +380,8 @@ pub(crate) async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyho
     let deleted =
         rekindle::store::gc::retire(&store, &run, rekindle::store::tombstone::RetiredBy::Removal)
             .await
-            .with_context(|| format!("retire run \"{run}\""))?;
+            // gc's errors name the run or its object; the context does not repeat it.
+            .context("retire the run")?;
     index::remove(&store, &run).await?;
     println!(
         "run {run}: retired, {deleted} objects deleted (tombstone, lease, recovery claim and each epoch's first generation kept)"

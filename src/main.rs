@@ -491,8 +491,8 @@ fn block_on(future: impl std::future::Future<Output = anyhow::Result<()>>) -> an
 }
 
 fn fold_command(path: &std::path::Path, json: bool) -> anyhow::Result<()> {
-    let (state, torn_tail) =
-        log::fold(path).with_context(|| format!("fold the fact log {}", path.display()))?;
+    // The log's errors name its path; the context does not repeat it.
+    let (state, torn_tail) = log::fold(path).context("fold the fact log")?;
     let summary = state.summary();
     if json {
         let mut value = serde_json::to_value(&summary).context("encode the summary")?;

@@ -60,8 +60,9 @@ async fn a_run_stops_when_its_lease_is_taken() {
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
 
+    use rekindle::ErrorKind;
     use rekindle::core::fact::RunId;
-    use rekindle::fleet::{Agent, FleetError, Node};
+    use rekindle::fleet::{Agent, Node};
     use rekindle::host::config::Config;
     use rekindle::store::lease::Holder;
     use rekindle::store::log::LogDir;
@@ -113,11 +114,7 @@ async fn a_run_stops_when_its_lease_is_taken() {
         .unwrap();
     thief.take_over(&view).await.unwrap();
     let error = task.await.unwrap().unwrap_err();
-    let stopped_right = match &error {
-        FleetError::Run(run) => run.is_fenced(),
-        _ => false,
-    };
-    assert!(stopped_right, "{error}");
+    assert_eq!(error.kind(), ErrorKind::Fenced, "{error}");
     rekindle::clock::sleep(Duration::from_millis(500)).await;
     let calls = std::fs::read_to_string(&ledger).unwrap().lines().count();
     assert!(

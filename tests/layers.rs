@@ -100,6 +100,46 @@ fn core_does_no_io_reads_no_clock_and_never_awaits() {
     );
 }
 
+/// What the layers below the public error may not mention: `src/error.rs` names their errors,
+/// so an import the other way is a cycle (the fact log once returned the public error).
+const PUBLIC_ERROR: &[&str] = &[
+    "crate::error",
+    "crate::Error",
+    "crate::ErrorKind",
+    "crate::Result",
+];
+
+// Proves core, store and host keep their own error enums and never import the public error,
+// which sits above them (`src/error.rs` imports their errors): no import cycle through it.
+#[test]
+fn core_store_and_host_never_import_the_public_error() {
+    let mut files = Vec::new();
+    for layer in ["src/core", "src/store", "src/host"] {
+        rust_files(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join(layer),
+            &mut files,
+        );
+    }
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        for (number, line) in code_lines(&text) {
+            if PUBLIC_ERROR.iter().any(|p| contains_token(line, p)) {
+                found.push(format!(
+                    "{}:{number}: imports the public error: {}",
+                    file.display(),
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "layering violations:\n{}",
+        found.join("\n")
+    );
+}
+
 // The checker itself: each rule fires on a line that breaks it, and comments are ignored.
 #[test]
 fn the_layer_check_catches_what_it_names() {

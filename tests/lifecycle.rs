@@ -29,7 +29,7 @@ use rekindle::core::lifecycle::{Event, apply};
 use rekindle::fleet::coordinator::{self, CoordinatorOptions};
 use rekindle::fleet::runner::Stopped;
 use rekindle::fleet::worker::{self, WorkerOptions, WorkerStats};
-use rekindle::fleet::{self, Agent, FleetError, Node};
+use rekindle::fleet::{self, Agent, Node};
 use rekindle::host::config::Config;
 use rekindle::host::{CommandTools, ToolContext, ToolDefinition, ToolOutput, Tools};
 use rekindle::store::index::{self};
@@ -517,7 +517,7 @@ impl Harness {
         store: &Store,
         options: WorkerOptions,
         stop: &Arc<AtomicBool>,
-    ) -> tokio::task::JoinHandle<Result<(), worker::WorkerError>> {
+    ) -> tokio::task::JoinHandle<rekindle::Result<()>> {
         let logs = LogDir::open(self.dir.path().join(format!("logs-{}", options.id))).unwrap();
         tokio::spawn(worker::run(
             store.clone(),
@@ -868,7 +868,7 @@ async fn a_refused_start_writes_nothing() {
     again.holder.beat().await.unwrap();
     let error = again.start_run(&run, None, "go").await.unwrap_err();
     assert!(
-        matches!(error, FleetError::Lease(LeaseError::Exists { .. })),
+        matches!(error, rekindle::Error::Lease(LeaseError::Exists { .. })),
         "{error}"
     );
     assert!(error.to_string().contains("already exists"), "{error}");
@@ -961,7 +961,7 @@ async fn recover_refuses_a_live_holder_without_takeover() {
     assert!(
         matches!(
             error,
-            FleetError::Lifecycle(LifecycleError::HolderAlive { .. })
+            rekindle::Error::Lifecycle(LifecycleError::HolderAlive { .. })
         ),
         "{error}"
     );

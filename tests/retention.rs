@@ -357,7 +357,7 @@ async fn a_run_retired_before_it_ended_stays_retired() {
     assert!(matches!(
         recovery::admit(&store, &run, &RecoveryId::new("late"), false).await,
         Err(RecoveryError::Source {
-            source: GenerationError::Retired { .. },
+            error: GenerationError::Retired { .. },
             ..
         })
     ));

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::liveness::{ExpiryWatch, Verdict};
 use crate::core::record::RecoveryRecord;
+use crate::error::Error;
 use crate::fleet::lifecycle::{LifecycleError, sync_index};
 use crate::store::generation::{GenerationError, RunWriter, SnapshotPolicy};
 use crate::store::lease::{self, Holder};
@@ -47,7 +48,7 @@ pub async fn admit(
     recovery_id: &RecoveryId,
     force: bool,
     takeover: Takeover,
-) -> Result<Admitted, LifecycleError> {
+) -> crate::Result<Admitted> {
     if let Some((record, _)) = recovery::read(store, recovery_id).await? {
         if record.source_run != *source {
             return Err(RecoveryError::IdInUse {
@@ -101,21 +102,21 @@ pub async fn admit(
                 alive @ LifecycleError::HolderAlive { .. } => alive,
                 error => LifecycleError::Fence {
                     run: source.clone(),
-                    source: Box::new(error),
+                    error: Box::new(error),
                 },
             })?;
-        Ok::<_, LifecycleError>(recovery::admit(store, source, recovery_id, force).await?)
+        Ok::<_, Error>(recovery::admit(store, source, recovery_id, force).await?)
     }
     .await;
     let admission = match admitted {
         Ok(admission) => admission,
         Err(error) => {
             if claimed_now
-                && let LifecycleError::Recovery(
+                && let Error::Recovery(
                     RecoveryError::NothingToRecover { .. }
                     | RecoveryError::NeverStarted { .. }
                     | RecoveryError::Source {
-                        source: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
+                        error: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
                         ..
                     },
                 ) = &error
@@ -141,7 +142,7 @@ pub async fn admit(
 async fn refuse_unrecoverable(store: &Store, source: &RunId) -> Result<(), LifecycleError> {
     let source_error = |error: GenerationError| RecoveryError::Source {
         source_run: source.clone(),
-        source: error,
+        error,
     };
     match crate::store::generation::load(store, source, None).await {
         Ok(loaded) => {
@@ -186,8 +187,8 @@ pub async fn fence_source(
     store: &Store,
     holder: &Arc<Holder>,
     source: &RunId,
-) -> Result<(), LifecycleError> {
-    fence(store, holder, source, None).await
+) -> crate::Result<()> {
+    Ok(fence(store, holder, source, None).await?)
 }
 
 /// [`fence_source`]; with `judged` (the lease version [`wait_until_silent`] judged free or

@@ -12,6 +12,7 @@
 //! derived from the source run ([`recovery_id_for`]) and admission is idempotent.
 
 use crate::core::record::{IndexEntry, Phase, RecoveryState};
+use crate::error::Error;
 use crate::fleet::admission;
 use crate::fleet::admission::Takeover;
 use crate::fleet::lifecycle;
@@ -27,7 +28,8 @@ use crate::core::layout::{self, FORMAT_VERSION};
 use crate::core::lifecycle::Event;
 use crate::core::liveness::{self, ExpiryWatch};
 use crate::core::placement::{self, Action, RunView, WorkerView};
-use crate::store::index::IndexScan;
+use crate::store::generation::GenerationError;
+use crate::store::index::{IndexError, IndexScan};
 use crate::store::lease::{Attempt, Held, Holder};
 use crate::store::recovery::{self, RecoveryError};
 use crate::store::{ETag, Store, StoreError};
@@ -75,7 +77,7 @@ pub async fn run(
     store: Store,
     options: CoordinatorOptions,
     stop: Arc<AtomicBool>,
-) -> Result<(), StoreError> {
+) -> crate::Result<()> {
     let holder = Holder::with_role(&store, options.id.clone(), options.ttl, "coordinator");
     let beating = holder.spawn_heartbeat(Arc::clone(&stop));
     let lease_run = RunId::new(layout::COORDINATOR_LEASE_RUN);
@@ -121,9 +123,9 @@ pub async fn tick_once(
     store: &Store,
     holder: &Arc<Holder>,
     options: &CoordinatorOptions,
-) -> Result<Vec<Action>, StoreError> {
+) -> crate::Result<Vec<Action>> {
     let mut observer = Observer::default();
-    tick(store, holder, options, &mut observer).await
+    Ok(tick(store, holder, options, &mut observer).await?)
 }
 
 async fn tick(
@@ -367,7 +369,7 @@ async fn still_as_observed(
     store: &Store,
     source: &RunId,
     observed: Option<&IndexEntry>,
-) -> Result<bool, LifecycleError> {
+) -> Result<bool, IndexError> {
     let current = crate::store::index::read(store, source).await?;
     let same = current.is_some() && current.as_ref() == observed;
     if !same {
@@ -382,7 +384,7 @@ async fn admit_interrupted(
     store: &Store,
     holder: &Arc<Holder>,
     source: &RunId,
-) -> Result<(), LifecycleError> {
+) -> crate::Result<()> {
     let mut id = recovery_id_for(source);
     for _ in 0..2 {
         match admission::admit(store, holder, source, &id, false, Takeover::Now).await {
@@ -390,20 +392,18 @@ async fn admit_interrupted(
                 tracing::info!(source_run = %source, recovery_id = %id, created = admitted.created, "interrupted run admitted");
                 return Ok(());
             }
-            Err(LifecycleError::Recovery(RecoveryError::AlreadyRecovered { existing, .. })) => {
+            Err(Error::Recovery(RecoveryError::AlreadyRecovered { existing, .. })) => {
                 id = existing;
             }
-            Err(LifecycleError::Recovery(RecoveryError::NothingToRecover { .. })) => {
+            Err(Error::Recovery(RecoveryError::NothingToRecover { .. })) => {
                 // The host committed the end of its run, then died before leaving the index.
                 lifecycle::host_finished(store, source).await?;
                 return Ok(());
             }
-            Err(LifecycleError::Recovery(
+            Err(Error::Recovery(
                 RecoveryError::NeverStarted { .. }
                 | RecoveryError::Source {
-                    source:
-                        crate::store::generation::GenerationError::NotFound { .. }
-                        | crate::store::generation::GenerationError::Retired { .. },
+                    error: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
                     ..
                 },
             )) => {
@@ -425,7 +425,7 @@ async fn execute(
     options: &CoordinatorOptions,
     action: &Action,
     runs: &[RunView],
-) -> Result<(), LifecycleError> {
+) -> crate::Result<()> {
     let event = |recovery: &RecoveryId, event: Event| {
         let recovery = recovery.clone();
         async move {

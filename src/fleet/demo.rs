@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::clock::SystemClock;
 use crate::core::fact::RunId;
 use crate::core::rng::SplitMix;
+use crate::error::Result;
 use crate::fleet::coordinator::{self, CoordinatorOptions};
 use crate::fleet::runner::Stopped;
 use crate::fleet::worker::{self, WorkerOptions, WorkerStats};
@@ -74,8 +75,13 @@ pub struct DemoSummary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
-    #[error("demo setup: {0}")]
-    Setup(String),
+    /// The demo's own files (the store, the configuration and the logs fail with their own
+    /// errors). The I/O error is part of the message, not a `source`.
+    #[error("demo setup: cannot {action}: {error}")]
+    Setup {
+        action: &'static str,
+        error: std::io::Error,
+    },
     #[error("demo timed out after {seconds} s with {done} of {runs} runs finished")]
     TimedOut {
         seconds: u64,
@@ -86,7 +92,7 @@ pub enum DemoError {
 
 const TURNS: usize = 4;
 
-fn write_config(dir: &Path, ledger: &Path) -> Result<PathBuf, std::io::Error> {
+fn write_config(dir: &Path, ledger: &Path) -> std::io::Result<PathBuf> {
     let turns: Vec<serde_json::Value> = (1..=TURNS)
         .map(|i| {
             serde_json::json!({
@@ -126,21 +132,19 @@ timeout_ms = 10000
 }
 
 /// Runs the demo and returns its summary.
-pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
-    let setup = |e: &dyn std::fmt::Display| DemoError::Setup(e.to_string());
-    let temp = tempdir_for(&options).map_err(|e| setup(&e))?;
+pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
+    let setup = |action| move |error| DemoError::Setup { action, error };
+    let temp = tempdir_for(&options).map_err(setup("create the work directory"))?;
     let dir = temp.path().to_owned();
     let store_url = options
         .store
         .clone()
         .unwrap_or_else(|| dir.join("bucket").display().to_string());
     let ledger = dir.join("ledger.txt");
-    let config_path = write_config(&dir, &ledger).map_err(|e| setup(&e))?;
-    let config = Config::load(&config_path).map_err(|e| setup(&e))?;
-    let agent = Agent::from_config(config).map_err(|e| setup(&e))?;
-    let store = Store::open(&store_url, &StoreOptions::default(), SystemClock::shared())
-        .await
-        .map_err(|e| setup(&e))?;
+    let config_path = write_config(&dir, &ledger).map_err(setup("write the configuration"))?;
+    let config = Config::load(&config_path)?;
+    let agent = Agent::from_config(config)?;
+    let store = Store::open(&store_url, &StoreOptions::default(), SystemClock::shared()).await?;
     let fleet_store = store.with_fresh_metrics();
     let ttl = Duration::from_millis(600);
     let started = crate::clock::Stopwatch::start();
@@ -164,7 +168,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
         .collect();
     let mut worker_tasks = Vec::new();
     for (i, crash) in crash_switches.iter().enumerate() {
-        let logs = LogDir::open(dir.join(format!("worker-{i}"))).map_err(|e| setup(&e))?;
+        let logs = LogDir::open(dir.join(format!("worker-{i}")))?;
         worker_tasks.push(tokio::spawn(worker::run(
             fleet_store.clone(),
             agent.clone(),
@@ -187,7 +191,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
     let completed_by_host = Arc::new(AtomicU64::new(0));
     let hosts_done = Arc::new(AtomicU64::new(0));
     let mut hosts_crashed = 0;
-    let host_logs = LogDir::open(dir.join("hosts")).map_err(|e| setup(&e))?;
+    let host_logs = LogDir::open(dir.join("hosts"))?;
     for i in 0..options.runs {
         let crash_after = (random.below(100) < 40)
             .then(|| Duration::from_millis(20 + u64::from(random.below(120))));
@@ -283,7 +287,8 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary, DemoError> {
                 seconds: options.timeout.as_secs(),
                 done,
                 runs: options.runs,
-            });
+            }
+            .into());
         }
         crate::clock::sleep(Duration::from_millis(100)).await;
     }

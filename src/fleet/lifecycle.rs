@@ -28,11 +28,12 @@ pub enum LifecycleError {
     Missing { recovery_id: RecoveryId },
     #[error("recovery '{recovery_id}' kept changing; gave up after {CAS_ATTEMPTS} attempts")]
     Contended { recovery_id: RecoveryId },
-    #[error("cannot fence run \"{run}\" before admitting its recovery: {source}")]
+    /// `error` names the run (or its object) already, and is part of the message rather than
+    /// its `source`, so the message names both once.
+    #[error("cannot fence the source run before admitting its recovery: {error}")]
     Fence {
         run: RunId,
-        #[source]
-        source: Box<LifecycleError>,
+        error: Box<LifecycleError>,
     },
     #[error(transparent)]
     Generation(#[from] GenerationError),

@@ -88,15 +88,16 @@ use crate::core::fact::{
 };
 use crate::core::fingerprint::ResumeRefused;
 use crate::core::lifecycle::Event;
-use crate::fleet::runner::{RunError, Runner, Stopped};
+use crate::error::{Error, Result};
+use crate::fleet::runner::{Runner, Stopped};
 use crate::host::config::Config;
 use crate::host::{CommandTools, Model, ModelError, OpenAiModel, ScriptedModel, Tools};
 use crate::store::Store;
 use crate::store::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
-use crate::store::index::{self, IndexError};
+use crate::store::index;
 use crate::store::lease::{Held, Holder, LeaseError};
-use crate::store::log::{LogDir, LogError};
-use crate::store::recovery::{self, RecoveryError};
+use crate::store::log::LogDir;
+use crate::store::recovery;
 
 /// A configured agent: model, tools, prompt, budgets.
 #[derive(Clone)]
@@ -107,7 +108,7 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn from_config(config: Config) -> Result<Agent, ModelError> {
+    pub fn from_config(config: Config) -> Result<Agent> {
         let model: Arc<dyn Model> = match config.model.kind.as_str() {
             "scripted" => {
                 let script = config.model.script.as_ref().ok_or_else(|| {
@@ -142,26 +143,13 @@ impl Agent {
     }
 }
 
+/// What only this module refuses; everything else its functions pass up as the module error
+/// that made it, inside the public [`Error`].
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    #[error(transparent)]
-    Run(#[from] RunError),
-    #[error(transparent)]
-    Lease(#[from] LeaseError),
-    #[error(transparent)]
-    Generation(#[from] GenerationError),
-    #[error(transparent)]
-    Log(#[from] LogError),
-    #[error(transparent)]
-    Index(#[from] IndexError),
-    #[error(transparent)]
-    Recovery(#[from] RecoveryError),
-    #[error("refusing to resume run \"{run}\": {source}")]
-    ResumeRefused {
-        run: RunId,
-        #[source]
-        source: ResumeRefused,
-    },
+    /// `error` does not name the run; it is part of the message rather than its `source`.
+    #[error("refusing to resume run \"{run}\": {error}")]
+    ResumeRefused { run: RunId, error: ResumeRefused },
     #[error(
         "recovery '{recovery}': source run \"{source_run}\" generation {generation} has digest {found}, the record pinned {pinned}"
     )]
@@ -172,8 +160,6 @@ pub enum FleetError {
         pinned: String,
         found: String,
     },
-    #[error(transparent)]
-    Lifecycle(#[from] LifecycleError),
     #[error(
         "run \"{run}\" is being continued by recovery '{recovery}'; answer it when that recovery parks (`rekindle answer {run}` then reaches it)"
     )]
@@ -270,7 +256,7 @@ impl Node {
         run: &RunId,
         session: Option<SessionId>,
         prompt: &str,
-    ) -> Result<Stopped, FleetError> {
+    ) -> Result<Stopped> {
         let held = self.holder.acquire_new(run).await?;
         let now = self.clock().wall_ms();
         let facts = opening_facts(run, session.clone(), &self.agent, prompt, now);
@@ -309,7 +295,7 @@ impl Node {
         mut runner: Runner,
         held: &Held,
         yield_at_step_cap: bool,
-    ) -> Result<(Stopped, u64), FleetError> {
+    ) -> Result<(Stopped, u64)> {
         let stopped = loop {
             match runner.drive().await {
                 Ok(Stopped::StepCap) if !yield_at_step_cap => continue,
@@ -336,10 +322,7 @@ impl Node {
         skip_all,
         fields(run_id = %record.source_run, recovery_id = %record.recovery_id, holder_id = %self.holder.id())
     )]
-    pub async fn execute_recovery(
-        &self,
-        record: &RecoveryRecord,
-    ) -> Result<(Stopped, u64), FleetError> {
+    pub async fn execute_recovery(&self, record: &RecoveryRecord) -> Result<(Stopped, u64)> {
         let run = RunId::new(record.recovery_id.as_str());
         let held = self
             .holder
@@ -382,7 +365,8 @@ impl Node {
                         generation: record.source_generation,
                         pinned: record.source_digest.clone(),
                         found: source.digest,
-                    });
+                    }
+                    .into());
                 }
                 match RunWriter::create_as(
                     &self.store,
@@ -405,9 +389,9 @@ impl Node {
         if let Some(meta) = writer.state().meta() {
             meta.fingerprint
                 .check_resume(&self.agent.config.fingerprint(), record.force)
-                .map_err(|source| FleetError::ResumeRefused {
+                .map_err(|error| FleetError::ResumeRefused {
                     run: run.clone(),
-                    source,
+                    error,
                 })?;
         }
         self.logs.remove_log(run.as_str())?;
@@ -465,7 +449,7 @@ pub async fn spawn_recovery(
     recovery_id: &RecoveryId,
     force: bool,
     takeover: Takeover,
-) -> Result<RecoveryRecord, FleetError> {
+) -> Result<RecoveryRecord> {
     Ok(
         admission::admit(store, holder, source, recovery_id, force, takeover)
             .await?
@@ -483,7 +467,7 @@ pub async fn answer_run(
     holder: &Arc<Holder>,
     source: &RunId,
     answer: Answer,
-) -> Result<(), FleetError> {
+) -> Result<()> {
     let not_waiting = || FleetError::NotWaiting {
         run: source.clone(),
         what: answer.describe(),
@@ -494,7 +478,7 @@ pub async fn answer_run(
         Some(id) => {
             let (record, etag) = recovery::read(store, id).await?.ok_or_else(not_waiting)?;
             if record.state != RecoveryState::Parked {
-                return Err(not_waiting());
+                return Err(not_waiting().into());
             }
             commit_answer(store, holder, &RunId::new(id.as_str()), &answer, false).await?;
             match lifecycle::transition(store, id, Some((record, etag)), Event::Answer).await {
@@ -507,18 +491,18 @@ pub async fn answer_run(
         }
         None => {
             if entry.phase != Phase::Parked {
-                return Err(not_waiting());
+                return Err(not_waiting().into());
             }
             match commit_answer(store, holder, source, &answer, true).await {
                 Ok(()) => {}
-                Err(FleetError::BeingRecovered { run, recovery }) => {
+                Err(Error::Fleet(FleetError::BeingRecovered { run, recovery })) => {
                     // An admission claimed the run. If it crashed before its record or its
                     // index entry (a paused host may even have written its own entry over
                     // it), finish it, so the run does not wait on a claim nobody completes:
                     // admitting the claimed ID again is idempotent and re-indexes the run.
                     // The recovery parks where the run did; answer that.
                     admission::admit(store, holder, &run, &recovery, false, Takeover::Now).await?;
-                    return Err(FleetError::BeingRecovered { run, recovery });
+                    return Err(FleetError::BeingRecovered { run, recovery }.into());
                 }
                 Err(other) => return Err(other),
             }
@@ -539,7 +523,7 @@ async fn commit_answer(
     run: &RunId,
     answer: &Answer,
     unless_claimed: bool,
-) -> Result<(), FleetError> {
+) -> Result<()> {
     // Checked before anything is written: a wrong call ID, an ended run or a run that is not
     // parked is refused without taking the lease (which would fence the run).
     let loaded = generation::load(store, run, None).await?;
@@ -562,7 +546,8 @@ async fn commit_answer(
         return Err(FleetError::BeingRecovered {
             run: run.clone(),
             recovery,
-        });
+        }
+        .into());
     }
     let result = async {
         let mut writer =
@@ -591,7 +576,7 @@ fn answer_fact(
     run: &RunId,
     state: &crate::core::fold::RunState,
     answer: &Answer,
-) -> Result<Option<FactBody>, FleetError> {
+) -> Result<Option<FactBody>> {
     let parked = state.parked().cloned();
     let refuse = |now: String| FleetError::NotWaiting {
         run: run.clone(),
@@ -599,7 +584,7 @@ fn answer_fact(
         now,
     };
     if let Some(terminal) = state.terminal() {
-        return Err(refuse(format!("; it has ended ({})", terminal.outcome)));
+        return Err(refuse(format!("; it has ended ({})", terminal.outcome)).into());
     }
     let body = match (answer, parked) {
         (_, None) => return Ok(None),
@@ -624,14 +609,13 @@ fn answer_fact(
             text: text.clone(),
         }),
         (_, Some(crate::core::fold::Parked::Confirmation { call_id, .. })) => {
-            return Err(refuse(format!(
-                "; it waits for confirmation of call '{call_id}'"
-            )));
+            return Err(refuse(format!("; it waits for confirmation of call '{call_id}'")).into());
         }
         (_, Some(crate::core::fold::Parked::Question { question_id, .. })) => {
             return Err(refuse(format!(
                 "; it waits for an answer to question '{question_id}'"
-            )));
+            ))
+            .into());
         }
     };
     Ok(Some(body))

@@ -52,17 +52,6 @@ pub enum RunError {
     Lease(#[from] LeaseError),
 }
 
-impl RunError {
-    /// Another holder owns the run now: stop, never retry.
-    pub fn is_fenced(&self) -> bool {
-        matches!(
-            self,
-            RunError::Generation(GenerationError::Fenced { .. })
-                | RunError::Lease(LeaseError::Lost { .. })
-        )
-    }
-}
-
 /// Everything one run's execution needs.
 pub struct Runner {
     pub writer: RunWriter,

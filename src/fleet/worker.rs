@@ -23,21 +23,14 @@ use crate::core::assignment::Registration;
 use crate::core::fact::RecoveryId;
 use crate::core::layout;
 use crate::core::lifecycle::Event;
+use crate::error::{ErrorKind, Result};
 use crate::fleet::coordinator::read_inbox;
 use crate::fleet::runner::Stopped;
-use crate::fleet::{Agent, FleetError, Node};
-use crate::store::lease::{Holder, LeaseError};
+use crate::fleet::{Agent, Node};
+use crate::store::Store;
+use crate::store::lease::Holder;
 use crate::store::log::LogDir;
 use crate::store::recovery::{self};
-use crate::store::{Store, StoreError};
-
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Lease(#[from] LeaseError),
-}
 
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
@@ -73,7 +66,7 @@ pub async fn run(
     options: WorkerOptions,
     stop: Arc<AtomicBool>,
     stats: Arc<WorkerStats>,
-) -> Result<(), WorkerError> {
+) -> Result<()> {
     let holder = Holder::with_role(&store, options.id.clone(), options.ttl, "worker");
     holder.claim_identity().await?;
     // Heartbeats stop only after the running recoveries are done and released.
@@ -255,7 +248,7 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
                 },
                 false,
             ),
-            Err(error) if error_is_fenced(&error) => {
+            Err(error) if error.kind() == ErrorKind::Fenced => {
                 // Someone with a higher epoch owns the recovery run now (this worker was
                 // judged dead and its attempt abandoned). If the record still says this
                 // attempt runs, hand it back rather than leave it to a timeout.
@@ -319,14 +312,5 @@ fn recovery_finished(node: &Node, id: &RecoveryId, stats: &WorkerStats) {
         .unwrap_or(true);
     if new {
         stats.finished.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-fn error_is_fenced(error: &FleetError) -> bool {
-    match error {
-        FleetError::Run(run) => run.is_fenced(),
-        FleetError::Generation(crate::store::generation::GenerationError::Fenced { .. }) => true,
-        FleetError::Lease(LeaseError::Lost { .. }) => true,
-        _ => false,
     }
 }

@@ -14,9 +14,10 @@ use serde::Deserialize;
 
 use crate::core::assignment::recovery_id_for;
 use crate::core::fact::{Outcome, RunId, SessionId};
-use crate::fleet::{Agent, FleetError};
+use crate::error::Result;
+use crate::fleet::Agent;
 use crate::store::Store;
-use crate::store::checkpoint::{self, CheckpointError, StepOutcome};
+use crate::store::checkpoint::{self, StepOutcome};
 use crate::store::generation::{GenerationError, RunWriter, SnapshotPolicy};
 
 use crate::store::recovery::{self};
@@ -31,12 +32,10 @@ pub struct StepSpec {
     pub session_id: Option<String>,
 }
 
+/// What only this module refuses; everything else [`run`] passes up as the module error that
+/// made it, inside the public [`Error`](crate::Error).
 #[derive(Debug, thiserror::Error)]
 pub enum WorkflowError {
-    #[error(transparent)]
-    Fleet(#[from] FleetError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
     #[error("workflow '{workflow}': {message}")]
     Invalid { workflow: String, message: String },
     #[error("workflow '{workflow}': step '{step}' was dead-lettered: {error}")]
@@ -67,14 +66,14 @@ pub async fn run(
     workflow: &str,
     steps: &[StepSpec],
     poll: Duration,
-) -> Result<WorkflowReport, WorkflowError> {
+) -> Result<WorkflowReport> {
     let invalid = |message: String| WorkflowError::Invalid {
         workflow: workflow.to_owned(),
         message,
     };
     for (i, spec) in steps.iter().enumerate() {
         if steps[..i].iter().any(|s| s.step == spec.step) {
-            return Err(invalid(format!("step '{}' appears twice", spec.step)));
+            return Err(invalid(format!("step '{}' appears twice", spec.step)).into());
         }
     }
     let (mut completed, mut generation) = match checkpoint::load_workflow(store, workflow).await? {
@@ -97,8 +96,7 @@ pub async fn run(
         for spec in waiting {
             let run = step_run(workflow, &spec.step);
             let record = recovery::read(store, &recovery_id_for(&run))
-                .await
-                .map_err(FleetError::from)?
+                .await?
                 .map(|(record, _)| record);
             match record {
                 Some(record) if record.state == RecoveryState::Finished => {
@@ -127,7 +125,8 @@ pub async fn run(
                         workflow: workflow.to_owned(),
                         step: spec.step.clone(),
                         error: record.last_error.unwrap_or_default(),
-                    });
+                    }
+                    .into());
                 }
                 _ => still.push(spec),
             }
@@ -141,12 +140,7 @@ pub async fn run(
 }
 
 /// Creates a step's run (meta and prompt) and hands it to the fleet, unless it exists.
-async fn dispatch(
-    store: &Store,
-    agent: &Agent,
-    workflow: &str,
-    spec: &StepSpec,
-) -> Result<(), WorkflowError> {
+async fn dispatch(store: &Store, agent: &Agent, workflow: &str, spec: &StepSpec) -> Result<()> {
     let run = step_run(workflow, &spec.step);
     let now = store.clock().wall_ms();
     let session = spec.session_id.clone().map(SessionId::new);
@@ -157,19 +151,17 @@ async fn dispatch(
         // indexing the step (and nothing recovered it yet), index it now; then wait for it.
         Err(GenerationError::AlreadyExists { .. }) => {
             let recovering = recovery::read(store, &recovery_id_for(&run))
-                .await
-                .map_err(FleetError::from)?
+                .await?
                 .is_some();
             let indexed = store
                 .head(&crate::core::layout::index_entry(run.as_str()))
-                .await
-                .map_err(|e| FleetError::from(GenerationError::from(e)))?
+                .await?
                 .is_some();
             if recovering || indexed {
                 return Ok(());
             }
         }
-        Err(other) => return Err(FleetError::from(other).into()),
+        Err(other) => return Err(other.into()),
     }
     // No holder: the coordinator sees a run nobody is running and admits it.
     let entry = IndexEntry::new(
@@ -179,8 +171,6 @@ async fn dispatch(
         agent.fingerprint_sha256(),
         now,
     );
-    crate::fleet::lifecycle::host_started(store, &entry)
-        .await
-        .map_err(FleetError::from)?;
+    crate::fleet::lifecycle::host_started(store, &entry).await?;
     Ok(())
 }

@@ -94,12 +94,9 @@ pub enum GcError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Tombstone(#[from] TombstoneError),
-    #[error("cannot retire run \"{run}\": {source}")]
-    Retire {
-        run: RunId,
-        #[source]
-        source: GenerationError,
-    },
+    /// `error` names the run already, and is part of the message rather than its `source`.
+    #[error("cannot retire: {error}")]
+    Retire { run: RunId, error: GenerationError },
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -225,7 +222,7 @@ async fn tombstone_for(
             Err(error @ GenerationError::Retired { .. }) => {
                 return Err(GcError::Retire {
                     run: run.clone(),
-                    source: error,
+                    error,
                 });
             }
             // A damaged chain can still be retired (that is what `runs rm` is for), keeping
@@ -252,10 +249,10 @@ async fn tombstone_for(
                 final_generation = fence.generation();
                 epoch_starts.push((last_epoch, final_generation));
             }
-            Err(source) => {
+            Err(error) => {
                 return Err(GcError::Retire {
                     run: run.clone(),
-                    source,
+                    error,
                 });
             }
         }

@@ -130,14 +130,18 @@ pub enum GenerationError {
     },
     #[error("generation object '{key}': {reason}")]
     Discontinuous { key: String, reason: String },
-    #[error("generation object '{key}' is sealed: {reason}")]
-    Sealed { key: String, reason: String },
-    #[error("generation object '{key}': {source}")]
-    Fold {
+    /// The run's tombstone cannot be read (it names its key).
+    #[error(transparent)]
+    Tombstone(crate::store::tombstone::TombstoneError),
+    #[error("generation object '{key}' is sealed: {error}")]
+    Sealed {
         key: String,
-        #[source]
-        source: FoldError,
+        error: crate::store::seal::SealError,
     },
+    // The inner errors are part of the message, not a `source`: as both, `{:#}` printed them
+    // twice.
+    #[error("generation object '{key}': {error}")]
+    Fold { key: String, error: FoldError },
 }
 
 fn retired_outcome(outcome: &Option<crate::core::fact::Outcome>) -> String {
@@ -266,7 +270,7 @@ pub fn decode_with(
             .and_then(|sealer| sealer.open(&sealed, &context))
             .map_err(|error| GenerationError::Sealed {
                 key: key.to_owned(),
-                reason: error.to_string(),
+                error,
             })?;
         generation.facts = plaintext
             .split(|b| *b == b'\n')
@@ -642,10 +646,7 @@ async fn read_tombstone(
             final_generation: tombstone.final_generation,
         })),
         Err(crate::store::tombstone::TombstoneError::Store(error)) => Err(error.into()),
-        Err(other) => Err(GenerationError::Corrupt {
-            key: layout::tombstone(run.as_str()),
-            reason: other.to_string(),
-        }),
+        Err(other) => Err(GenerationError::Tombstone(other)),
     }
 }
 
@@ -751,9 +752,9 @@ async fn load_chain(chain: &Chain, run: &RunId, newest: u64) -> Result<Loaded, G
         }
         // Overlapping facts must be identical: the fold treats them as no-ops or refuses.
         for fact in generation.facts.iter().cloned() {
-            state.apply(fact).map_err(|source| GenerationError::Fold {
+            state.apply(fact).map_err(|error| GenerationError::Fold {
                 key: key.clone(),
-                source,
+                error,
             })?;
         }
         previous = Some(generation);
@@ -821,9 +822,9 @@ impl RunWriter {
         epoch: u64,
         policy: SnapshotPolicy,
     ) -> Result<RunWriter, GenerationError> {
-        let state = crate::core::fold::fold(facts).map_err(|source| GenerationError::Fold {
+        let state = crate::core::fold::fold(facts).map_err(|error| GenerationError::Fold {
             key: "(new run)".into(),
-            source,
+            error,
         })?;
         let mut writer = RunWriter {
             chain: Chain::new(store, layout::run_base(run.as_str())),
@@ -977,11 +978,11 @@ impl RunWriter {
                 // A fact repeated within one commit is folded once and written once.
                 Ok((crate::core::fold::Applied::Appended, Some(fact))) => new_facts.push(fact),
                 Ok(_) => {}
-                Err(source) => {
+                Err(error) => {
                     self.roll_back()?;
                     return Err(GenerationError::Fold {
                         key: "(commit)".into(),
-                        source,
+                        error,
                     });
                 }
             }
@@ -998,9 +999,9 @@ impl RunWriter {
         let mut facts = std::mem::take(&mut self.state).into_facts();
         facts.truncate(self.committed.0 as usize);
         // A prefix of facts that folded before folds again.
-        self.state = crate::core::fold::fold(facts).map_err(|source| GenerationError::Fold {
+        self.state = crate::core::fold::fold(facts).map_err(|error| GenerationError::Fold {
             key: "(rollback)".into(),
-            source,
+            error,
         })?;
         Ok(())
     }
@@ -1198,9 +1199,9 @@ impl RunWriter {
             // Facts up to `committed` (all of them, in a snapshot) must be identical.
             self.state
                 .apply(fact)
-                .map_err(|source| GenerationError::Fold {
+                .map_err(|error| GenerationError::Fold {
                     key: key.to_owned(),
-                    source,
+                    error,
                 })?;
         }
         self.landed(n, ours.snapshot, size, ours.epoch_starts).await;
@@ -1209,10 +1210,10 @@ impl RunWriter {
             match self.state.apply(fact.clone()) {
                 Ok(crate::core::fold::Applied::Appended) => remaining.push(fact),
                 Ok(crate::core::fold::Applied::Duplicate) => {}
-                Err(source) => {
+                Err(error) => {
                     return Err(GenerationError::Fold {
                         key: "(commit)".into(),
-                        source,
+                        error,
                     });
                 }
             }

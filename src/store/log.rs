@@ -16,17 +16,16 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::core::fact::{self, DecodeError, Fact, MAX_FACT_BYTES, Seq};
-use crate::core::fold::RunState;
-use crate::error::Error;
+use crate::core::fold::{FoldError, RunState};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    #[error("fact log {path}: cannot {action}: {source}")]
+    // The I/O error is part of the message, not a `source`: as both, `{:#}` printed it twice.
+    #[error("fact log {path}: cannot {action}: {error}")]
     Io {
         path: PathBuf,
         action: &'static str,
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     #[error("fact log {path} is locked by another process (one writer per run)")]
     Locked { path: PathBuf },
@@ -62,6 +61,9 @@ pub enum LogError {
         "fact log {path}: an earlier write or fsync failed, so the file's state is unknown; reopen the log"
     )]
     Poisoned { path: PathBuf },
+    /// A fact breaks the run's rules (see [`fold`]).
+    #[error("fact log {path}: {error}")]
+    Fold { path: PathBuf, error: FoldError },
     #[error(
         "no state directory: set XDG_STATE_HOME or HOME to an absolute path (logs are never kept in the working directory)"
     )]
@@ -127,7 +129,7 @@ impl LogDir {
         let io_error = |action, source| LogError::Io {
             path: root.clone(),
             action,
-            source,
+            error: source,
         };
         DirBuilder::new()
             .recursive(true)
@@ -166,7 +168,7 @@ impl LogDir {
                 return Err(LogError::Io {
                     path,
                     action: "open",
-                    source,
+                    error: source,
                 });
             }
         };
@@ -174,7 +176,7 @@ impl LogDir {
         fs::remove_file(&path).map_err(|source| LogError::Io {
             path: path.clone(),
             action: "remove",
-            source,
+            error: source,
         })?;
         sync_dir(&path)?;
         drop(file);
@@ -206,7 +208,7 @@ impl FactLog {
                 let file = options().open(&path).map_err(|source| LogError::Io {
                     path: path.clone(),
                     action: "open",
-                    source,
+                    error: source,
                 })?;
                 (file, false)
             }
@@ -214,7 +216,7 @@ impl FactLog {
                 return Err(LogError::Io {
                     path,
                     action: "create",
-                    source,
+                    error: source,
                 });
             }
         };
@@ -339,7 +341,7 @@ impl FactLog {
         LogError::Io {
             path: self.path.clone(),
             action,
-            source,
+            error: source,
         }
     }
 }
@@ -349,7 +351,7 @@ pub fn read(path: &Path) -> Result<Contents, LogError> {
     let file = File::open(path).map_err(|source| LogError::Io {
         path: path.to_owned(),
         action: "open",
-        source,
+        error: source,
     })?;
     read_from(path, file)
 }
@@ -368,20 +370,23 @@ pub fn read_from(path: &Path, reader: impl Read) -> Result<Contents, LogError> {
 }
 
 /// Reads and folds a log in one pass, without holding all facts twice.
-pub fn fold(path: &Path) -> Result<(RunState, Option<TornTail>), Error> {
+pub fn fold(path: &Path) -> Result<(RunState, Option<TornTail>), LogError> {
     let file = File::open(path).map_err(|source| LogError::Io {
         path: path.to_owned(),
         action: "open",
-        source,
+        error: source,
     })?;
     fold_from(path, file)
 }
 
 /// [`fold`] from any reader; `path` only names it in errors.
-pub fn fold_from(path: &Path, reader: impl Read) -> Result<(RunState, Option<TornTail>), Error> {
+pub fn fold_from(path: &Path, reader: impl Read) -> Result<(RunState, Option<TornTail>), LogError> {
     let mut state = RunState::default();
     let scan = scan(path, reader, |fact| {
-        state.apply(fact).map(drop).map_err(Error::from)
+        state.apply(fact).map(drop).map_err(|error| LogError::Fold {
+            path: path.to_owned(),
+            error,
+        })
     })?;
     Ok((state, scan.torn_tail))
 }
@@ -397,7 +402,7 @@ fn lock(path: &Path, file: &File) -> Result<(), LogError> {
         Err(TryLockError::Error(source)) => Err(LogError::Io {
             path: path.to_owned(),
             action: "lock",
-            source,
+            error: source,
         }),
     }
 }
@@ -415,7 +420,7 @@ fn sync_dir(path: &Path) -> Result<(), LogError> {
         .map_err(|source| LogError::Io {
             path: dir.to_owned(),
             action: "fsync the log directory",
-            source,
+            error: source,
         })
 }
 
@@ -435,7 +440,7 @@ fn scan<E: From<LogError>>(
     let io_error = |source| LogError::Io {
         path: path.to_owned(),
         action: "read",
-        source,
+        error: source,
     };
     let mut reader = BufReader::with_capacity(256 * 1024, file);
     let mut line = Vec::new();

@@ -40,11 +40,12 @@ struct Claim {
 pub enum RecoveryError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("cannot recover run \"{source_run}\": {source}")]
+    /// The source run cannot be loaded. `error` names the run (or its object) already, and is
+    /// part of the message rather than its `source`, so the message names both once.
+    #[error("cannot recover: {error}")]
     Source {
         source_run: RunId,
-        #[source]
-        source: GenerationError,
+        error: GenerationError,
     },
     #[error(
         "recovery ID '{recovery_id}' is already used for run \"{existing_source}\", not \"{requested_source}\""
@@ -223,9 +224,9 @@ pub async fn admit(
                 source_run: source.clone(),
                 outcome,
             },
-            source_error => RecoveryError::Source {
+            error => RecoveryError::Source {
                 source_run: source.clone(),
-                source: source_error,
+                error,
             },
         })?;
     if let Some(terminal) = loaded.state.terminal() {
