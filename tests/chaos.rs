@@ -364,6 +364,15 @@ async fn audit(
                 continue;
             }
         };
+        if source.state.facts().is_empty() {
+            // Its first slot holds only a fence: a coordinator judged the host silent before
+            // its first commit, so that commit was refused and nothing was acknowledged.
+            totals.never_started += 1;
+            if ran.keys().any(|(r, _)| r == run.as_str()) {
+                violation(format!("{run} never committed a fact but its tools ran"));
+            }
+            continue;
+        }
         // The chain's generations: epochs never go down, seqs have no gaps.
         check_chain(store, &run, &mut violation).await;
         let record = recovery::read(store, &recovery_id_for(&run))
