@@ -5,8 +5,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use rekindle::cli::{self, StoreArgs};
 use rekindle::fleet::coordinator::{self, CoordinatorOptions};
+use shared::StoreArgs;
+
+// The plumbing the three binaries share; not part of the library (see src/cli/mod.rs). Each
+// binary uses a different part of it.
+#[path = "../src/cli/shared.rs"]
+#[allow(dead_code)]
+mod shared;
 
 /// Finds interrupted agent runs and assigns their recoveries to live workers. Several may
 /// run: one leads (by a lease), the others stand by and take over when it stops.
@@ -37,15 +43,15 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    cli::init_tracing(args.log_json, "info");
-    cli::run_async(run(args))
+    shared::init_tracing(args.log_json, "info");
+    shared::run_async(run(args))
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let stop = cli::stop_on_signals();
+    let stop = shared::stop_on_signals();
     let store = args.store.open(false).await.context("open the store")?;
     let options = CoordinatorOptions {
-        id: args.id.unwrap_or_else(|| cli::default_id("coordinator")),
+        id: args.id.unwrap_or_else(|| shared::default_id("coordinator")),
         ttl: Duration::from_millis(args.lease_ttl_ms),
         scan_interval: Duration::from_millis(args.scan_interval_ms),
         max_attempts: args.max_attempts,

@@ -32,7 +32,6 @@ pub mod fleet;
 pub mod host;
 pub mod store;
 
-pub mod cli;
 pub mod serve;
 
 pub use error::{Error, ErrorKind, Result};

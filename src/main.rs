@@ -1,15 +1,16 @@
-//! The `rekindle` command line: parses arguments, calls the library, prints results.
+//! The `rekindle` command line: parses arguments and hands each subcommand to its one
+//! function in `cli::commands`, which calls the library and prints. Nothing here decides.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use rekindle::cli::StoreArgs;
-use rekindle::core::fold::{self, Step, Summary};
-use rekindle::store::log;
+use cli::commands;
+use cli::shared::{StoreArgs, StoreSettingsArgs};
+use rekindle::store::StoreUrl;
 
-mod commands;
+mod cli;
 
 /// Rekindle recovers interrupted AI-agent runs from checkpoints in object storage.
 #[derive(Parser)]
@@ -36,15 +37,19 @@ enum Command {
     /// Run a whole fleet in one process: hosts start runs and some crash part-way, a worker
     /// is killed mid-run, and the coordinator and workers recover everything. Prints a
     /// progress bar, then a summary (runs completed, recoveries, tool calls re-executed,
-    /// requests per recovery, time). Uses a temporary local directory unless --store is set.
+    /// requests per recovery, time). Uses a temporary local directory unless --store is set;
+    /// takes the same store settings as every other command.
     Demo {
         #[arg(long, default_value_t = 100)]
         runs: usize,
         #[arg(long, default_value_t = 3)]
         workers: usize,
-        /// Store URL (e.g. s3://bucket/demo for MinIO); default: a temporary directory.
+        /// Store URL: s3://bucket/prefix (e.g. s3://bucket/demo for MinIO), file:///abs/path
+        /// (or a plain path), or memory://. Default: a temporary directory.
         #[arg(long, env = "REKINDLE_STORE")]
-        store: Option<String>,
+        store: Option<StoreUrl>,
+        #[command(flatten)]
+        store_settings: StoreSettingsArgs,
         #[arg(long, default_value_t = 7)]
         seed: u64,
         /// Print the summary as one JSON line.
@@ -263,57 +268,22 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Fold { path, json } => fold_command(&path, json),
+        Command::Fold { path, json } => commands::fold(&path, json),
         Command::Demo {
             runs,
             workers,
             store,
+            store_settings,
             seed,
             json,
-        } => block_on(async move {
-            let options = rekindle::fleet::demo::DemoOptions {
-                runs,
-                workers,
-                store,
-                seed,
-                progress: !json,
-                ..rekindle::fleet::demo::DemoOptions::default()
-            };
-            let summary = rekindle::fleet::demo::run(options)
-                .await
-                .context("run the demo")?;
-            if json {
-                println!("{}", serde_json::to_string(&summary)?);
-            } else {
-                println!(
-                    "{} of {} runs completed ({} by their hosts, {} by recoveries) in {:.1} s",
-                    summary.completed,
-                    summary.runs,
-                    summary.completed_by_host,
-                    summary.recoveries,
-                    summary.seconds
-                );
-                println!(
-                    "{} hosts crashed, {} worker killed; {} recovery attempts",
-                    summary.hosts_crashed, summary.workers_killed, summary.recovery_attempts
-                );
-                println!(
-                    "{} tool calls, {} re-executed (at most one per interruption: {} runs over that bound)",
-                    summary.tool_calls, summary.tool_calls_reexecuted, summary.runs_over_budget
-                );
-                println!(
-                    "{} fleet requests, {:.1} per recovery; store {}",
-                    summary.fleet_requests, summary.requests_per_recovery, summary.store
-                );
-            }
-            if summary.runs_over_budget > 0 || summary.completed < summary.runs {
-                anyhow::bail!(
-                    "the demo broke an invariant: {} runs re-executed tool calls beyond their interruptions",
-                    summary.runs_over_budget
-                );
-            }
-            Ok(())
-        }),
+        } => block_on(commands::demo(
+            runs,
+            workers,
+            store,
+            store_settings,
+            seed,
+            json,
+        )),
         Command::Run {
             store,
             config,
@@ -378,106 +348,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             store, run, confirm, approve, question, text,
         )),
         Command::Status { store, json } => block_on(commands::status(store, json)),
-        Command::Probe { store } => block_on(async move {
-            let opened = store.open(true).await.context("open the store")?;
-            opened.probe().await.context("probe the store")?;
-            println!(
-                "store {}: conditional writes are enforced and atomic (create-if-absent, compare-and-swap, 8-way create race)",
-                store.store
-            );
-            Ok(())
-        }),
+        Command::Probe { store } => block_on(commands::probe(store)),
         Command::Gc {
             store,
             retention_hours,
             grace_minutes,
             json,
-        } => block_on(async move {
-            let opened = store.open(false).await.context("open the store")?;
-            let now = opened.clock().wall_ms();
-            let policy = rekindle::store::gc::GcPolicy {
-                retention: std::time::Duration::from_secs(retention_hours.saturating_mul(3600)),
-                grace: std::time::Duration::from_secs(grace_minutes.saturating_mul(60)),
-            };
-            let report = rekindle::store::gc::collect(&opened, &policy, now)
-                .await
-                .context("collect garbage")?;
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                println!(
-                    "gc: {} runs scanned, {} superseded generations deleted ({} kept within the grace period), {} finished runs retired (tombstone, lease, claim and recovery records kept)",
-                    report.runs_scanned,
-                    report.generations_deleted,
-                    report.generations_in_grace,
-                    report.runs_retired
-                );
-                for skipped in &report.skipped {
-                    eprintln!("skipped: {skipped}");
-                }
-            }
-            Ok(())
-        }),
+        } => block_on(commands::gc(store, retention_hours, grace_minutes, json)),
         Command::BenchStore {
             store,
             steps,
             facts,
             json,
-        } => block_on(async move {
-            let opened = store.open(false).await.context("open the store")?;
-            let nonce = opened.clock().nonce();
-            let commit = rekindle::store::measure::commit_cost(
-                &opened,
-                &format!("bench-commit-{nonce}"),
-                steps,
-            )
-            .await
-            .context("measure commits")?;
-            let load = rekindle::store::measure::load_cost(
-                &opened,
-                &format!("bench-load-{nonce}"),
-                facts,
-                10,
-                5,
-            )
-            .await
-            .context("measure loads")?;
-            if json {
-                println!("{}", serde_json::json!({"commit": commit, "load": load}));
-                return Ok(());
-            }
-            let r = &commit.requests;
-            println!("store {}", store.store);
-            println!(
-                "commit: {}-step run, {} commits: {:.2} requests/commit ({:.2} conditional PUTs), {} GET, {} HEAD, {} PUT, {} LIST",
-                commit.steps,
-                commit.commits,
-                commit.requests_per_commit,
-                commit.conditional_puts_per_commit,
-                r.get,
-                r.head,
-                r.put,
-                r.list
-            );
-            println!(
-                "        {} bytes written for {} bytes of facts ({:.2}x)",
-                r.bytes_written, commit.fact_bytes, commit.write_amplification
-            );
-            let l = &load.requests;
-            println!(
-                "load:   {} facts in {} generations: {} requests ({} GET, {} HEAD, {} LIST), {} bytes read, median {:.1} ms of {} loads",
-                load.facts,
-                load.generations,
-                l.requests(),
-                l.get,
-                l.head,
-                l.list,
-                l.bytes_read,
-                load.median_ms,
-                load.loads
-            );
-            Ok(())
-        }),
+        } => block_on(commands::bench_store(store, steps, facts, json)),
     }
 }
 
@@ -488,132 +371,4 @@ fn block_on(future: impl std::future::Future<Output = anyhow::Result<()>>) -> an
         .build()
         .context("start the async runtime")?
         .block_on(future)
-}
-
-fn fold_command(path: &std::path::Path, json: bool) -> anyhow::Result<()> {
-    // The log's errors name its path; the context does not repeat it.
-    let (state, torn_tail) = log::fold(path).context("fold the fact log")?;
-    let summary = state.summary();
-    if json {
-        let mut value = serde_json::to_value(&summary).context("encode the summary")?;
-        value["torn_tail_line"] = serde_json::json!(torn_tail.map(|t| t.line));
-        println!("{value}");
-        return Ok(());
-    }
-    if let Some(torn) = torn_tail {
-        eprintln!(
-            "note: skipped a torn last line (line {}, {} bytes), left by an interrupted write",
-            torn.line, torn.bytes
-        );
-    }
-    print!("{}", render(&summary));
-    Ok(())
-}
-
-fn render(summary: &Summary) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let run = summary.run_id.as_ref().map_or("(none)", |id| id.as_str());
-    let session = summary
-        .session_id
-        .as_ref()
-        .map_or(String::new(), |s| format!(" (session {s})"));
-    let c = &summary.counters;
-    let _ = writeln!(out, "run        {run}{session}");
-    let _ = writeln!(
-        out,
-        "facts      {} (last seq {})",
-        summary.facts, summary.last_seq
-    );
-    let _ = writeln!(out, "next step  {}", describe_step(&summary.next_step));
-    let _ = writeln!(
-        out,
-        "counters   {} model turns, {} tool rounds, {} tool calls, {} results ({} errors)",
-        c.model_turns, c.tool_rounds, c.tool_calls, c.tool_results, c.tool_errors
-    );
-    let _ = writeln!(
-        out,
-        "tokens     {} in, {} out",
-        c.input_tokens, c.output_tokens
-    );
-    if summary.pending_calls.is_empty() {
-        let _ = writeln!(out, "pending    none");
-    } else {
-        let _ = writeln!(
-            out,
-            "pending    {} tool calls:",
-            summary.pending_calls.len()
-        );
-        for pending in &summary.pending_calls {
-            let confirmation = match pending.confirmation {
-                fold::Confirmation::NotRequested => "",
-                fold::Confirmation::Requested => " [awaiting confirmation]",
-                fold::Confirmation::Approved => " [approved]",
-                fold::Confirmation::Denied => " [denied]",
-            };
-            let _ = writeln!(
-                out,
-                "  {} {} {}{confirmation}",
-                pending.call.id, pending.call.name, pending.call.arguments
-            );
-        }
-    }
-    let parked = match &summary.parked {
-        None => "no".to_owned(),
-        Some(fold::Parked::Confirmation { call_id, .. }) => {
-            format!("yes, waiting for confirmation of call {call_id}")
-        }
-        Some(fold::Parked::Question { question_id, .. }) => {
-            format!("yes, waiting for an answer to question {question_id}")
-        }
-    };
-    let _ = writeln!(out, "parked     {parked}");
-    let terminal = summary
-        .terminal
-        .as_ref()
-        .map_or("no (the run has not ended)".to_owned(), |t| {
-            format!("{}: {}", t.outcome, t.message)
-        });
-    let _ = writeln!(out, "terminal   {terminal}");
-    out
-}
-
-/// What a parked run waits for, in words (`rekindle run` and `runs show` print it).
-pub(crate) fn describe_parked(parked: &fold::Parked) -> String {
-    match parked {
-        fold::Parked::Confirmation { call_id, prompt } => {
-            format!("waiting for confirmation of call {call_id}: {prompt}")
-        }
-        fold::Parked::Question { question_id, text } => {
-            format!("waiting for an answer to question {question_id}: {text}")
-        }
-    }
-}
-
-pub(crate) fn describe_step(step: &Step) -> String {
-    match step {
-        Step::WaitForInput => "wait for a user message".into(),
-        Step::CallModel {
-            iteration,
-            with_tools,
-        } => format!(
-            "call the model (iteration {iteration}{})",
-            if *with_tools {
-                ""
-            } else {
-                ", no tools: tool-round cap reached"
-            }
-        ),
-        Step::RunTools { calls } => format!(
-            "run tools: {}",
-            calls
-                .iter()
-                .map(|p| format!("{} ({})", p.call.id, p.call.name))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Step::Parked { parked } => format!("parked: {}", describe_parked(parked)),
-        Step::Finish { outcome, reason } => format!("finish as {outcome}: {reason}"),
-        Step::Done { terminal } => format!("done: {} ({})", terminal.outcome, terminal.message),
-    }
 }

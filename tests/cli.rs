@@ -159,3 +159,159 @@ fn help_documents_commands() {
         assert_eq!(bare.status.code(), Some(2), "{bin} without arguments");
     }
 }
+
+/// `rekindle` with extra environment variables (and the store ones the tests set cleared).
+fn rekindle_with(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rekindle"));
+    for name in [
+        "REKINDLE_STORE",
+        "REKINDLE_SEAL_KEY",
+        "REKINDLE_SEAL_KEY_FILE",
+        "REKINDLE_SEAL_OLD_KEYS",
+        "REKINDLE_FAULTS",
+        "REKINDLE_FAULTS_PARTITION_FILE",
+    ] {
+        command.env_remove(name);
+    }
+    command
+        .envs(env.iter().copied())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+// Proves a malformed --store URL (flag or REKINDLE_STORE) is refused before anything runs,
+// naming the URL and what is wrong with it, with the usage exit code.
+#[test]
+fn malformed_store_url_is_refused_naming_it() {
+    for (url, reason) in [
+        ("ftp://host/runs", "unknown scheme 'ftp'"),
+        ("s3://", "no bucket name"),
+        ("s3://my bucket/runs", "which no bucket name has"),
+        ("file://relative/dir", "needs an absolute path"),
+    ] {
+        let out = rekindle_with(&["status", "--store", url], &[]);
+        assert_eq!(out.status.code(), Some(2), "{url}: {out:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains(&format!("invalid store URL '{url}'")) && stderr.contains(reason),
+            "{url}: {stderr}"
+        );
+    }
+    let out = rekindle_with(&["probe"], &[("REKINDLE_STORE", "gs://bucket")]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("invalid store URL 'gs://bucket'"),
+        "{stderr}"
+    );
+}
+
+// Proves a bad sealing key fails the command with one line naming where the key came from,
+// never echoing it, and that a missing key file is named.
+#[test]
+fn bad_seal_key_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("bucket");
+    let store = store.to_str().unwrap();
+    let secret = "not-hex-but-secret-0123";
+    let out = rekindle_with(
+        &["probe", "--store", store],
+        &[("REKINDLE_SEAL_KEY", secret)],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(
+            "open the store: encryption key REKINDLE_SEAL_KEY: expected 64 hex characters"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(secret), "{stderr}");
+    let missing = dir.path().join("no-such-key");
+    let out = rekindle_with(
+        &["probe", "--store", store],
+        &[("REKINDLE_SEAL_KEY_FILE", missing.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "read the encryption key file {} (REKINDLE_SEAL_KEY_FILE)",
+            missing.display()
+        )),
+        "{stderr}"
+    );
+    let out = rekindle_with(
+        &["probe", "--store", store],
+        &[("REKINDLE_SEAL_KEY", &"ab".repeat(32))],
+    );
+    assert!(out.status.success(), "{out:?}");
+}
+
+// Proves a typo in the test-only REKINDLE_FAULTS is an error naming the setting, not a
+// fault test that silently injects nothing, and that fault injection, when on, is logged.
+#[test]
+fn fault_spec_typo_is_refused_and_faults_are_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("bucket");
+    let store = store.to_str().unwrap();
+    let out = rekindle_with(
+        &["probe", "--store", store],
+        &[("REKINDLE_FAULTS", "seed=3,eror=40")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("read REKINDLE_FAULTS: fault setting 'eror=40'"),
+        "{stderr}"
+    );
+    let out = rekindle_with(
+        &["probe", "--store", store],
+        &[("REKINDLE_FAULTS", "seed=3"), ("RUST_LOG", "warn")],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("store fault injection is on: for tests only"),
+        "{stderr}"
+    );
+}
+
+// Proves `demo` takes the same store flags as every other command, and runs on a store
+// given by URL.
+#[test]
+fn demo_takes_the_store_flags() {
+    let help = rekindle_with(&["demo", "--help"], &[]);
+    let text = String::from_utf8(help.stdout).unwrap();
+    for flag in [
+        "--store",
+        "--endpoint",
+        "--allow-http",
+        "--virtual-hosted-style",
+        "--region",
+        "--store-timeout-ms",
+    ] {
+        assert!(text.contains(flag), "demo --help lacks {flag}: {text}");
+    }
+    let out = rekindle_with(
+        &[
+            "demo",
+            "--runs",
+            "6",
+            "--workers",
+            "2",
+            "--store",
+            "memory://",
+            "--store-timeout-ms",
+            "5000",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["store"], "memory://");
+    assert_eq!(summary["completed"], 6);
+}

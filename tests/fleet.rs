@@ -11,7 +11,12 @@ fn options(runs: usize, seed: u64, store: Option<String>) -> DemoOptions {
     DemoOptions {
         runs,
         workers: 3,
-        store,
+        store: store.map(|url| url.parse().unwrap()),
+        // The demo's own retry policy; only the S3 test server's plain HTTP from the test's.
+        store_settings: rekindle::store::StoreSettings {
+            allow_http: common::settings().allow_http,
+            ..rekindle::store::StoreSettings::default()
+        },
         work_dir: None,
         seed,
         timeout: Duration::from_secs(120),

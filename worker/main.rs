@@ -7,11 +7,17 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use rekindle::cli::{self, StoreArgs};
 use rekindle::fleet::Agent;
 use rekindle::fleet::worker::{self, WorkerOptions, WorkerStats};
 use rekindle::host::config::Config;
 use rekindle::store::log::LogDir;
+use shared::StoreArgs;
+
+// The plumbing the three binaries share; not part of the library (see src/cli/mod.rs). Each
+// binary uses a different part of it.
+#[path = "../src/cli/shared.rs"]
+#[allow(dead_code)]
+mod shared;
 
 /// Executes recoveries of interrupted agent runs assigned by the coordinator.
 #[derive(Parser)]
@@ -49,18 +55,19 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    cli::init_tracing(args.log_json, "info");
-    cli::run_async(run(args))
+    shared::init_tracing(args.log_json, "info");
+    shared::run_async(run(args))
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let stop = cli::stop_on_signals();
+    let stop = shared::stop_on_signals();
     let config = Config::load(&args.config).context("load the configuration")?;
     let agent = Agent::from_config(config).context("set up the model")?;
     let store = args.store.open(false).await.context("open the store")?;
-    let logs = LogDir::open(cli::state_dir(args.state_dir)?).context("open the state directory")?;
+    let logs =
+        LogDir::open(shared::state_dir(args.state_dir)?).context("open the state directory")?;
     let options = WorkerOptions {
-        id: args.id.unwrap_or_else(|| cli::default_id("worker")),
+        id: args.id.unwrap_or_else(|| shared::default_id("worker")),
         concurrency: args.concurrency.max(1),
         ttl: Duration::from_millis(args.lease_ttl_ms),
         poll_interval: Duration::from_millis(args.poll_interval_ms),

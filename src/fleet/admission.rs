@@ -33,6 +33,23 @@ pub struct Admitted {
     pub created: bool,
 }
 
+/// The lease an admission of `recovery_id` with [`Takeover::IfSilent`] will watch for its
+/// holder's TTL before fencing, if any: the source's lease while it is held and the recovery
+/// does not exist yet (a replay returns the existing recovery without waiting).
+pub async fn lease_to_watch(
+    store: &Store,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+) -> Result<Option<lease::Lease>, LifecycleError> {
+    let Some(view) = lease::read_lease(store, source).await? else {
+        return Ok(None);
+    };
+    if view.lease.released || recovery::read(store, recovery_id).await?.is_some() {
+        return Ok(None);
+    }
+    Ok(Some(view.lease))
+}
+
 /// Admits a recovery of `source` under `recovery_id`, idempotently: the one admission path.
 ///
 /// Order (each step safe to crash after): refuse an ID taken by another source or a source

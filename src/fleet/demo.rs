@@ -25,14 +25,16 @@ use crate::fleet::{Agent, Node};
 use crate::host::config::Config;
 use crate::store::lease::Holder;
 use crate::store::log::LogDir;
-use crate::store::{Store, StoreOptions};
+use crate::store::{Store, StoreSettings, StoreUrl};
 
 #[derive(Clone, Debug)]
 pub struct DemoOptions {
     pub runs: usize,
     pub workers: usize,
-    /// Store URL; a fresh temporary directory when `None`.
-    pub store: Option<String>,
+    /// The store; a fresh temporary directory when `None`.
+    pub store: Option<StoreUrl>,
+    /// How the store is opened (also the temporary one: sealing keys apply to it too).
+    pub store_settings: StoreSettings,
     /// Where logs, the ledger and the config go; a temporary directory when `None`.
     pub work_dir: Option<PathBuf>,
     pub seed: u64,
@@ -46,6 +48,7 @@ impl Default for DemoOptions {
             runs: 100,
             workers: 3,
             store: None,
+            store_settings: StoreSettings::default(),
             work_dir: None,
             seed: 7,
             timeout: Duration::from_secs(300),
@@ -71,6 +74,27 @@ pub struct DemoSummary {
     pub requests_per_recovery: f64,
     pub seconds: f64,
     pub store: String,
+}
+
+impl DemoSummary {
+    /// What the demo proves, broken: a run left unfinished, or a tool call re-run more often
+    /// than its run was interrupted. `None` when everything held.
+    pub fn violation(&self) -> Option<String> {
+        if self.runs_over_budget > 0 {
+            Some(format!(
+                "the demo broke an invariant: {} runs re-executed tool calls beyond their interruptions",
+                self.runs_over_budget
+            ))
+        } else if self.completed < self.runs {
+            Some(format!(
+                "the demo broke an invariant: {} of {} runs were left unfinished",
+                self.runs - self.completed,
+                self.runs
+            ))
+        } else {
+            None
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -136,15 +160,14 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
     let setup = |action| move |error| DemoError::Setup { action, error };
     let temp = tempdir_for(&options).map_err(setup("create the work directory"))?;
     let dir = temp.path().to_owned();
-    let store_url = options
-        .store
-        .clone()
-        .unwrap_or_else(|| dir.join("bucket").display().to_string());
+    let store_url = options.store.clone().unwrap_or_else(|| StoreUrl::Local {
+        root: dir.join("bucket"),
+    });
     let ledger = dir.join("ledger.txt");
     let config_path = write_config(&dir, &ledger).map_err(setup("write the configuration"))?;
     let config = Config::load(&config_path)?;
     let agent = Agent::from_config(config)?;
-    let store = Store::open(&store_url, &StoreOptions::default(), SystemClock::shared()).await?;
+    let store = Store::open(&store_url, &options.store_settings, SystemClock::shared()).await?;
     let fleet_store = store.with_fresh_metrics();
     let ttl = Duration::from_millis(600);
     let started = crate::clock::Stopwatch::start();
@@ -336,7 +359,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
             fleet_requests as f64 / recoveries as f64
         },
         seconds: started.elapsed().as_secs_f64(),
-        store: store_url,
+        store: store_url.to_string(),
     })
 }
 

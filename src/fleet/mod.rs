@@ -71,6 +71,8 @@ pub mod admission;
 pub mod coordinator;
 pub mod demo;
 pub mod lifecycle;
+pub mod liveness;
+pub mod removal;
 pub mod runner;
 pub mod worker;
 pub mod workflow;
@@ -455,6 +457,33 @@ pub async fn spawn_recovery(
             .await?
             .record,
     )
+}
+
+/// Admits the recovery of a run already judged interrupted (`liveness`), under its
+/// deterministic ID (`recovery-of-<run>`, as the coordinator names it), fencing the run now:
+/// the judgement already waited out its holder, so admission does not wait again.
+pub async fn recover_interrupted(
+    store: &Store,
+    holder: &Arc<Holder>,
+    run: &RunId,
+    force: bool,
+) -> Result<RecoveryRecord> {
+    let recovery_id = crate::core::assignment::recovery_id_for(run);
+    spawn_recovery(store, holder, run, &recovery_id, force, Takeover::Now).await
+}
+
+/// Answers a parked run as a short-lived process does (`rekindle answer`): [`answer_run`]
+/// while `holder` beats, so nobody who looks meanwhile takes a holder without a heartbeat for
+/// gone and fences the answer; the heartbeat is removed afterwards.
+pub async fn answer(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+    answer: Answer,
+) -> Result<()> {
+    holder
+        .while_beating(answer_run(store, holder, source, answer))
+        .await?
 }
 
 /// Answers a parked run by its source run ID: commits the answer on the run that holds the

@@ -6,6 +6,8 @@
 //! endpoint, MinIO-style settings, and the conditional-put mode, set explicitly to ETag
 //! matching rather than left to a crate default. Retries are disabled inside object_store:
 //! `Store` retries with its own bounded policy, so the fault handling lives in one place.
+//! Rekindle's own settings (endpoint, addressing, plain HTTP, region, deadline) arrive as
+//! [`StoreSettings`]; only what they leave unset comes from the AWS environment.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -14,14 +16,14 @@ use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvid
 use object_store::aws::{AmazonS3Builder, AwsCredential, S3ConditionalPut};
 use object_store::{ClientOptions, CredentialProvider, ObjectStore, RetryConfig};
 
-use super::{StoreError, StoreOptions};
+use super::{S3Addressing, StoreError, StoreSettings};
 
 /// Credentials are refreshed this long before they expire.
 const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(5 * 60);
 
 pub(crate) async fn open_s3(
     bucket: &str,
-    options: &StoreOptions,
+    settings: &StoreSettings,
 ) -> Result<Arc<dyn ObjectStore>, StoreError> {
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .load()
@@ -29,25 +31,25 @@ pub(crate) async fn open_s3(
     let mut builder = AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
         .with_conditional_put(S3ConditionalPut::ETagMatch)
-        .with_virtual_hosted_style_request(options.virtual_hosted_style)
+        .with_virtual_hosted_style_request(settings.addressing == S3Addressing::VirtualHosted)
         .with_retry(RetryConfig {
             max_retries: 0,
             ..RetryConfig::default()
         })
         .with_client_options(
             ClientOptions::new()
-                .with_allow_http(options.allow_http || allow_http_from_env())
+                .with_allow_http(settings.allow_http)
                 .with_connect_timeout(Duration::from_secs(5))
-                .with_timeout(options.retry.attempt_timeout),
+                .with_timeout(settings.retry.attempt_timeout),
         );
-    if let Some(region) = options
+    if let Some(region) = settings
         .region
         .clone()
         .or_else(|| sdk.region().map(|r| r.to_string()))
     {
         builder = builder.with_region(region);
     }
-    if let Some(endpoint) = options
+    if let Some(endpoint) = settings
         .endpoint
         .clone()
         .or_else(|| sdk.endpoint_url().map(str::to_owned))
@@ -62,10 +64,6 @@ pub(crate) async fn open_s3(
         reason: error.to_string(),
     })?;
     Ok(Arc::new(store))
-}
-
-fn allow_http_from_env() -> bool {
-    std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
 /// aws-config's provider chain asks its sources on every call; object_store asks for

@@ -28,7 +28,7 @@ use object_store::{
 use crate::core::rng::SplitMix;
 
 /// What to inject, as probabilities in parts per thousand.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultPlan {
     /// A request fails before reaching the store (503 SlowDown).
     pub error_per_mille: u32,
@@ -53,6 +53,65 @@ pub struct FaultPlan {
     pub ignore_conditions: bool,
     /// Behave like a server that checks conditions, then writes without a lock.
     pub racy_conditions: bool,
+}
+
+/// Fault injection for a store opened by a real process: a plan, its seed, and a file whose
+/// existence cuts the store off (so a test can partition another process).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultSettings {
+    pub plan: FaultPlan,
+    pub seed: u64,
+    pub partition_file: Option<std::path::PathBuf>,
+}
+
+/// A fault spec that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("fault setting '{setting}' in '{spec}': {reason}")]
+pub struct FaultSpecError {
+    pub spec: String,
+    pub setting: String,
+    pub reason: String,
+}
+
+impl FaultSettings {
+    /// Parses a spec such as `seed=7,error=50,lost=50,stall=5,stall_ms=2000,latency_ms=2`
+    /// (rates per mille; also `conflict` and `update_conflict`). Refuses an unknown setting
+    /// or a value that is not a number, naming it: a typo must not silently test nothing.
+    pub fn parse(spec: &str) -> Result<FaultSettings, FaultSpecError> {
+        let mut settings = FaultSettings::default();
+        let plan = &mut settings.plan;
+        for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let refuse = |reason: &str| FaultSpecError {
+                spec: spec.to_owned(),
+                setting: pair.to_owned(),
+                reason: reason.to_owned(),
+            };
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| refuse("expected name=value"))?;
+            let value: u64 = value
+                .trim()
+                .parse()
+                .map_err(|_| refuse("the value is not a whole number"))?;
+            let per_mille = || u32::try_from(value.min(1000)).unwrap_or(1000);
+            match name.trim() {
+                "seed" => settings.seed = value,
+                "error" => plan.error_per_mille = per_mille(),
+                "lost" => plan.lost_response_per_mille = per_mille(),
+                "stall" => plan.stall_per_mille = per_mille(),
+                "stall_ms" => plan.stall = Duration::from_millis(value),
+                "latency_ms" => plan.latency = Duration::from_millis(value),
+                "conflict" => plan.conflict_409_per_mille = per_mille(),
+                "update_conflict" => plan.update_conflict_409_per_mille = per_mille(),
+                _ => {
+                    return Err(refuse(
+                        "unknown (expected seed, error, lost, stall, stall_ms, latency_ms, conflict or update_conflict)",
+                    ));
+                }
+            }
+        }
+        Ok(settings)
+    }
 }
 
 /// Counts of what was injected.
@@ -159,52 +218,18 @@ impl FaultyStore {
         }
     }
 
-    /// Builds the injector described by `REKINDLE_FAULTS` (`seed=7,error=50,lost=50,stall=5,
-    /// stall_ms=2000,latency_ms=2`, rates per mille) and `REKINDLE_FAULTS_PARTITION_FILE`, for
-    /// fault tests that run real processes. Returns `None` when neither is set.
-    pub fn from_env(inner: &Arc<dyn ObjectStore>) -> Option<Arc<Self>> {
-        let spec = std::env::var("REKINDLE_FAULTS").ok();
-        let partition_file =
-            std::env::var_os("REKINDLE_FAULTS_PARTITION_FILE").map(std::path::PathBuf::from);
-        if spec.is_none() && partition_file.is_none() {
-            return None;
-        }
-        let mut plan = FaultPlan::default();
-        let mut seed = 0;
-        for pair in spec
-            .as_deref()
-            .unwrap_or("")
-            .split(',')
-            .filter(|p| !p.is_empty())
-        {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, "0"));
-            let value: u64 = value.trim().parse().unwrap_or(0);
-            match name.trim() {
-                "seed" => seed = value,
-                "error" => plan.error_per_mille = value as u32,
-                "lost" => plan.lost_response_per_mille = value as u32,
-                "stall" => plan.stall_per_mille = value as u32,
-                "stall_ms" => plan.stall = Duration::from_millis(value),
-                "latency_ms" => plan.latency = Duration::from_millis(value),
-                "conflict" => plan.conflict_409_per_mille = value as u32,
-                "update_conflict" => plan.update_conflict_409_per_mille = value as u32,
-                other => tracing::warn!(setting = other, "unknown REKINDLE_FAULTS setting"),
-            }
-        }
-        tracing::warn!(
-            ?plan,
-            seed,
-            "store fault injection is on (REKINDLE_FAULTS): for tests only"
-        );
-        Some(Arc::new(FaultyStore {
-            inner: Arc::clone(inner),
-            plan: Mutex::new(plan),
-            random: Mutex::new(SplitMix::new(seed)),
+    /// Builds the injector a real process asked for in its settings (the chaos tests set
+    /// them through `REKINDLE_FAULTS` and `REKINDLE_FAULTS_PARTITION_FILE`).
+    pub fn with_settings(inner: Arc<dyn ObjectStore>, settings: &FaultSettings) -> Arc<Self> {
+        Arc::new(FaultyStore {
+            inner,
+            plan: Mutex::new(settings.plan),
+            random: Mutex::new(SplitMix::new(settings.seed)),
             partitioned: AtomicBool::new(false),
-            partition_file,
+            partition_file: settings.partition_file.clone(),
             pause: Mutex::new(None),
             counts: FaultCounts::default(),
-        }))
+        })
     }
 
     fn is_partitioned(&self) -> bool {
@@ -423,5 +448,31 @@ impl ObjectStore for FaultyStore {
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
         self.before(true).await?;
         self.inner.copy_opts(from, to, options).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves a fault spec parses into its plan and seed, and that a typo or a bad value is
+    // refused naming the setting instead of silently injecting nothing.
+    #[test]
+    fn fault_spec_parses_and_refuses_typos() {
+        let settings =
+            FaultSettings::parse("seed=7, error=40,lost=40,stall=10,stall_ms=1200,latency_ms=1")
+                .unwrap();
+        assert_eq!(settings.seed, 7);
+        assert_eq!(settings.plan.error_per_mille, 40);
+        assert_eq!(settings.plan.lost_response_per_mille, 40);
+        assert_eq!(settings.plan.stall_per_mille, 10);
+        assert_eq!(settings.plan.stall, Duration::from_millis(1200));
+        assert_eq!(settings.plan.latency, Duration::from_millis(1));
+        assert_eq!(FaultSettings::parse("").unwrap(), FaultSettings::default());
+        let typo = FaultSettings::parse("seed=1,eror=5").unwrap_err();
+        assert_eq!(typo.setting, "eror=5");
+        assert!(typo.to_string().contains("unknown"), "{typo}");
+        let bad = FaultSettings::parse("error=lots").unwrap_err();
+        assert!(bad.to_string().contains("not a whole number"), "{bad}");
     }
 }

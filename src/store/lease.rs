@@ -208,6 +208,27 @@ impl Holder {
         })
     }
 
+    /// Runs `work` while this holder beats: one beat first (its error is returned and `work`
+    /// never starts), then every third of the TTL until `work` ends, and then the heartbeat is
+    /// removed, so whoever looks next sees this process gone at once rather than after a TTL.
+    /// For a short-lived process (a CLI command) that holds leases only inside `work`.
+    pub async fn while_beating<T>(
+        self: &Arc<Self>,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, LeaseError> {
+        self.beat().await?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let beating = self.spawn_heartbeat(Arc::clone(&stop));
+        let output = work.await;
+        stop.store(true, Ordering::SeqCst);
+        let _ = beating.await;
+        // Best effort: a heartbeat left behind only makes the next observer wait one TTL.
+        if let Err(error) = self.retire().await {
+            tracing::warn!(holder = %self.id, %error, "cannot remove the heartbeat");
+        }
+        Ok(output)
+    }
+
     pub fn id(&self) -> &str {
         &self.id
     }

@@ -1,7 +1,7 @@
 //! The narrow storage interface every durable record goes through.
 //!
-//! This module owns: opening a store from a URL (`s3://`, `file://` or a plain path,
-//! `memory://`), the four conditional primitives the rest of Rekindle is built on
+//! This module owns: opening a store from a parsed URL and explicit settings (`settings.rs`:
+//! `s3://`, `file://` or a plain path, `memory://`; it never reads the environment), the four conditional primitives the rest of Rekindle is built on
 //! (create-if-absent, compare-and-swap, read, bounded list), retries of transient faults with
 //! bounded exponential backoff and jitter, recognising our own write when its response was
 //! lost, request and byte counters, and the startup capability probe. It never interprets the
@@ -53,7 +53,10 @@ pub mod log;
 pub mod measure;
 pub mod recovery;
 pub mod seal;
+pub mod settings;
 pub mod tombstone;
+
+pub use settings::{S3Addressing, StoreSettings, StoreUrl};
 
 pub use crate::core::layout::ETag;
 
@@ -233,23 +236,6 @@ pub enum Backend {
     S3,
 }
 
-/// Settings for opening a store beyond its URL. S3 settings also come from the standard
-/// AWS environment (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ALLOW_HTTP`, credentials, profile,
-/// web identity, instance metadata, `AWS_SERVER_SIDE_ENCRYPTION`, `AWS_SSE_KMS_KEY_ID`, ...).
-#[derive(Clone, Debug, Default)]
-pub struct StoreOptions {
-    /// S3 endpoint, e.g. `http://127.0.0.1:9000` for MinIO (overrides `AWS_ENDPOINT_URL`).
-    pub endpoint: Option<String>,
-    /// Allow plain HTTP endpoints.
-    pub allow_http: bool,
-    /// Use virtual-hosted-style requests (`bucket.host`) instead of path-style (`host/bucket`).
-    pub virtual_hosted_style: bool,
-    pub region: Option<String>,
-    pub retry: RetryPolicy,
-    /// Skip the capability probe (for read-only commands).
-    pub skip_probe: bool,
-}
-
 /// A store rooted at a prefix. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -268,68 +254,69 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens a store from its URL and, unless skipped, runs the capability probe once per
-    /// process and URL.
+    /// Opens the store at `url` with `settings` and, unless skipped, runs the capability probe
+    /// once per process and URL. Everything it needs arrives in its arguments.
     pub async fn open(
-        url: &str,
-        options: &StoreOptions,
+        url: &StoreUrl,
+        settings: &StoreSettings,
         clock: Arc<dyn Clock>,
     ) -> Result<Store, StoreError> {
-        let invalid = |reason: &str| StoreError::InvalidUrl {
-            url: url.to_owned(),
-            reason: reason.to_owned(),
-        };
-        let (inner, backend, prefix): (Arc<dyn ObjectStore>, Backend, String) = if url
-            == "memory://"
-            || url == "memory:"
-        {
-            (
+        let (inner, backend, prefix): (Arc<dyn ObjectStore>, Backend, String) = match url {
+            StoreUrl::Memory => (
                 Arc::new(object_store::memory::InMemory::new()),
                 Backend::Memory,
                 String::new(),
-            )
-        } else if let Some(rest) = url.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(invalid("no bucket name (expected s3://bucket/prefix)"));
+            ),
+            StoreUrl::S3 { bucket, prefix } => (
+                aws::open_s3(bucket, settings).await?,
+                Backend::S3,
+                prefix.clone(),
+            ),
+            StoreUrl::Local { root } => {
+                let invalid = |reason: String| StoreError::InvalidUrl {
+                    url: url.to_string(),
+                    reason,
+                };
+                std::fs::create_dir_all(root).map_err(|e| {
+                    invalid(format!("cannot create directory {}: {e}", root.display()))
+                })?;
+                // Without `with_fsync` (off by default) an acknowledged write could vanish in a
+                // power loss. With it, object_store syncs the staged file before publishing it,
+                // then the parent directory and each directory it created, all inside its
+                // blocking write.
+                let local = object_store::local::LocalFileSystem::new_with_prefix(root)
+                    .map_err(|e| invalid(e.to_string()))?
+                    .with_fsync(true);
+                (
+                    Arc::new(local),
+                    Backend::Local { root: root.clone() },
+                    String::new(),
+                )
             }
-            let inner = aws::open_s3(bucket, options).await?;
-            (inner, Backend::S3, prefix.trim_matches('/').to_owned())
-        } else if url.contains("://") && !url.starts_with("file://") {
-            return Err(invalid(
-                "unknown scheme (expected s3://bucket/prefix, file:///path, a path, or memory://)",
-            ));
-        } else {
-            let path = url.strip_prefix("file://").unwrap_or(url);
-            if path.is_empty() {
-                return Err(invalid("empty path"));
-            }
-            let root = std::path::absolute(path).map_err(|e| invalid(&e.to_string()))?;
-            std::fs::create_dir_all(&root).map_err(|e| {
-                invalid(&format!("cannot create directory {}: {e}", root.display()))
-            })?;
-            // Without `with_fsync` (off by default) an acknowledged write could vanish in a power
-            // loss. With it, object_store syncs the staged file before publishing it, then the
-            // parent directory and each directory it created, all inside its blocking write.
-            let local = object_store::local::LocalFileSystem::new_with_prefix(&root)
-                .map_err(|e| invalid(&e.to_string()))?
-                .with_fsync(true);
-            (Arc::new(local), Backend::Local { root }, String::new())
         };
-        // Test-only fault injection for real processes, switched on by the environment.
-        let inner: Arc<dyn ObjectStore> = match faults::FaultyStore::from_env(&inner) {
-            Some(faulty) => faulty,
+        // Test-only fault injection, only when the settings ask for it.
+        let inner: Arc<dyn ObjectStore> = match &settings.faults {
+            Some(faults) => {
+                tracing::warn!(
+                    plan = ?faults.plan,
+                    seed = faults.seed,
+                    partition_file = ?faults.partition_file,
+                    "store fault injection is on: for tests only"
+                );
+                faults::FaultyStore::with_settings(inner, faults)
+            }
             None => inner,
         };
-        let sealer =
-            crate::store::seal::Sealer::from_env().map_err(|error| StoreError::Failed {
-                op: "open",
-                key: "(client-side encryption key)".into(),
-                message: error.to_string(),
-            })?;
-        let store = Store::from_parts(inner, backend, url, &prefix, options.retry, clock)
-            .with_sealer(sealer.map(Arc::new));
-        if !options.skip_probe {
+        let store = Store::from_parts(
+            inner,
+            backend,
+            &url.to_string(),
+            &prefix,
+            settings.retry,
+            clock,
+        )
+        .with_sealer(settings.sealer.clone());
+        if !settings.skip_probe {
             store.probe_once().await?;
             store.check_format().await?;
         }

@@ -9,9 +9,11 @@
 //! remain readable, so a bucket can be migrated gradually. Reading a sealed generation without
 //! its key fails with an error naming the object and the key ID. Never logs key material.
 //!
-//! Keys come from the environment: `REKINDLE_SEAL_KEY` (64 hex characters) or
+//! This module parses keys from the text it is given ([`SealKeys`]) and never reads the
+//! environment: the binaries read `REKINDLE_SEAL_KEY` (64 hex characters) or
 //! `REKINDLE_SEAL_KEY_FILE` (a file holding them), `REKINDLE_SEAL_KEY_ID` (default: derived
-//! from the key), and `REKINDLE_SEAL_OLD_KEYS` (`id:hex,id:hex`) for rotation.
+//! from the key), and `REKINDLE_SEAL_OLD_KEYS` (`id:hex,id:hex`) for rotation, once, into the
+//! store's settings.
 
 use aes_gcm::aead::{Aead, Generate, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
@@ -51,6 +53,32 @@ pub enum SealError {
     UnknownKey { key_id: String },
     #[error("cannot open the sealed payload with key '{key_id}': {reason}")]
     Damaged { key_id: String, reason: String },
+}
+
+/// Sealing keys as configured, still as text: the current key, its ID, and older keys that
+/// can still open what they sealed. The origins name where the text came from in errors
+/// (an environment variable or a file), never the key itself.
+#[derive(Clone, Default)]
+pub struct SealKeys {
+    /// 64 hex characters (surrounding whitespace is ignored).
+    pub key: String,
+    pub origin: String,
+    /// Recorded in every sealed payload; default: derived from the key.
+    pub key_id: Option<String>,
+    /// `id:hex,id:hex`.
+    pub older: Option<String>,
+    pub older_origin: String,
+}
+
+impl std::fmt::Debug for SealKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Origins and IDs only, never key material.
+        f.debug_struct("SealKeys")
+            .field("origin", &self.origin)
+            .field("key_id", &self.key_id)
+            .field("older_origin", &self.older_origin)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The configured keys: one to seal with, any number to open with.
@@ -107,39 +135,26 @@ impl Sealer {
         Ok(self)
     }
 
-    /// The sealer the environment configures, if any.
-    pub fn from_env() -> Result<Option<Sealer>, SealError> {
-        let text = match (
-            std::env::var("REKINDLE_SEAL_KEY").ok(),
-            std::env::var_os("REKINDLE_SEAL_KEY_FILE"),
-        ) {
-            (Some(text), _) => text,
-            (None, Some(path)) => {
-                std::fs::read_to_string(&path).map_err(|e| SealError::BadKey {
-                    origin: format!("file {}", std::path::Path::new(&path).display()),
-                    reason: e.to_string(),
-                })?
-            }
-            (None, None) => return Ok(None),
-        };
-        let id = std::env::var("REKINDLE_SEAL_KEY_ID").ok();
-        let mut sealer = Sealer::new(&text, id.as_deref()).map_err(|error| match error {
-            SealError::BadKey { reason, .. } => SealError::BadKey {
-                origin: "REKINDLE_SEAL_KEY".into(),
-                reason,
-            },
-            other => other,
-        })?;
-        if let Ok(older) = std::env::var("REKINDLE_SEAL_OLD_KEYS") {
+    /// The sealer `keys` configure; errors name where the bad key came from.
+    pub fn configure(keys: &SealKeys) -> Result<Sealer, SealError> {
+        let mut sealer =
+            Sealer::new(&keys.key, keys.key_id.as_deref()).map_err(|error| match error {
+                SealError::BadKey { reason, .. } => SealError::BadKey {
+                    origin: keys.origin.clone(),
+                    reason,
+                },
+                other => other,
+            })?;
+        if let Some(older) = &keys.older {
             for pair in older.split(',').filter(|p| !p.trim().is_empty()) {
                 let (id, hex) = pair.split_once(':').ok_or_else(|| SealError::BadKey {
-                    origin: "REKINDLE_SEAL_OLD_KEYS".into(),
+                    origin: keys.older_origin.clone(),
                     reason: "expected id:hex pairs separated by commas".into(),
                 })?;
                 sealer = sealer.with_older(id.trim(), hex)?;
             }
         }
-        Ok(Some(sealer))
+        Ok(sealer)
     }
 
     pub fn key_id(&self) -> &str {
@@ -241,6 +256,44 @@ mod tests {
         );
         assert!(!format!("{rotated:?}").contains("0102"));
         assert!(Sealer::new("short", None).is_err());
+    }
+
+    // Proves configured keys parse with their rotation, a bad key is refused naming where it
+    // came from (never its text), and the configuration's Debug shows no key material.
+    #[test]
+    fn configure_names_the_origin() {
+        let keys = SealKeys {
+            key: format!(" {OTHER}\n"),
+            origin: "REKINDLE_SEAL_KEY".into(),
+            key_id: Some("2026".into()),
+            older: Some(format!("2025:{KEY}")),
+            older_origin: "REKINDLE_SEAL_OLD_KEYS".into(),
+        };
+        let sealer = Sealer::configure(&keys).unwrap();
+        assert_eq!(sealer.key_id(), "2026");
+        let old = Sealer::new(KEY, Some("2025")).unwrap().seal(b"x", b"e");
+        assert_eq!(sealer.open(&old, b"e").unwrap(), b"x");
+        assert!(!format!("{keys:?}").contains("0102"));
+        let bad = Sealer::configure(&SealKeys {
+            key: "not-a-key".into(),
+            ..keys.clone()
+        })
+        .unwrap_err();
+        assert_eq!(
+            bad.to_string(),
+            "encryption key REKINDLE_SEAL_KEY: expected 64 hex characters (32 bytes)"
+        );
+        let pairs = Sealer::configure(&SealKeys {
+            older: Some("no-colon".into()),
+            ..keys
+        })
+        .unwrap_err();
+        assert!(
+            pairs
+                .to_string()
+                .starts_with("encryption key REKINDLE_SEAL_OLD_KEYS"),
+            "{pairs}"
+        );
     }
 
     // Proves the envelope is bound: another context fails, clearing the marker does not strip

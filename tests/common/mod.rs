@@ -9,7 +9,7 @@ use std::time::Duration;
 use object_store::memory::InMemory;
 use rekindle::clock::{Clock, SystemClock};
 use rekindle::store::faults::{FaultPlan, FaultyStore};
-use rekindle::store::{Backend, RetryPolicy, Store, StoreOptions};
+use rekindle::store::{Backend, RetryPolicy, Store, StoreSettings, StoreUrl};
 
 /// Fast retries so fault tests finish quickly; still bounded.
 pub(crate) fn fast_retry() -> RetryPolicy {
@@ -46,12 +46,22 @@ pub(crate) fn faulty_memory(plan: FaultPlan, seed: u64) -> (Store, Arc<FaultySto
     (store, faulty)
 }
 
-pub(crate) async fn local(dir: &std::path::Path) -> Store {
-    let options = StoreOptions {
+/// Settings with fast retries, reaching the S3 test server as `scripts/test` describes it:
+/// the binaries read `AWS_ALLOW_HTTP` at their boundary, and so do the tests, here.
+pub(crate) fn settings() -> StoreSettings {
+    StoreSettings {
         retry: fast_retry(),
-        ..StoreOptions::default()
+        allow_http: std::env::var("AWS_ALLOW_HTTP")
+            .is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
+        ..StoreSettings::default()
+    }
+}
+
+pub(crate) async fn local(dir: &std::path::Path) -> Store {
+    let url = StoreUrl::Local {
+        root: dir.to_owned(),
     };
-    Store::open(dir.to_str().unwrap(), &options, SystemClock::shared())
+    Store::open(&url, &settings(), SystemClock::shared())
         .await
         .unwrap()
 }
@@ -68,11 +78,7 @@ pub(crate) fn s3_url() -> String {
 
 /// The S3 test store at an exact URL.
 pub(crate) async fn s3_store_at(url: &str) -> Store {
-    let options = StoreOptions {
-        retry: fast_retry(),
-        ..StoreOptions::default()
-    };
-    Store::open(url, &options, SystemClock::shared())
+    Store::open(&url.parse().unwrap(), &settings(), SystemClock::shared())
         .await
         .unwrap()
 }
@@ -85,11 +91,9 @@ pub(crate) async fn s3(name: &str) -> Store {
         s3_url().trim_end_matches('/'),
         clock.nonce()
     );
-    let options = StoreOptions {
-        retry: fast_retry(),
-        ..StoreOptions::default()
-    };
-    Store::open(&url, &options, clock).await.unwrap()
+    Store::open(&url.parse().unwrap(), &settings(), clock)
+        .await
+        .unwrap()
 }
 
 /// A child process that is killed (and reaped) when dropped, so a failing test never leaves

@@ -1,30 +1,31 @@
-//! The `rekindle` subcommands that talk to a store. Each prints its result and returns an
-//! error that `main` prints as one line.
+//! The `rekindle` subcommands, one function each: open what the command needs, call the
+//! library (which decides), print the result. Each returns an error that `main` prints as
+//! one line.
 
-use rekindle::core::record::{IndexEntry, Phase, RecoveryState};
-use rekindle::fleet::admission::Takeover;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use rekindle::cli::{self, StoreArgs};
+use rekindle::core::assignment::Registration;
 use rekindle::core::fact::{CallId, QuestionId, RecoveryId, RunId, SessionId};
 use rekindle::core::fold;
 use rekindle::core::layout;
-
-use rekindle::core::assignment::Registration;
+use rekindle::core::record::{IndexEntry, Phase, RecoveryState};
+use rekindle::fleet::admission::{self, Takeover};
 use rekindle::fleet::coordinator;
+use rekindle::fleet::liveness::{self, Liveness, Sighting};
 use rekindle::fleet::runner::Stopped;
-use rekindle::fleet::{self, Agent, Answer, Node};
+use rekindle::fleet::{self, Agent, Answer, Node, removal};
 use rekindle::host::config::Config;
-use rekindle::store::Store;
 use rekindle::store::generation;
-use rekindle::store::index::{self, IndexScan};
+use rekindle::store::index::IndexScan;
 use rekindle::store::lease::{self, Holder};
-use rekindle::store::log::LogDir;
-use rekindle::store::recovery::{self};
+use rekindle::store::log::{self, LogDir};
+use rekindle::store::recovery;
+use rekindle::store::{Store, StoreUrl};
+
+use super::render;
+use super::shared::{self, StoreArgs, StoreSettingsArgs};
 
 const CLI_TTL: Duration = Duration::from_secs(10);
 
@@ -37,34 +38,29 @@ pub(crate) async fn run(
     lease_ttl_ms: u64,
     prompt: String,
 ) -> anyhow::Result<()> {
-    let stop = cli::stop_on_signals();
+    let stop = shared::stop_on_signals();
     let config = Config::load(&config).context("load the configuration")?;
     let agent = Agent::from_config(config).context("set up the model")?;
     let store = store.open(false).await.context("open the store")?;
-    let logs = LogDir::open(cli::state_dir(state_dir)?).context("open the state directory")?;
+    let logs = LogDir::open(shared::state_dir(state_dir)?).context("open the state directory")?;
     let holder = Holder::new(
         &store,
-        cli::default_id("host"),
+        shared::default_id("host"),
         Duration::from_millis(lease_ttl_ms),
     );
-    holder.beat().await.context("write the heartbeat")?;
-    let beating_stop = Arc::new(AtomicBool::new(false));
-    let beating = holder.spawn_heartbeat(Arc::clone(&beating_stop));
     let node = Node {
         store: store.clone(),
         agent,
         logs,
-        holder: Arc::clone(&holder),
+        holder: std::sync::Arc::clone(&holder),
         stop,
     };
     let run = RunId::new(run_id);
-    let result = node
-        .start_run(&run, session_id.map(SessionId::new), &prompt)
-        .await;
-    beating_stop.store(true, Ordering::SeqCst);
-    let _ = beating.await;
-    // A stopped host's heartbeat disappears, so the fleet resumes its run at once.
-    let _ = holder.retire().await;
+    // A stopped host's heartbeat disappears with it, so the fleet resumes its run at once.
+    let result = holder
+        .while_beating(node.start_run(&run, session_id.map(SessionId::new), &prompt))
+        .await
+        .context("write the heartbeat")?;
     // Most errors already name the run; prefix the others with it, not both.
     let result = result.map_err(|error| {
         let error = anyhow::Error::from(error);
@@ -81,7 +77,7 @@ pub(crate) async fn run(
         Stopped::Parked(parked) => {
             println!(
                 "run {run}: parked, {}; answer it with `rekindle answer {run}`",
-                crate::describe_parked(&parked)
+                render::describe_parked(&parked)
             )
         }
         Stopped::WaitingForInput => println!("run {run}: waiting for input"),
@@ -90,17 +86,6 @@ pub(crate) async fn run(
         }
     }
     Ok(())
-}
-
-async fn admit(
-    store: &Store,
-    source: &RunId,
-    recovery_id: &RecoveryId,
-    force: bool,
-    takeover: Takeover,
-) -> anyhow::Result<rekindle::core::record::RecoveryRecord> {
-    let holder = Holder::new(store, cli::default_id("cli"), CLI_TTL);
-    Ok(fleet::spawn_recovery(store, &holder, source, recovery_id, force, takeover).await?)
 }
 
 pub(crate) async fn recover(
@@ -117,19 +102,17 @@ pub(crate) async fn recover(
     let takeover = if takeover {
         Takeover::Now
     } else {
-        if let Some(view) = lease::read_lease(&store, &source).await?
-            && !view.lease.released
-            && recovery::read(&store, &id).await?.is_none()
-        {
+        if let Some(lease) = admission::lease_to_watch(&store, &source, &id).await? {
             println!(
                 "run {source} is held by '{}': watching its heartbeat for up to {:.1} s (its lease TTL) to be sure it is gone",
-                view.lease.holder,
-                view.lease.ttl_ms as f64 / 1000.0
+                lease.holder,
+                lease.ttl_ms as f64 / 1000.0
             );
         }
         Takeover::IfSilent
     };
-    let record = admit(&store, &source, &id, force, takeover).await?;
+    let holder = Holder::new(&store, shared::default_id("cli"), CLI_TTL);
+    let record = fleet::spawn_recovery(&store, &holder, &source, &id, force, takeover).await?;
     println!(
         "recovery {id} of run {source}: {}, pinned to generation {}",
         record.state.describe(),
@@ -194,60 +177,35 @@ pub(crate) async fn recover_all(
     for bad in bad {
         eprintln!("skipped {}: {}", bad.key, bad.error);
     }
-    let running: Vec<IndexEntry> = entries
-        .into_iter()
-        .filter(|e| e.phase == Phase::Running)
-        .collect();
-    // Interrupted: no heartbeat, or (unless taking over) a heartbeat that does not change
-    // for a whole TTL, observed on this machine's clock.
-    let mut first = Vec::new();
-    for entry in &running {
-        let beat = match &entry.holder {
-            Some(key) => lease::read_heartbeat(&store, key).await?,
-            None => None,
-        };
-        first.push(beat);
-    }
-    let ttl = first
-        .iter()
-        .flatten()
-        .map(|(beat, _)| Duration::from_millis(beat.ttl_ms))
-        .max()
-        .unwrap_or_default();
-    if !takeover && !ttl.is_zero() {
-        println!(
-            "watching {} running runs for {:.1} s (one lease TTL)",
-            running.len(),
-            ttl.as_secs_f64()
-        );
-        rekindle::clock::sleep(ttl).await;
-    }
+    let watch = liveness::Watch::begin(&store, entries).await?;
+    let judged = if takeover {
+        watch.take_over()
+    } else {
+        let duration = watch.duration();
+        if !duration.is_zero() {
+            println!(
+                "watching {} running runs for {:.1} s (one lease TTL)",
+                watch.runs(),
+                duration.as_secs_f64()
+            );
+        }
+        watch.finish(&store).await?
+    };
+    let holder = Holder::new(&store, shared::default_id("cli"), CLI_TTL);
     let mut admitted = Vec::new();
     let mut alive = 0;
-    for (entry, before) in running.iter().zip(first) {
-        let interrupted = match (&before, &entry.holder) {
-            _ if takeover => true,
-            (None, _) | (_, None) => true,
-            (Some((_, etag)), Some(key)) => {
-                lease::read_heartbeat(&store, key)
-                    .await?
-                    .map(|(_, now)| now)
-                    == Some(etag.clone())
-            }
-        };
-        if !interrupted {
+    for (entry, judgement) in judged {
+        if judgement == Liveness::Running {
             alive += 1;
             continue;
         }
-        let id = rekindle::core::assignment::recovery_id_for(&entry.run_id);
-        // Judged silent above (or taken over on the operator's word): fence now.
-        match admit(&store, &entry.run_id, &id, force, Takeover::Now).await {
+        match fleet::recover_interrupted(&store, &holder, &entry.run_id, force).await {
             Ok(record) => {
                 println!(
-                    "recovery {id} of run {}: pinned to generation {}",
-                    entry.run_id, record.source_generation
+                    "recovery {} of run {}: pinned to generation {}",
+                    record.recovery_id, entry.run_id, record.source_generation
                 );
-                admitted.push(id);
+                admitted.push(record.recovery_id);
             }
             Err(error) => eprintln!("run {}: {error:#}", entry.run_id),
         }
@@ -270,9 +228,9 @@ async fn state_of(store: &Store, entry: &IndexEntry) -> anyhow::Result<&'static 
         Phase::Parked => "parked",
         Phase::Recovering => "recovering",
         Phase::Dead => "dead",
-        Phase::Running => match &entry.holder {
-            Some(key) if store.head(key).await?.is_some() => "running",
-            _ => "interrupted",
+        Phase::Running => match liveness::judge_now(store, entry).await? {
+            Liveness::Running => "running",
+            Liveness::Interrupted => "interrupted",
         },
     })
 }
@@ -347,42 +305,7 @@ pub(crate) async fn runs_ls(
 pub(crate) async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Result<()> {
     let store = store.open(false).await.context("open the store")?;
     let run = RunId::new(run);
-    let lease = lease::read_lease(&store, &run).await?;
-    // Every run that ever started took a lease first, and retirement keeps it: without
-    // one, the ID is a typo, and a tombstone would reserve it for nothing.
-    let Some(view) = lease else {
-        bail!("run \"{run}\" does not exist (it has no lease); nothing to retire");
-    };
-    if !view.lease.released && !force {
-        bail!(
-            "run \"{run}\" is leased by '{}' at epoch {}; stop it first (or --force if that holder is gone)",
-            view.lease.holder,
-            view.lease.epoch
-        );
-    }
-    // A recovery continuing this run is found by the coordinator through the run's index
-    // entry, which retiring removes: its record would stay non-terminal forever.
-    if let Some(recovery) = rekindle::store::recovery::claimed_by(&store, &run).await?
-        && !force
-    {
-        let state = rekindle::store::recovery::read(&store, &recovery)
-            .await?
-            .map(|(record, _)| record.state);
-        if !state.is_some_and(|state| state.is_terminal()) {
-            bail!(
-                "run \"{run}\" is being recovered as '{recovery}' ({}); let the recovery end first (or --force to strand it)",
-                state.map_or("admission not finished", |state| state.describe())
-            );
-        }
-    }
-    // "Retire now": the same retirement gc does after the retention period, so the run keeps
-    // its lease, claim, epochs' first slots and a tombstone and cannot come back to life.
-    let deleted =
-        rekindle::store::gc::retire(&store, &run, rekindle::store::tombstone::RetiredBy::Removal)
-            .await
-            // gc's errors name the run or its object; the context does not repeat it.
-            .context("retire the run")?;
-    index::remove(&store, &run).await?;
+    let deleted = removal::remove(&store, &run, force).await?;
     println!(
         "run {run}: retired, {deleted} objects deleted (tombstone, lease, recovery claim and each epoch's first generation kept)"
     );
@@ -491,7 +414,7 @@ pub(crate) async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyh
         summary.counters.tool_calls,
         summary.counters.tool_results
     );
-    println!("next step   {}", crate::describe_step(&summary.next_step));
+    println!("next step   {}", render::describe_step(&summary.next_step));
     for pending in &summary.pending_calls {
         let note = match pending.confirmation {
             fold::Confirmation::Requested => "waiting for confirmation; it has not run",
@@ -534,18 +457,8 @@ pub(crate) async fn answer(
         _ => bail!("give either --confirm CALL_ID --approve|--deny or --question ID --text TEXT"),
     };
     let source = RunId::new(run);
-    let holder = Holder::new(&store, cli::default_id("cli"), CLI_TTL);
-    // The answer is committed under the run's lease: beat while holding it, or anyone who
-    // looks (`rekindle recover` without --takeover) takes a holder with no heartbeat for
-    // gone and fences the answer.
-    holder.beat().await.context("write the heartbeat")?;
-    let beating_stop = Arc::new(AtomicBool::new(false));
-    let beating = holder.spawn_heartbeat(Arc::clone(&beating_stop));
-    let answered = fleet::answer_run(&store, &holder, &source, answer).await;
-    beating_stop.store(true, Ordering::SeqCst);
-    let _ = beating.await;
-    let _ = holder.retire().await;
-    answered?;
+    let holder = Holder::new(&store, shared::default_id("cli"), CLI_TTL);
+    fleet::answer(&store, &holder, &source, answer).await?;
     println!("run {source}: answered; the fleet resumes it");
     Ok(())
 }
@@ -563,7 +476,10 @@ pub(crate) async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
         else {
             continue;
         };
-        let alive = store.head(&registration.heartbeat).await?.is_some();
+        let alive = matches!(
+            liveness::look_at(&store, &registration.heartbeat, Duration::ZERO).await?,
+            Sighting::Beating { .. }
+        );
         let assigned = coordinator::read_inbox(&store, &registration.worker)
             .await?
             .len();
@@ -647,5 +563,170 @@ pub(crate) async fn workflow_run(
     for step in &report.completed {
         println!("  {} ({}): {}", step.step, step.run_id, step.outcome);
     }
+    Ok(())
+}
+
+pub(crate) fn fold(path: &Path, json: bool) -> anyhow::Result<()> {
+    let (state, torn_tail) =
+        log::fold(path).with_context(|| format!("fold the fact log {}", path.display()))?;
+    let summary = state.summary();
+    if json {
+        let mut value = serde_json::to_value(&summary).context("encode the summary")?;
+        value["torn_tail_line"] = serde_json::json!(torn_tail.map(|t| t.line));
+        println!("{value}");
+        return Ok(());
+    }
+    if let Some(torn) = torn_tail {
+        eprintln!(
+            "note: skipped a torn last line (line {}, {} bytes), left by an interrupted write",
+            torn.line, torn.bytes
+        );
+    }
+    print!("{}", render::summary(&summary));
+    Ok(())
+}
+
+pub(crate) async fn demo(
+    runs: usize,
+    workers: usize,
+    store: Option<StoreUrl>,
+    store_settings: StoreSettingsArgs,
+    seed: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let options = rekindle::fleet::demo::DemoOptions {
+        runs,
+        workers,
+        store,
+        store_settings: store_settings.settings(false)?,
+        seed,
+        progress: !json,
+        ..rekindle::fleet::demo::DemoOptions::default()
+    };
+    let summary = rekindle::fleet::demo::run(options)
+        .await
+        .context("run the demo")?;
+    if json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        println!(
+            "{} of {} runs completed ({} by their hosts, {} by recoveries) in {:.1} s",
+            summary.completed,
+            summary.runs,
+            summary.completed_by_host,
+            summary.recoveries,
+            summary.seconds
+        );
+        println!(
+            "{} hosts crashed, {} worker killed; {} recovery attempts",
+            summary.hosts_crashed, summary.workers_killed, summary.recovery_attempts
+        );
+        println!(
+            "{} tool calls, {} re-executed (at most one per interruption: {} runs over that bound)",
+            summary.tool_calls, summary.tool_calls_reexecuted, summary.runs_over_budget
+        );
+        println!(
+            "{} fleet requests, {:.1} per recovery; store {}",
+            summary.fleet_requests, summary.requests_per_recovery, summary.store
+        );
+    }
+    match summary.violation() {
+        Some(violation) => bail!(violation),
+        None => Ok(()),
+    }
+}
+
+pub(crate) async fn probe(store: StoreArgs) -> anyhow::Result<()> {
+    let opened = store.open(true).await.context("open the store")?;
+    opened.probe().await.context("probe the store")?;
+    println!(
+        "store {}: conditional writes are enforced and atomic (create-if-absent, compare-and-swap, 8-way create race)",
+        store.store
+    );
+    Ok(())
+}
+
+pub(crate) async fn gc(
+    store: StoreArgs,
+    retention_hours: u64,
+    grace_minutes: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let opened = store.open(false).await.context("open the store")?;
+    let now = opened.clock().wall_ms();
+    let policy = rekindle::store::gc::GcPolicy {
+        retention: Duration::from_secs(retention_hours.saturating_mul(3600)),
+        grace: Duration::from_secs(grace_minutes.saturating_mul(60)),
+    };
+    let report = rekindle::store::gc::collect(&opened, &policy, now)
+        .await
+        .context("collect garbage")?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "gc: {} runs scanned, {} superseded generations deleted ({} kept within the grace period), {} finished runs retired (tombstone, lease, claim and recovery records kept)",
+            report.runs_scanned,
+            report.generations_deleted,
+            report.generations_in_grace,
+            report.runs_retired
+        );
+        for skipped in &report.skipped {
+            eprintln!("skipped: {skipped}");
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn bench_store(
+    store: StoreArgs,
+    steps: u64,
+    facts: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    let opened = store.open(false).await.context("open the store")?;
+    let nonce = opened.clock().nonce();
+    let commit =
+        rekindle::store::measure::commit_cost(&opened, &format!("bench-commit-{nonce}"), steps)
+            .await
+            .context("measure commits")?;
+    let load =
+        rekindle::store::measure::load_cost(&opened, &format!("bench-load-{nonce}"), facts, 10, 5)
+            .await
+            .context("measure loads")?;
+    if json {
+        println!("{}", serde_json::json!({"commit": commit, "load": load}));
+        return Ok(());
+    }
+    let r = &commit.requests;
+    println!("store {}", store.store);
+    println!(
+        "commit: {}-step run, {} commits: {:.2} requests/commit ({:.2} conditional PUTs), {} GET, {} HEAD, {} PUT, {} LIST",
+        commit.steps,
+        commit.commits,
+        commit.requests_per_commit,
+        commit.conditional_puts_per_commit,
+        r.get,
+        r.head,
+        r.put,
+        r.list
+    );
+    println!(
+        "        {} bytes written for {} bytes of facts ({:.2}x)",
+        r.bytes_written, commit.fact_bytes, commit.write_amplification
+    );
+    let l = &load.requests;
+    println!(
+        "load:   {} facts in {} generations: {} requests ({} GET, {} HEAD, {} LIST), {} bytes read, median {:.1} ms of {} loads",
+        load.facts,
+        load.generations,
+        l.requests(),
+        l.get,
+        l.head,
+        l.list,
+        l.bytes_read,
+        load.median_ms,
+        load.loads
+    );
     Ok(())
 }

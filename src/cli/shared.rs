@@ -1,0 +1,209 @@
+//! Pieces every binary shares: store flags and environment, parsed once into the library's
+//! typed settings; logging setup; stopping on SIGTERM. Binaries stay thin: parse settings,
+//! call these, call the library's `run`.
+//!
+//! Compiled into the binaries only, never into the library (whose API has no clap types):
+//! `rekindle` has it as `cli::shared`, and the fleet binaries include this file by path. This
+//! is the one place that reads the store's environment variables (`REKINDLE_SEAL_KEY*`,
+//! `REKINDLE_FAULTS*`, `AWS_ALLOW_HTTP`); below it, `Store::open` takes explicit values.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use rekindle::clock::SystemClock;
+use rekindle::store::faults::FaultSettings;
+use rekindle::store::seal::{SealKeys, Sealer};
+use rekindle::store::{RetryPolicy, S3Addressing, Store, StoreSettings, StoreUrl};
+
+/// Where the bucket is, and how to reach it.
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct StoreArgs {
+    /// Store URL: s3://bucket/prefix, file:///abs/path (or a plain path), or memory://.
+    /// S3 credentials, region and endpoint come from the standard AWS environment.
+    #[arg(long, env = "REKINDLE_STORE")]
+    pub store: StoreUrl,
+    #[command(flatten)]
+    pub settings: StoreSettingsArgs,
+}
+
+impl StoreArgs {
+    /// Opens the store; `read_only` skips the capability probe.
+    pub(crate) async fn open(&self, read_only: bool) -> anyhow::Result<Store> {
+        let settings = self.settings.settings(read_only)?;
+        Ok(Store::open(&self.store, &settings, SystemClock::shared()).await?)
+    }
+}
+
+/// How to reach the store, beyond its URL (every command that has a store takes these).
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct StoreSettingsArgs {
+    /// S3 endpoint (e.g. http://127.0.0.1:9000 for MinIO); overrides AWS_ENDPOINT_URL.
+    #[arg(long, env = "REKINDLE_S3_ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// Allow plain-HTTP S3 endpoints (also AWS_ALLOW_HTTP=true).
+    #[arg(long)]
+    pub allow_http: bool,
+    /// Use virtual-hosted-style S3 requests instead of path-style.
+    #[arg(long)]
+    pub virtual_hosted_style: bool,
+    /// S3 region (default: from the AWS environment or profile).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Deadline for one store request; a stalled request is retried after it.
+    #[arg(long, env = "REKINDLE_STORE_TIMEOUT_MS", default_value_t = 30_000)]
+    pub store_timeout_ms: u64,
+}
+
+impl StoreSettingsArgs {
+    /// The store settings these flags and the environment give: sealing keys from
+    /// `REKINDLE_SEAL_KEY` or `REKINDLE_SEAL_KEY_FILE` (with `REKINDLE_SEAL_KEY_ID` and
+    /// `REKINDLE_SEAL_OLD_KEYS`), plain HTTP also from `AWS_ALLOW_HTTP`, and, for the fault
+    /// tests only, `REKINDLE_FAULTS` and `REKINDLE_FAULTS_PARTITION_FILE`. `read_only` skips the
+    /// capability probe.
+    pub(crate) fn settings(&self, read_only: bool) -> anyhow::Result<StoreSettings> {
+        Ok(StoreSettings {
+            endpoint: self.endpoint.clone(),
+            addressing: if self.virtual_hosted_style {
+                S3Addressing::VirtualHosted
+            } else {
+                S3Addressing::Path
+            },
+            allow_http: self.allow_http
+                || std::env::var("AWS_ALLOW_HTTP")
+                    .is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
+            region: self.region.clone(),
+            retry: RetryPolicy {
+                attempt_timeout: Duration::from_millis(self.store_timeout_ms.max(1)),
+                ..RetryPolicy::default()
+            },
+            sealer: sealer_from_env()?.map(Arc::new),
+            faults: faults_from_env()?,
+            skip_probe: read_only,
+        })
+    }
+}
+
+/// The sealer the environment configures, if any.
+fn sealer_from_env() -> anyhow::Result<Option<Sealer>> {
+    let (key, origin) = match (
+        std::env::var("REKINDLE_SEAL_KEY").ok(),
+        std::env::var_os("REKINDLE_SEAL_KEY_FILE").map(PathBuf::from),
+    ) {
+        (Some(text), _) => (text, "REKINDLE_SEAL_KEY".to_owned()),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(&path).with_context(|| {
+                format!(
+                    "read the encryption key file {} (REKINDLE_SEAL_KEY_FILE)",
+                    path.display()
+                )
+            })?;
+            (
+                text,
+                format!("file {} (REKINDLE_SEAL_KEY_FILE)", path.display()),
+            )
+        }
+        (None, None) => return Ok(None),
+    };
+    let keys = SealKeys {
+        key,
+        origin,
+        key_id: std::env::var("REKINDLE_SEAL_KEY_ID").ok(),
+        older: std::env::var("REKINDLE_SEAL_OLD_KEYS").ok(),
+        older_origin: "REKINDLE_SEAL_OLD_KEYS".into(),
+    };
+    Ok(Some(Sealer::configure(&keys)?))
+}
+
+/// Test-only fault injection, when the environment asks for it (the chaos tests start real
+/// processes with it); the store logs a warning when it is on.
+fn faults_from_env() -> anyhow::Result<Option<FaultSettings>> {
+    let spec = std::env::var("REKINDLE_FAULTS").ok();
+    let partition_file = std::env::var_os("REKINDLE_FAULTS_PARTITION_FILE").map(PathBuf::from);
+    if spec.is_none() && partition_file.is_none() {
+        return Ok(None);
+    }
+    let mut faults =
+        FaultSettings::parse(spec.as_deref().unwrap_or("")).context("read REKINDLE_FAULTS")?;
+    faults.partition_file = partition_file;
+    Ok(Some(faults))
+}
+
+/// Logs to stderr, as JSON when `json` (for Kubernetes) or `REKINDLE_LOG_FORMAT=json`.
+/// `RUST_LOG` selects what is logged (default: `default_level`).
+pub(crate) fn init_tracing(json: bool, default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let json = json || std::env::var("REKINDLE_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// A flag set on SIGTERM or SIGINT, for a graceful stop.
+pub(crate) fn stop_on_signals() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("stop requested: finishing the current step");
+        flag.store(true, Ordering::SeqCst);
+    });
+    stop
+}
+
+/// A process identity: the given one, else the pod or host name plus the process ID.
+pub(crate) fn default_id(role: &str) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "local".into());
+    format!("{role}-{host}-{}", std::process::id())
+}
+
+/// The state directory for local fact logs: the given one or the XDG default.
+pub(crate) fn state_dir(given: Option<PathBuf>) -> Result<PathBuf, rekindle::store::log::LogError> {
+    match given {
+        Some(dir) => Ok(dir),
+        None => rekindle::store::log::default_dir(),
+    }
+}
+
+/// Runs a binary's async main on a multi-threaded runtime and turns its result into the exit
+/// code, printing an error as one line (with its causes, for errors that format them with
+/// `{:#}`).
+pub(crate) fn run_async<E: std::fmt::Display>(
+    future: impl std::future::Future<Output = Result<(), E>>,
+) -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(future) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

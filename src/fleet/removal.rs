@@ -1,0 +1,177 @@
+//! Retiring a run now, on an operator's word (`rekindle runs rm`): whether it may go, then
+//! the retirement.
+//!
+//! This module owns the decision, as a pure function of what the store holds ([`decide`]): a
+//! run that never existed is refused (a tombstone would reserve a typo), and so, unless forced,
+//! are a run whose lease a holder still has and a run whose recovery has not ended (retiring
+//! removes the index entry through which the coordinator finds that recovery, stranding it).
+//! The retirement itself is the one gc applies after the retention period (`gc::retire`), so
+//! the run keeps its lease, claim, epochs' first generations and a tombstone and can never be
+//! resumed, recreated or recovered again.
+
+use crate::core::fact::{RecoveryId, RunId};
+use crate::core::record::RecoveryState;
+use crate::store::Store;
+use crate::store::gc::{self, GcError};
+use crate::store::index::{self, IndexError};
+use crate::store::lease::{self, Lease, LeaseError};
+use crate::store::recovery::{self, RecoveryError};
+use crate::store::tombstone::RetiredBy;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemovalError {
+    #[error("run \"{run}\" does not exist (it has no lease); nothing to retire")]
+    NoSuchRun { run: RunId },
+    #[error(
+        "run \"{run}\" is leased by '{holder}' at epoch {epoch}; stop it first (or --force if that holder is gone)"
+    )]
+    Leased {
+        run: RunId,
+        holder: String,
+        epoch: u64,
+    },
+    #[error(
+        "run \"{run}\" is being recovered as '{recovery}' ({state}); let the recovery end first (or --force to strand it)"
+    )]
+    BeingRecovered {
+        run: RunId,
+        recovery: RecoveryId,
+        /// The recovery's state in words, or that its admission has not finished.
+        state: &'static str,
+    },
+    #[error("retire run \"{run}\": {source}")]
+    Retire {
+        run: RunId,
+        #[source]
+        source: Box<GcError>,
+    },
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Recovery(#[from] RecoveryError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// What the store holds about a run, as far as removing it is concerned.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    /// The run's lease: every run that ever started took one, and retirement keeps it.
+    pub lease: Option<Lease>,
+    /// The recovery that claimed the run, and that recovery's state (`None` while its
+    /// admission has not written the record yet).
+    pub recovery: Option<(RecoveryId, Option<RecoveryState>)>,
+}
+
+/// Whether `run` may be retired now. Pure.
+pub fn decide(run: &RunId, facts: &Facts, force: bool) -> Result<(), RemovalError> {
+    let Some(lease) = &facts.lease else {
+        return Err(RemovalError::NoSuchRun { run: run.clone() });
+    };
+    if !lease.released && !force {
+        return Err(RemovalError::Leased {
+            run: run.clone(),
+            holder: lease.holder.clone(),
+            epoch: lease.epoch,
+        });
+    }
+    if let Some((recovery, state)) = &facts.recovery
+        && !force
+        && !state.is_some_and(RecoveryState::is_terminal)
+    {
+        return Err(RemovalError::BeingRecovered {
+            run: run.clone(),
+            recovery: recovery.clone(),
+            state: state.map_or("admission not finished", RecoveryState::describe),
+        });
+    }
+    Ok(())
+}
+
+/// Reads what [`decide`] needs about `run`.
+pub async fn facts(store: &Store, run: &RunId) -> Result<Facts, RemovalError> {
+    let lease = lease::read_lease(store, run).await?.map(|view| view.lease);
+    let recovery = match recovery::claimed_by(store, run).await? {
+        None => None,
+        Some(id) => {
+            let state = recovery::read(store, &id)
+                .await?
+                .map(|(record, _)| record.state);
+            Some((id, state))
+        }
+    };
+    Ok(Facts { lease, recovery })
+}
+
+/// Retires `run` now if [`decide`] allows it: its tombstone, then its generations (but each
+/// epoch's first) and loop checkpoints, then its index entry. Returns how many objects were
+/// deleted.
+pub async fn remove(store: &Store, run: &RunId, force: bool) -> Result<u64, RemovalError> {
+    decide(run, &facts(store, run).await?, force)?;
+    let deleted = gc::retire(store, run, RetiredBy::Removal)
+        .await
+        .map_err(|source| RemovalError::Retire {
+            run: run.clone(),
+            source: Box::new(source),
+        })?;
+    index::remove(store, run).await?;
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(released: bool) -> Lease {
+        Lease {
+            format: 1,
+            kind: "run.lease".into(),
+            run_id: RunId::new("r"),
+            holder: "host-a".into(),
+            holder_nonce: "n".into(),
+            heartbeat: "heartbeats/x/host-a".into(),
+            epoch: 3,
+            ttl_ms: 1000,
+            released,
+            at_ms: 0,
+        }
+    }
+
+    // Proves the refusals and what --force overrides: a run without a lease never existed
+    // (even forced), a held lease and an unfinished recovery are refused unless forced, and
+    // a released run whose recovery ended may go.
+    #[test]
+    fn refusals_and_force() {
+        let run = RunId::new("r");
+        let missing = Facts {
+            lease: None,
+            recovery: None,
+        };
+        assert!(matches!(
+            decide(&run, &missing, true),
+            Err(RemovalError::NoSuchRun { .. })
+        ));
+        let held = Facts {
+            lease: Some(lease(false)),
+            recovery: None,
+        };
+        let refused = decide(&run, &held, false).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "run \"r\" is leased by 'host-a' at epoch 3; stop it first (or --force if that holder is gone)"
+        );
+        assert!(decide(&run, &held, true).is_ok());
+        let recovering = |state| Facts {
+            lease: Some(lease(true)),
+            recovery: Some((RecoveryId::new("rec"), state)),
+        };
+        let admitting = decide(&run, &recovering(None), false).unwrap_err();
+        assert!(
+            admitting.to_string().contains("(admission not finished)"),
+            "{admitting}"
+        );
+        assert!(decide(&run, &recovering(Some(RecoveryState::Running)), false).is_err());
+        assert!(decide(&run, &recovering(Some(RecoveryState::Running)), true).is_ok());
+        assert!(decide(&run, &recovering(Some(RecoveryState::Finished)), false).is_ok());
+    }
+}
