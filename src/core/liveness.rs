@@ -68,13 +68,57 @@ impl ExpiryWatch {
     }
 }
 
-/// Judges each listed heartbeat: alive unless its listed ETag stayed the same for its holder's
-/// TTL. The TTL is the longest of the observer's own and any the holder declared
+/// One look at the heartbeat of a run's holder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sighting {
+    /// The index entry names no holder.
+    NoHolder,
+    /// The holder's heartbeat object does not exist.
+    Gone,
+    /// The heartbeat exists at this version; its holder declared this TTL.
+    Beating { etag: ETag, ttl: Duration },
+}
+
+/// The judgement of a running run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// Its holder beats (or has not yet been watched for a whole TTL).
+    Running,
+    /// Nobody drives it: the fleet may recover it.
+    Interrupted,
+}
+
+/// Judges sightings of holders over time. Pure: no I/O, no clock of its own.
+#[derive(Debug, Default)]
+pub struct Judge {
+    watch: ExpiryWatch,
+}
+
+impl Judge {
+    /// Judges `sighting` of what `key` names (a run, or a heartbeat key shared by a holder's
+    /// runs), seen at `now` on this process's monotonic clock. A beating holder is interrupted
+    /// only once this judge has seen its heartbeat at the same version for its whole TTL.
+    pub fn judge(&mut self, key: &str, sighting: &Sighting, now: Duration) -> Liveness {
+        match sighting {
+            Sighting::NoHolder | Sighting::Gone => Liveness::Interrupted,
+            Sighting::Beating { etag, ttl } => {
+                // The heartbeat is the one object watched here, so it stands in the lease slot.
+                match self.watch.observe(key, etag, None, *ttl, now) {
+                    Verdict::Alive => Liveness::Running,
+                    Verdict::Expired => Liveness::Interrupted,
+                }
+            }
+        }
+    }
+}
+
+/// Judges each listed heartbeat with `judge`: alive unless its listed ETag stayed the same for
+/// its holder's TTL. The TTL is the longest of the observer's own and any the holder declared
 /// (`declared`: heartbeat key, TTL in ms), so a host that beats every 10 s under a 30 s TTL is
 /// never judged by a coordinator's 3 s TTL. A heartbeat that is not listed is not judged here:
 /// callers treat it as gone.
 pub fn judge_heartbeats<'a>(
-    watch: &mut ExpiryWatch,
+    judge: &mut Judge,
     own_ttl: Duration,
     declared: impl IntoIterator<Item = (&'a str, u64)>,
     heartbeats: Vec<(String, ETag)>,
@@ -89,8 +133,8 @@ pub fn judge_heartbeats<'a>(
     for (key, etag) in heartbeats {
         let declared = longest.get(key.as_str()).copied().unwrap_or(0);
         let ttl = own_ttl.max(Duration::from_millis(declared));
-        let verdict = watch.observe(&key, &etag, None, ttl, now);
-        alive.insert(key, verdict == Verdict::Alive);
+        let liveness = judge.judge(&key, &Sighting::Beating { etag, ttl }, now);
+        alive.insert(key, liveness == Liveness::Running);
     }
     alive
 }
@@ -138,6 +182,42 @@ mod tests {
         assert_eq!(
             watch.observe(run, &moved, None, ttl, at(46)),
             Verdict::Expired
+        );
+    }
+
+    fn beating(version: &str) -> Sighting {
+        Sighting::Beating {
+            etag: ETag(version.into()),
+            ttl: Duration::from_secs(10),
+        }
+    }
+
+    // Proves the judgement: no holder or no heartbeat is interrupted at once; a heartbeat is
+    // running on one look and while it changes, and interrupted only after it stayed the
+    // same for a whole TTL on the judge's clock.
+    #[test]
+    fn interrupted_only_when_silent_for_a_ttl() {
+        let at = Duration::from_secs;
+        let mut judge = Judge::default();
+        assert_eq!(
+            judge.judge("a", &Sighting::NoHolder, at(0)),
+            Liveness::Interrupted
+        );
+        assert_eq!(
+            judge.judge("b", &Sighting::Gone, at(0)),
+            Liveness::Interrupted
+        );
+        assert_eq!(judge.judge("c", &beating("1"), at(0)), Liveness::Running);
+        assert_eq!(judge.judge("c", &beating("2"), at(9)), Liveness::Running);
+        assert_eq!(judge.judge("c", &beating("2"), at(18)), Liveness::Running);
+        assert_eq!(
+            judge.judge("c", &beating("2"), at(19)),
+            Liveness::Interrupted
+        );
+        // A fresh judge (one look) never calls a beating holder silent.
+        assert_eq!(
+            Judge::default().judge("c", &beating("2"), at(1000)),
+            Liveness::Running
         );
     }
 }

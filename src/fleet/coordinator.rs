@@ -26,7 +26,7 @@ use crate::core::assignment::{Inbox, Registration, recovery_id_for};
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::layout::{self, FORMAT_VERSION};
 use crate::core::lifecycle::Event;
-use crate::core::liveness::{self, ExpiryWatch};
+use crate::core::liveness::{self, ExpiryWatch, Judge};
 use crate::core::placement::{self, Action, RunView, WorkerView};
 use crate::store::generation::GenerationError;
 use crate::store::index::{IndexError, IndexScan};
@@ -62,7 +62,7 @@ struct Observer {
     // Ordered maps: the order of store calls must not depend on a hasher's random seed, so a
     // seeded simulation replays exactly.
     registrations: BTreeMap<String, (Option<ETag>, Registration)>,
-    liveness: ExpiryWatch,
+    liveness: Judge,
     inboxes: BTreeMap<String, Vec<RecoveryId>>,
     /// The heartbeat keys seen last tick, and ticks since registrations were last listed.
     holders: std::collections::BTreeSet<String>,

@@ -1,8 +1,8 @@
 //! Whether a running run is interrupted: the one judgement `rekindle status`, `runs ls` and
 //! `recover --all` share.
 //!
-//! This module owns looking at the heartbeat of a run's holder (a [`Sighting`]) and judging
-//! sightings ([`Judge`], pure: the caller supplies the sightings and the time). A run the index
+//! This module owns looking at the heartbeat of a run's holder (a [`Sighting`]) and handing
+//! the sightings to the pure [`Judge`]. A run the index
 //! calls running is *interrupted* when its entry names no holder, when its holder's heartbeat
 //! is gone (a stopped process removes it), or when the heartbeat stayed unchanged for the
 //! holder's whole declared TTL on this process's monotonic clock (never another machine's
@@ -11,60 +11,15 @@
 //! must be sure (`recover --all`) watches for a TTL with [`Watch`]. It never writes: admitting
 //! a recovery of an interrupted run is `admission`'s.
 //!
-//! The coordinator judges the same way (`coordinator::judge_liveness`, with its own TTL as a
-//! floor and one watch kept across ticks); it could hold a [`Judge`] and feed it one
-//! [`Sighting::Beating`] per listed heartbeat.
+//! The rule itself is `core::liveness::Judge`; the coordinator applies the same judge to every
+//! listed heartbeat (`core::liveness::judge_heartbeats`), keeping it across ticks.
 
 use std::time::Duration;
 
-use crate::core::liveness::{ExpiryWatch, Verdict};
+use crate::core::liveness::{Judge, Liveness, Sighting};
 use crate::core::record::{IndexEntry, Phase};
+use crate::store::Store;
 use crate::store::lease::{self, LeaseError};
-use crate::store::{ETag, Store};
-
-/// One look at the heartbeat of a run's holder.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Sighting {
-    /// The index entry names no holder.
-    NoHolder,
-    /// The holder's heartbeat object does not exist.
-    Gone,
-    /// The heartbeat exists at this version; its holder declared this TTL.
-    Beating { etag: ETag, ttl: Duration },
-}
-
-/// The judgement of a running run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Liveness {
-    /// Its holder beats (or has not yet been watched for a whole TTL).
-    Running,
-    /// Nobody drives it: the fleet may recover it.
-    Interrupted,
-}
-
-/// Judges sightings of holders over time. Pure: no I/O, no clock of its own.
-#[derive(Debug, Default)]
-pub struct Judge {
-    watch: ExpiryWatch,
-}
-
-impl Judge {
-    /// Judges `sighting` of what `key` names (a run, or a heartbeat key shared by a holder's
-    /// runs), seen at `now` on this process's monotonic clock. A beating holder is interrupted
-    /// only once this judge has seen its heartbeat at the same version for its whole TTL.
-    pub fn judge(&mut self, key: &str, sighting: &Sighting, now: Duration) -> Liveness {
-        match sighting {
-            Sighting::NoHolder | Sighting::Gone => Liveness::Interrupted,
-            Sighting::Beating { etag, ttl } => {
-                // The heartbeat is the one object watched here, so it stands in the lease slot.
-                match self.watch.observe(key, etag, None, *ttl, now) {
-                    Verdict::Alive => Liveness::Running,
-                    Verdict::Expired => Liveness::Interrupted,
-                }
-            }
-        }
-    }
-}
 
 /// Looks once at the heartbeat under `key`; `declared_ttl` is a floor on the TTL the heartbeat
 /// itself declares (a holder is never judged on a shorter TTL than it announced anywhere).
@@ -178,46 +133,5 @@ impl Watch {
             .into_iter()
             .map(|(entry, _)| (entry, Liveness::Interrupted))
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn beating(version: &str) -> Sighting {
-        Sighting::Beating {
-            etag: ETag(version.into()),
-            ttl: Duration::from_secs(10),
-        }
-    }
-
-    // Proves the judgement: no holder or no heartbeat is interrupted at once; a heartbeat is
-    // running on one look and while it changes, and interrupted only after it stayed the
-    // same for a whole TTL on the judge's clock.
-    #[test]
-    fn interrupted_only_when_silent_for_a_ttl() {
-        let at = Duration::from_secs;
-        let mut judge = Judge::default();
-        assert_eq!(
-            judge.judge("a", &Sighting::NoHolder, at(0)),
-            Liveness::Interrupted
-        );
-        assert_eq!(
-            judge.judge("b", &Sighting::Gone, at(0)),
-            Liveness::Interrupted
-        );
-        assert_eq!(judge.judge("c", &beating("1"), at(0)), Liveness::Running);
-        assert_eq!(judge.judge("c", &beating("2"), at(9)), Liveness::Running);
-        assert_eq!(judge.judge("c", &beating("2"), at(18)), Liveness::Running);
-        assert_eq!(
-            judge.judge("c", &beating("2"), at(19)),
-            Liveness::Interrupted
-        );
-        // A fresh judge (one look) never calls a beating holder silent.
-        assert_eq!(
-            Judge::default().judge("c", &beating("2"), at(1000)),
-            Liveness::Running
-        );
     }
 }
