@@ -31,6 +31,21 @@ pub struct RunView {
     pub answered: bool,
 }
 
+impl RunView {
+    /// The recovery this run's worker holds a slot for, and that worker: a recovery admitted
+    /// or running, and assigned. It counts against the worker's capacity and is in its inbox.
+    pub fn assignment(&self) -> Option<(&RecoveryId, &str)> {
+        let record = self.recovery.as_ref()?;
+        if !matches!(
+            record.state,
+            RecoveryState::Admitted | RecoveryState::Running
+        ) {
+            return None;
+        }
+        Some((&record.recovery_id, record.assigned_to.as_deref()?))
+    }
+}
+
 /// What the coordinator does next. Each action on a recovery is one lifecycle event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -72,13 +87,8 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
         })
         .collect();
     for run in runs {
-        if let Some(record) = &run.recovery
-            && matches!(
-                record.state,
-                RecoveryState::Admitted | RecoveryState::Running
-            )
-            && let Some(worker) = &record.assigned_to
-            && let Some(slots) = free.get_mut(worker.as_str())
+        if let Some((_, worker)) = run.assignment()
+            && let Some(slots) = free.get_mut(worker)
         {
             *slots -= 1;
         }

@@ -323,15 +323,10 @@ async fn write_inboxes(
         .map(|w| (w.registration.worker.clone(), Vec::new()))
         .collect();
     for run in runs {
-        if let Some(record) = &run.recovery
-            && matches!(
-                record.state,
-                RecoveryState::Admitted | RecoveryState::Running
-            )
-            && let Some(worker) = &record.assigned_to
+        if let Some((recovery, worker)) = run.assignment()
             && let Some(list) = inboxes.get_mut(worker)
         {
-            list.push(record.recovery_id.clone());
+            list.push(recovery.clone());
         }
     }
     for action in actions {
