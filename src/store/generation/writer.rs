@@ -1,0 +1,465 @@
+//! Committing a run's facts: one create-if-absent PUT per commit, fencing, snapshots.
+
+use bytes::Bytes;
+
+use super::chain::Chain;
+use super::format::{
+    Generation, GenerationError, KIND, SnapshotPolicy, decode_with, encode_facts, seal_context,
+};
+use super::load::{load, read_tombstone};
+use crate::core::fact::{Fact, RunId, Seq};
+use crate::core::fold::RunState;
+use crate::core::layout::{self, FORMAT_VERSION};
+use crate::store::{Store, StoreError};
+
+/// How often a takeover retries its fence when the old writer keeps slipping commits in.
+const FENCE_ATTEMPTS: usize = 8;
+
+/// Commits a run's facts as generations, holding one lease epoch.
+#[derive(Debug)]
+pub struct RunWriter {
+    chain: Chain,
+    run: RunId,
+    epoch: u64,
+    nonce: String,
+    state: RunState,
+    /// The newest generation in the chain as this writer knows it.
+    generation: u64,
+    /// Seq of the last fact committed.
+    committed: Seq,
+    base: u64,
+    epoch_starts: Vec<(u64, u64)>,
+    snapshot_bytes: u64,
+    delta_count: u32,
+    delta_bytes: u64,
+    policy: SnapshotPolicy,
+}
+
+impl RunWriter {
+    /// Starts a new run: generation 1, a snapshot of `facts` (its meta and first facts).
+    pub async fn create(
+        store: &Store,
+        facts: Vec<Fact>,
+        epoch: u64,
+        policy: SnapshotPolicy,
+    ) -> Result<RunWriter, GenerationError> {
+        let run = match facts.first().map(|f| &f.body) {
+            Some(crate::core::fact::FactBody::Meta(meta)) => meta.run_id.clone(),
+            _ => {
+                return Err(GenerationError::Corrupt {
+                    key: "(new run)".into(),
+                    reason: "a new run needs its meta fact first".into(),
+                });
+            }
+        };
+        Self::create_as(store, run, facts, epoch, policy).await
+    }
+
+    /// Starts run `run` from `facts`. A recovery run starts this way from its source's
+    /// facts: its own ID, the source's history (whose meta names the source).
+    pub async fn create_as(
+        store: &Store,
+        run: RunId,
+        facts: Vec<Fact>,
+        epoch: u64,
+        policy: SnapshotPolicy,
+    ) -> Result<RunWriter, GenerationError> {
+        let state = crate::core::fold::fold(facts).map_err(|error| GenerationError::Fold {
+            key: "(new run)".into(),
+            error,
+        })?;
+        let mut writer = RunWriter {
+            chain: Chain::new(store, layout::run_base(run.as_str())),
+            run,
+            epoch,
+            nonce: store.clock().nonce(),
+            state: RunState::default(),
+            generation: 0,
+            committed: Seq(0),
+            base: 0,
+            epoch_starts: Vec::new(),
+            snapshot_bytes: 0,
+            delta_count: 0,
+            delta_bytes: 0,
+            policy,
+        };
+        let facts = state.into_facts();
+        match writer.commit_facts(facts, true).await {
+            Err(GenerationError::Fenced { .. } | GenerationError::Conflict { .. }) => {
+                // Generation 1 of a retired run stays forever (an epoch's first slot), so a
+                // retired ID lands here; say so rather than "exists".
+                Err(read_tombstone(store, &writer.run)
+                    .await?
+                    .unwrap_or_else(|| GenerationError::AlreadyExists {
+                        run: writer.run.clone(),
+                    }))
+            }
+            Err(other) => Err(other),
+            Ok(()) => Ok(writer),
+        }
+    }
+
+    /// Takes over a run at a (new, higher) lease epoch: loads it, then writes the fence
+    /// generation that stops every older writer. Retries if an older writer slips a commit
+    /// into the slot first (its facts are then part of the run; the fence follows them).
+    pub async fn resume(
+        store: &Store,
+        run: &RunId,
+        epoch: u64,
+        policy: SnapshotPolicy,
+    ) -> Result<RunWriter, GenerationError> {
+        let mut last_error = None;
+        for _ in 0..FENCE_ATTEMPTS {
+            let loaded = load(store, run, None).await?;
+            if loaded.epoch > epoch {
+                return Err(GenerationError::Fenced {
+                    run: run.clone(),
+                    generation: loaded.generation,
+                    epoch,
+                    by_epoch: loaded.epoch,
+                });
+            }
+            let mut writer = RunWriter {
+                chain: Chain::new(store, layout::run_base(run.as_str())),
+                run: run.clone(),
+                epoch,
+                nonce: store.clock().nonce(),
+                committed: loaded.state.last_seq(),
+                state: loaded.state,
+                generation: loaded.generation,
+                base: loaded.base,
+                epoch_starts: loaded.epoch_starts,
+                snapshot_bytes: loaded.snapshot_bytes,
+                delta_count: loaded.delta_count,
+                delta_bytes: loaded.delta_bytes,
+                policy,
+            };
+            if loaded.epoch == epoch {
+                // Our own epoch already fenced this run (a restart of the same holding).
+                return Ok(writer);
+            }
+            match writer.commit_facts(Vec::new(), false).await {
+                Ok(()) => {
+                    // The fence went into the slot after the newest generation loaded. If the
+                    // old writer moved on to a newer snapshot meanwhile and gc freed that slot
+                    // (the hint then points past it), the fence sits below the old writer's
+                    // head and stops nobody: fence again from the new hint. One GET per
+                    // takeover; the grace period makes the retry rare.
+                    match writer.chain.read_hint().await? {
+                        Some(hint) if hint.retired || hint.generation > writer.generation => {
+                            tracing::warn!(run_id = %run, epoch, generation = writer.generation, hint = hint.generation, "fence landed in a collected slot; fencing again");
+                            last_error = Some(GenerationError::Conflict {
+                                run: run.clone(),
+                                generation: writer.generation,
+                                epoch,
+                                by_epoch: loaded.epoch,
+                            });
+                        }
+                        _ => return Ok(writer),
+                    }
+                }
+                Err(error @ GenerationError::Conflict { .. }) => last_error = Some(error),
+                Err(other) => return Err(other),
+            }
+        }
+        Err(last_error.unwrap_or(GenerationError::NotFound { run: run.clone() }))
+    }
+
+    pub fn state(&self) -> &RunState {
+        &self.state
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn run_id(&self) -> &RunId {
+        &self.run
+    }
+
+    /// The newest generation this writer committed or saw.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The snapshot generation the newest generation builds on (equal to it for a snapshot).
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Seq of the last committed fact.
+    pub fn committed(&self) -> Seq {
+        self.committed
+    }
+
+    /// Commits every fact of `state` not yet committed, in one PUT. `facts` must continue the
+    /// run (they are folded first; a fact that breaks the run's rules is refused unwritten).
+    pub async fn commit(&mut self, facts: Vec<Fact>) -> Result<(), GenerationError> {
+        if facts.is_empty() {
+            return Ok(());
+        }
+        self.commit_facts(facts, false).await
+    }
+
+    async fn commit_facts(&mut self, facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
+        // The new facts are folded into the live state directly (no copy of the whole run per
+        // commit); if anything fails before the generation lands, the state is rolled back to
+        // the committed prefix.
+        let mut new_facts = Vec::with_capacity(facts.len());
+        for fact in facts {
+            // Already committed facts must be identical (the fold checks) and are skipped.
+            let is_new = fact.seq > self.committed;
+            let applied = if is_new {
+                self.state
+                    .apply(fact.clone())
+                    .map(|applied| (applied, Some(fact)))
+            } else {
+                self.state.apply(fact).map(|applied| (applied, None))
+            };
+            match applied {
+                // A fact repeated within one commit is folded once and written once.
+                Ok((crate::core::fold::Applied::Appended, Some(fact))) => new_facts.push(fact),
+                Ok(_) => {}
+                Err(error) => {
+                    self.roll_back()?;
+                    return Err(GenerationError::Fold {
+                        key: "(commit)".into(),
+                        error,
+                    });
+                }
+            }
+        }
+        let written = self.write(new_facts, first).await;
+        if written.is_err() {
+            self.roll_back()?;
+        }
+        written
+    }
+
+    /// Returns the state to the committed facts after a commit that did not land.
+    fn roll_back(&mut self) -> Result<(), GenerationError> {
+        let mut facts = std::mem::take(&mut self.state).into_facts();
+        facts.truncate(self.committed.0 as usize);
+        // A prefix of facts that folded before folds again.
+        self.state = crate::core::fold::fold(facts).map_err(|error| GenerationError::Fold {
+            key: "(rollback)".into(),
+            error,
+        })?;
+        Ok(())
+    }
+
+    /// Writes the generation holding `new_facts` (already folded into the state) in the next
+    /// slot: a delta, or a snapshot of the whole run when the policy says so. If the slot turns
+    /// out to hold a generation this writer wrote earlier (a lost acknowledgement), it is
+    /// adopted and the facts it lacks go into the slot after it.
+    async fn write(&mut self, new_facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
+        let (mut new_facts, mut first) = (new_facts, first);
+        // Each turn either lands or adopts a slot and moves past it; only slots this writer
+        // wrote are adopted, so the loop ends.
+        loop {
+            match self.write_slot(new_facts, first).await? {
+                None => return Ok(()),
+                Some(remaining) if remaining.is_empty() => return Ok(()),
+                Some(remaining) => (new_facts, first) = (remaining, false),
+            }
+        }
+    }
+
+    /// One slot of [`write`](Self::write): `None` when the generation landed, or the facts
+    /// still to write after adopting our own earlier generation found in the slot.
+    async fn write_slot(
+        &mut self,
+        new_facts: Vec<Fact>,
+        first: bool,
+    ) -> Result<Option<Vec<Fact>>, GenerationError> {
+        let n = self.generation + 1;
+        let encode = |facts: &[Fact]| {
+            encode_facts(facts).map_err(|e| GenerationError::Corrupt {
+                key: self.chain.key(n),
+                reason: e.to_string(),
+            })
+        };
+        // Each payload is encoded once: the lines give its size, its digest and, when
+        // sealing, the plaintext.
+        let (new_lines, new_digest) = encode(&new_facts)?;
+        let snapshot = first
+            || self.delta_count + 1 >= self.policy.max_deltas
+            || (self.delta_count + 1 >= self.policy.min_deltas
+                && self.delta_bytes + new_lines.len() as u64 >= 2 * self.snapshot_bytes);
+        let mut epoch_starts = self.epoch_starts.clone();
+        if epoch_starts
+            .last()
+            .is_none_or(|&(epoch, _)| epoch < self.epoch)
+        {
+            epoch_starts.push((self.epoch, n));
+        }
+        let (facts, lines, digest) = if snapshot {
+            let all = self.state.facts().to_vec();
+            let (lines, digest) = encode(&all)?;
+            (all, lines, digest)
+        } else {
+            (new_facts, new_lines, new_digest)
+        };
+        let mut generation = Generation {
+            format: FORMAT_VERSION,
+            kind: KIND.into(),
+            run_id: self.run.clone(),
+            generation: n,
+            snapshot,
+            base: if snapshot { n } else { self.base },
+            epoch: self.epoch,
+            writer: self.nonce.clone(),
+            first_seq: if snapshot { 1 } else { self.committed.0 + 1 },
+            last_seq: self.state.last_seq().0,
+            epoch_starts: epoch_starts.clone(),
+            at_ms: self.chain.store().clock().wall_ms(),
+            facts_sha256: digest,
+            facts,
+            sealed: None,
+        };
+        if let Some(sealer) = self.chain.store().sealer() {
+            // Sealed with the envelope as associated data, so the payload cannot be moved
+            // under another run, slot, epoch or seq range; no plaintext digest is kept.
+            let context = seal_context(&generation, crate::store::seal::ALGORITHM, sealer.key_id());
+            generation.sealed = Some(sealer.seal(&lines, &context));
+            generation.facts = Vec::new();
+            generation.facts_sha256 = String::new();
+        }
+        let bytes =
+            Bytes::from(
+                serde_json::to_vec(&generation).map_err(|e| GenerationError::Corrupt {
+                    key: self.chain.key(n),
+                    reason: e.to_string(),
+                })?,
+            );
+        let size = bytes.len() as u64;
+        let key = self.chain.key(n);
+        match self.chain.store().create(&key, bytes).await {
+            Ok(_) => {}
+            Err(StoreError::AlreadyExists { .. }) => {
+                let (ours, size) = self.occupied(n, &key).await?;
+                return self.adopt(n, &key, ours, size).await.map(Some);
+            }
+            Err(other) => return Err(other.into()),
+        }
+        self.landed(n, snapshot, size, epoch_starts).await;
+        Ok(None)
+    }
+
+    /// Bookkeeping after generation `n` (of `size` bytes) is known to be in the chain, written
+    /// by this writer or adopted after a lost response: the committed prefix, the epoch
+    /// starts, the snapshot counters, and the head hint for a snapshot (best effort).
+    async fn landed(&mut self, n: u64, snapshot: bool, size: u64, epoch_starts: Vec<(u64, u64)>) {
+        self.generation = n;
+        self.committed = self.state.last_seq();
+        self.epoch_starts = epoch_starts;
+        if snapshot {
+            self.base = n;
+            self.snapshot_bytes = size;
+            self.delta_count = 0;
+            self.delta_bytes = 0;
+            if let Err(error) = self.chain.advance_hint(n).await {
+                tracing::warn!(run_id = %self.run, generation = n, %error, "could not advance the head hint");
+            }
+        } else {
+            self.delta_count += 1;
+            self.delta_bytes += size;
+        }
+    }
+
+    /// Slot `n` is taken. Returns the generation in it (and its size in bytes) if this writer
+    /// wrote it; otherwise tells a fencing successor from a conflict.
+    async fn occupied(&self, n: u64, key: &str) -> Result<(Generation, u64), GenerationError> {
+        let (other, size) = match self.chain.store().read(key).await? {
+            Some(object) => (
+                decode_with(self.chain.store().sealer(), key, &self.run, &object.bytes)?,
+                object.bytes.len() as u64,
+            ),
+            None => {
+                return Err(GenerationError::Discontinuous {
+                    key: key.to_owned(),
+                    reason: "the slot was reported taken but is empty".into(),
+                });
+            }
+        };
+        // Our nonce: an earlier commit of ours landed although we were told it failed (its
+        // response was lost and the store's own read-back could not run, e.g. retries ran
+        // out). The bytes differ from this attempt's (a later `at_ms`), so only the nonce
+        // tells it is ours, not another writer's conflict.
+        if other.writer == self.nonce {
+            return Ok((other, size));
+        }
+        Err(if other.epoch > self.epoch {
+            tracing::info!(run_id = %self.run, epoch = self.epoch, by_epoch = other.epoch, generation = n, "fenced");
+            GenerationError::Fenced {
+                run: self.run.clone(),
+                generation: n,
+                epoch: self.epoch,
+                by_epoch: other.epoch,
+            }
+        } else {
+            GenerationError::Conflict {
+                run: self.run.clone(),
+                generation: n,
+                epoch: self.epoch,
+                by_epoch: other.epoch,
+            }
+        })
+    }
+
+    /// Takes our own generation `ours`, found in slot `n`, as committed: the state becomes the
+    /// committed prefix plus its facts, the bookkeeping follows it, and the facts of the
+    /// current commit it does not hold are returned to be written after it.
+    async fn adopt(
+        &mut self,
+        n: u64,
+        key: &str,
+        ours: Generation,
+        size: u64,
+    ) -> Result<Vec<Fact>, GenerationError> {
+        let discontinuous = |reason: String| GenerationError::Discontinuous {
+            key: key.to_owned(),
+            reason,
+        };
+        if ours.first_seq > self.committed.0 + 1 || (!ours.snapshot && ours.base != self.base) {
+            return Err(discontinuous(format!(
+                "our own generation covers seqs {}..={} on snapshot {}, but this writer committed up to seq {} on snapshot {}",
+                ours.first_seq, ours.last_seq, ours.base, self.committed.0, self.base
+            )));
+        }
+        tracing::info!(run_id = %self.run, epoch = self.epoch, generation = n, "adopted our own generation after a lost acknowledgement");
+        // The facts of this commit, already folded: set aside, then folded again after the
+        // adopted generation's (which may hold fewer, more, or the same).
+        let pending = self
+            .state
+            .facts()
+            .get(self.committed.0 as usize..)
+            .unwrap_or_default()
+            .to_vec();
+        self.roll_back()?;
+        for fact in ours.facts {
+            // Facts up to `committed` (all of them, in a snapshot) must be identical.
+            self.state
+                .apply(fact)
+                .map_err(|error| GenerationError::Fold {
+                    key: key.to_owned(),
+                    error,
+                })?;
+        }
+        self.landed(n, ours.snapshot, size, ours.epoch_starts).await;
+        let mut remaining = Vec::new();
+        for fact in pending {
+            match self.state.apply(fact.clone()) {
+                Ok(crate::core::fold::Applied::Appended) => remaining.push(fact),
+                Ok(crate::core::fold::Applied::Duplicate) => {}
+                Err(error) => {
+                    return Err(GenerationError::Fold {
+                        key: "(commit)".into(),
+                        error,
+                    });
+                }
+            }
+        }
+        Ok(remaining)
+    }
+}
