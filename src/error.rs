@@ -436,6 +436,7 @@ impl From<LifecycleError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::epoch::Epoch;
     use crate::core::fact::{Outcome, RecoveryId, RunId, Seq};
     use crate::core::record::RecoveryState;
     use std::path::PathBuf;
@@ -457,17 +458,17 @@ mod tests {
         GenerationError::Fenced {
             run: run(),
             generation: 7,
-            epoch: 1,
-            by_epoch: 2,
+            epoch: Epoch(1),
+            by_epoch: Epoch(2),
         }
     }
 
     fn lost() -> LeaseError {
         LeaseError::Lost {
             run: run(),
-            ours: 1,
+            ours: Epoch(1),
             holder: "w".into(),
-            epoch: 2,
+            epoch: Epoch(2),
         }
     }
 
@@ -562,8 +563,8 @@ mod tests {
                 GenerationError::Conflict {
                     run: run(),
                     generation: 7,
-                    epoch: 2,
-                    by_epoch: 2,
+                    epoch: Epoch(2),
+                    by_epoch: Epoch(2),
                 }
                 .into(),
                 ErrorKind::Conflict,
@@ -609,7 +610,7 @@ mod tests {
                 LeaseError::HeldByOther {
                     run: run(),
                     holder: "h".into(),
-                    epoch: 1,
+                    epoch: Epoch(1),
                 }
                 .into(),
                 ErrorKind::Conflict,
@@ -809,7 +810,7 @@ mod tests {
                 LifecycleError::HolderAlive {
                     run: run(),
                     holder: "h".into(),
-                    epoch: 1,
+                    epoch: Epoch(1),
                     ttl_ms: 30_000,
                 }
                 .into(),

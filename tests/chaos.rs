@@ -472,7 +472,7 @@ async fn commit_epochs(store: &Store, source: &RunId, run: &RunId) -> BTreeMap<u
                 continue;
             };
             for seq in generation.first_seq..=generation.last_seq {
-                epochs.entry(seq).or_insert(generation.epoch);
+                epochs.entry(seq).or_insert(generation.epoch.get());
             }
         }
     }
@@ -485,7 +485,7 @@ async fn check_chain(store: &Store, run: &RunId, violation: &mut impl FnMut(Stri
     let Ok(Some(latest)) = chain.latest().await else {
         return;
     };
-    let (mut epoch, mut last_seq) = (0, 0);
+    let (mut epoch, mut last_seq) = (rekindle::core::epoch::Epoch::ZERO, 0);
     for n in 1..=latest {
         let key = chain.key(n);
         let generation = match store.read(&key).await {

@@ -4,6 +4,7 @@
 
 mod common;
 
+use rekindle::core::epoch::Epoch;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -78,9 +79,14 @@ async fn lost_responses_are_adopted() {
     };
     let (store, faulty) = common::faulty_memory(plan, 3);
     let facts = sample::run("lost", 30, 4);
-    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
-        .await
-        .unwrap();
+    let mut writer = RunWriter::create(
+        &store,
+        facts[..2].to_vec(),
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await
+    .unwrap();
     for fact in &facts[2..] {
         writer.commit(vec![fact.clone()]).await.unwrap();
     }
@@ -112,10 +118,14 @@ async fn seeded_transient_faults_lose_nothing() {
         };
         let (store, _) = common::faulty_memory(plan, seed);
         let facts = sample::run("seeded", 40, seed);
-        let mut writer =
-            RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
-                .await
-                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let mut writer = RunWriter::create(
+            &store,
+            facts[..2].to_vec(),
+            Epoch(1),
+            SnapshotPolicy::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         for chunk in facts[2..].chunks(3) {
             writer
                 .commit(chunk.to_vec())
@@ -139,9 +149,14 @@ async fn conditional_request_conflicts_are_retried() {
     };
     let (store, faulty) = common::faulty_memory(plan, 8);
     let facts = sample::run("conflicts", 30, 8);
-    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
-        .await
-        .unwrap();
+    let mut writer = RunWriter::create(
+        &store,
+        facts[..2].to_vec(),
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await
+    .unwrap();
     for fact in &facts[2..] {
         writer.commit(vec![fact.clone()]).await.unwrap();
     }
@@ -228,9 +243,14 @@ async fn own_slot_after_lost_ack_is_not_a_conflict() {
         ..FaultPlan::default()
     };
     let facts = sample::run("lost-ack", 20, 10);
-    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
-        .await
-        .unwrap();
+    let mut writer = RunWriter::create(
+        &store,
+        facts[..2].to_vec(),
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await
+    .unwrap();
     writer.commit(facts[2..4].to_vec()).await.unwrap();
 
     faulty.set_plan(lose);
@@ -377,9 +397,14 @@ async fn stalls_are_bounded() {
 async fn partition_then_reconnect_loses_nothing() {
     let (store, faulty) = common::faulty_memory(FaultPlan::default(), 6);
     let facts = sample::run("cut", 20, 6);
-    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, SnapshotPolicy::default())
-        .await
-        .unwrap();
+    let mut writer = RunWriter::create(
+        &store,
+        facts[..2].to_vec(),
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await
+    .unwrap();
     writer.commit(facts[2..5].to_vec()).await.unwrap();
     faulty.set_partitioned(true);
     let error = writer.commit(facts[5..8].to_vec()).await.unwrap_err();
@@ -520,7 +545,10 @@ async fn local_lease_across_processes() {
     let parent = Holder::new(&store, "parent", Duration::from_millis(400));
     assert!(matches!(
         parent.acquire(&run).await,
-        Err(LeaseError::HeldByOther { epoch: 1, .. })
+        Err(LeaseError::HeldByOther {
+            epoch: Epoch(1),
+            ..
+        })
     ));
     let error = parent
         .acquire_or_wait(&run, Duration::from_millis(50), Duration::from_millis(900))
@@ -533,7 +561,7 @@ async fn local_lease_across_processes() {
         .acquire_or_wait(&run, Duration::from_millis(50), Duration::from_secs(10))
         .await
         .unwrap();
-    assert_eq!(held.epoch, 2);
+    assert_eq!(held.epoch, Epoch(2));
 }
 
 // Proves a bucket laid out by a newer build is refused at open, naming both formats.

@@ -5,6 +5,7 @@
 
 mod common;
 
+use rekindle::core::epoch::Epoch;
 use std::time::Duration;
 
 use rekindle::core::fact::{self, Fact, FactBody, RecoveryId, RunId, Seq, ToolResult};
@@ -73,9 +74,14 @@ async fn a_64_mib_fact_is_refused() {
     );
 
     let store = common::memory();
-    let mut writer = RunWriter::create(&store, facts[..3].to_vec(), 1, SnapshotPolicy::default())
-        .await
-        .unwrap();
+    let mut writer = RunWriter::create(
+        &store,
+        facts[..3].to_vec(),
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await
+    .unwrap();
     let pending = writer.state().pending_calls();
     let call = pending[0].call.id.as_str().to_owned();
     let error = writer
@@ -112,9 +118,14 @@ async fn hostile_ids_round_trip_in_the_store() {
         if let FactBody::Meta(meta) = &mut facts[0].body {
             meta.run_id = RunId::new(*id);
         }
-        RunWriter::create(&store, facts[..5].to_vec(), 1, SnapshotPolicy::default())
-            .await
-            .unwrap();
+        RunWriter::create(
+            &store,
+            facts[..5].to_vec(),
+            Epoch(1),
+            SnapshotPolicy::default(),
+        )
+        .await
+        .unwrap();
         let loaded = generation::load(&store, &RunId::new(*id), None)
             .await
             .unwrap();
@@ -258,7 +269,7 @@ async fn a_tool_printing_one_gib_is_bounded() {
             &call,
             &ToolContext {
                 run_id: "r".into(),
-                epoch: 1,
+                epoch: Epoch(1),
             },
         )
         .await;

@@ -7,6 +7,7 @@
 
 mod common;
 
+use rekindle::core::epoch::Epoch;
 use rekindle::core::record::{Phase, RecoveryRecord, RecoveryResult, RecoveryState};
 use rekindle::fleet::admission;
 use rekindle::fleet::admission::Takeover;
@@ -51,7 +52,7 @@ fn fresh_record() -> RecoveryRecord {
         source_run: RunId::new("src"),
         source_generation: 3,
         source_digest: "d".into(),
-        source_epoch: 1,
+        source_epoch: Epoch(1),
         state: RecoveryState::Admitted,
         force: false,
         attempts: 0,
@@ -391,7 +392,7 @@ impl Tools for LedgerTools {
         self.ledger.0.lock().unwrap().push((
             context.run_id.clone(),
             call.id.as_str().to_owned(),
-            context.epoch,
+            context.epoch.get(),
         ));
         rekindle::clock::sleep(self.delay).await;
         ToolOutput {
@@ -928,7 +929,7 @@ async fn a_live_host_with_a_longer_ttl_is_not_fenced() {
     assert!(matches!(stopped, Stopped::Finished(_)), "{stopped:?}");
     let epochs = watcher.await.unwrap();
     assert!(
-        epochs.iter().all(|&e| e == 1),
+        epochs.iter().all(|&e| e == Epoch(1)),
         "the live host was fenced: epochs {epochs:?}"
     );
     assert!(harness.record("patient").await.is_none());
@@ -1144,7 +1145,7 @@ async fn a_late_commit_of_an_earlier_attempt_is_fenced_by_the_same_workers_next_
     let run = RunId::new("recovery-run");
     // Attempt 1 takes the recovery run's lease and seeds the run.
     let first = holder
-        .acquire_or_wait_from(&run, 2, TTL / 4, TTL * 3)
+        .acquire_or_wait_from(&run, Epoch(2), TTL / 4, TTL * 3)
         .await
         .unwrap();
     let facts = fleet::opening_facts(&run, None, &harness.agent, "go", 0);
@@ -1177,7 +1178,7 @@ async fn a_late_commit_of_an_earlier_attempt_is_fenced_by_the_same_workers_next_
     rekindle::clock::sleep(Duration::from_millis(100)).await;
     // Attempt 1 is given up for failed (no release); attempt 2 on the same worker.
     let second = holder
-        .acquire_or_wait_from(&run, 2, TTL / 4, TTL * 3)
+        .acquire_or_wait_from(&run, Epoch(2), TTL / 4, TTL * 3)
         .await
         .unwrap();
     let writer = RunWriter::resume(&store, &run, second.epoch, policy)

@@ -4,6 +4,7 @@
 
 mod common;
 
+use rekindle::core::epoch::Epoch;
 use rekindle::core::lifecycle as rules;
 use rekindle::core::record::{RecoveryResult, RecoveryState};
 use rekindle::fleet::lifecycle;
@@ -69,13 +70,13 @@ async fn gc_between_hint_read_and_probe_loses_no_fence() {
     let (paused, faulty, direct) = shared_memory();
     let facts = sample::run("raced", 40, 21);
     let run = RunId::new("raced");
-    let mut old = RunWriter::create(&direct, facts[..2].to_vec(), 1, POLICY)
+    let mut old = RunWriter::create(&direct, facts[..2].to_vec(), Epoch(1), POLICY)
         .await
         .unwrap();
     let gate = faulty.pause_after_read("/head");
     let successor = {
         let (paused, run) = (paused.clone(), run.clone());
-        tokio::spawn(async move { RunWriter::resume(&paused, &run, 2, POLICY).await })
+        tokio::spawn(async move { RunWriter::resume(&paused, &run, Epoch(2), POLICY).await })
     };
     gate.reached().await;
     // The successor holds hint 1. The old writer commits up to a snapshot at generation 6
@@ -108,7 +109,7 @@ async fn gc_during_load_reloads_from_the_new_snapshot() {
     let (paused, faulty, direct) = shared_memory();
     let facts = sample::run("loading", 40, 22);
     let run = RunId::new("loading");
-    let mut writer = RunWriter::create(&direct, facts[..2].to_vec(), 1, POLICY)
+    let mut writer = RunWriter::create(&direct, facts[..2].to_vec(), Epoch(1), POLICY)
         .await
         .unwrap();
     for fact in &facts[2..6] {
@@ -149,10 +150,12 @@ async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
     let recovery_run = RunId::new(recovery_id.as_str());
     let source_facts = sample::run("src", 30, 23);
     // The host ran the source at epoch 1 and died; the coordinator fenced it at epoch 2.
-    let mut host = RunWriter::create(&store, source_facts[..6].to_vec(), 1, POLICY)
+    let mut host = RunWriter::create(&store, source_facts[..6].to_vec(), Epoch(1), POLICY)
         .await
         .unwrap();
-    RunWriter::resume(&store, &source, 2, POLICY).await.unwrap();
+    RunWriter::resume(&store, &source, Epoch(2), POLICY)
+        .await
+        .unwrap();
     let admitted = recovery::admit(&store, &source, &recovery_id, false)
         .await
         .unwrap();
@@ -163,12 +166,12 @@ async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
         &store,
         recovery_run.clone(),
         source_facts[..6].to_vec(),
-        3,
+        Epoch(3),
         POLICY,
     )
     .await
     .unwrap();
-    let mut worker = RunWriter::resume(&store, &recovery_run, 4, POLICY)
+    let mut worker = RunWriter::resume(&store, &recovery_run, Epoch(4), POLICY)
         .await
         .unwrap();
     for fact in &source_facts[6..] {
@@ -230,7 +233,7 @@ async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
         other => panic!("a retired run must not load: {other:?}"),
     }
     assert!(matches!(
-        RunWriter::resume(&store, &recovery_run, 5, POLICY).await,
+        RunWriter::resume(&store, &recovery_run, Epoch(5), POLICY).await,
         Err(GenerationError::Retired { .. })
     ));
     assert!(matches!(
@@ -238,7 +241,7 @@ async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
             &store,
             recovery_run.clone(),
             source_facts[..2].to_vec(),
-            5,
+            Epoch(5),
             POLICY
         )
         .await,
@@ -281,7 +284,7 @@ async fn gc_finishes_a_retirement_a_crash_interrupted() {
     let store = common::memory();
     let facts = sample::run("crashed-gc", 30, 24);
     let run = RunId::new("crashed-gc");
-    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, POLICY)
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), POLICY)
         .await
         .unwrap();
     for fact in &facts[2..] {
@@ -293,9 +296,9 @@ async fn gc_finishes_a_retirement_a_crash_interrupted() {
         &Tombstone::new(
             &run,
             writer.state().terminal().map(|terminal| terminal.outcome),
-            1,
+            Epoch(1),
             writer.generation(),
-            vec![(1, 1)],
+            vec![(Epoch(1), 1)],
             RetiredBy::Retention,
             store.clock().wall_ms(),
         ),
@@ -346,7 +349,7 @@ async fn a_run_retired_before_it_ended_stays_retired() {
     let store = common::memory();
     let facts = sample::run("removed", 30, 25);
     let run = RunId::new("removed");
-    let mut zombie = RunWriter::create(&store, facts[..8].to_vec(), 1, POLICY)
+    let mut zombie = RunWriter::create(&store, facts[..8].to_vec(), Epoch(1), POLICY)
         .await
         .unwrap();
     gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
@@ -362,7 +365,7 @@ async fn a_run_retired_before_it_ended_stays_retired() {
         })
     ));
     assert!(matches!(
-        RunWriter::resume(&store, &run, 2, POLICY).await,
+        RunWriter::resume(&store, &run, Epoch(2), POLICY).await,
         Err(GenerationError::Retired { .. })
     ));
     // The writer that was never fenced (its holder only seemed gone) is fenced by the
@@ -372,7 +375,7 @@ async fn a_run_retired_before_it_ended_stays_retired() {
         Err(GenerationError::Fenced { .. })
     ));
     assert!(matches!(
-        RunWriter::create(&store, facts[..2].to_vec(), 1, POLICY).await,
+        RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), POLICY).await,
         Err(GenerationError::Retired { .. })
     ));
 }
@@ -387,7 +390,7 @@ async fn fencing_a_retired_run_is_a_no_op() {
     let store = common::memory();
     let facts = sample::run("fenced-retired", 20, 26);
     let run = RunId::new("fenced-retired");
-    RunWriter::create(&store, facts.clone(), 1, POLICY)
+    RunWriter::create(&store, facts.clone(), Epoch(1), POLICY)
         .await
         .unwrap();
     gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
@@ -409,13 +412,13 @@ async fn gc_between_load_and_fence_loses_no_fence() {
     let (paused, faulty, direct) = shared_memory();
     let facts = sample::run("late-fence", 40, 27);
     let run = RunId::new("late-fence");
-    let mut old = RunWriter::create(&direct, facts[..2].to_vec(), 1, POLICY)
+    let mut old = RunWriter::create(&direct, facts[..2].to_vec(), Epoch(1), POLICY)
         .await
         .unwrap();
     let gate = faulty.pause_after_read(&layout::generation("", 1));
     let successor = {
         let (paused, run) = (paused.clone(), run.clone());
-        tokio::spawn(async move { RunWriter::resume(&paused, &run, 2, POLICY).await })
+        tokio::spawn(async move { RunWriter::resume(&paused, &run, Epoch(2), POLICY).await })
     };
     gate.reached().await;
     for fact in &facts[2..7] {
@@ -443,7 +446,7 @@ async fn a_damaged_run_can_be_retired() {
     let store = common::memory();
     let facts = sample::run("damaged", 30, 28);
     let run = RunId::new("damaged");
-    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, POLICY)
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), POLICY)
         .await
         .unwrap();
     for fact in &facts[2..5] {

@@ -5,6 +5,7 @@
 
 mod common;
 
+use rekindle::core::epoch::Epoch;
 use std::sync::Arc;
 
 use rekindle::core::fact::RunId;
@@ -27,11 +28,13 @@ async fn sealed_generations_migrate_and_need_their_key() {
     let run = RunId::new("secret-run");
     let policy = SnapshotPolicy::default();
 
-    let mut writer = RunWriter::create(&plain, facts[..4].to_vec(), 1, policy)
+    let mut writer = RunWriter::create(&plain, facts[..4].to_vec(), Epoch(1), policy)
         .await
         .unwrap();
     writer.commit(facts[4..6].to_vec()).await.unwrap();
-    let mut writer = RunWriter::resume(&sealed, &run, 2, policy).await.unwrap();
+    let mut writer = RunWriter::resume(&sealed, &run, Epoch(2), policy)
+        .await
+        .unwrap();
     for fact in &facts[6..] {
         writer.commit(vec![fact.clone()]).await.unwrap();
     }
@@ -103,7 +106,7 @@ async fn sealed_payload_moved_to_another_envelope_is_refused() {
     let policy = SnapshotPolicy::default();
     for id in ["victim", "donor"] {
         let facts = sample::run(id, 20, 7);
-        let mut writer = RunWriter::create(&store, facts[..4].to_vec(), 1, policy)
+        let mut writer = RunWriter::create(&store, facts[..4].to_vec(), Epoch(1), policy)
             .await
             .unwrap();
         writer.commit(facts[4..8].to_vec()).await.unwrap();
@@ -173,9 +176,14 @@ async fn legacy_sealed_generation_without_envelope_binding_loads() {
     let sealer = Arc::new(Sealer::new(KEY, Some("key-2026")).unwrap());
     let store = common::memory().with_sealer(Some(sealer));
     let facts = sample::run("legacy", 12, 5);
-    let mut writer = RunWriter::create(&store, facts[..4].to_vec(), 1, SnapshotPolicy::default())
-        .await
-        .unwrap();
+    let mut writer = RunWriter::create(
+        &store,
+        facts[..4].to_vec(),
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await
+    .unwrap();
     writer.commit(facts[4..8].to_vec()).await.unwrap();
     let run = RunId::new("legacy");
     let key = layout::generation(&layout::run_base("legacy"), 2);

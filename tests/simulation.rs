@@ -25,6 +25,7 @@
 
 #![allow(clippy::disallowed_methods)] // the harness schedules its own faults on the paused runtime's clock.
 
+use rekindle::core::epoch::Epoch;
 use rekindle::core::record::{IndexEntry, Phase, RecoveryState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -615,7 +616,7 @@ impl Tools for SimTools {
             run: context.run_id.clone(),
             call: call.id.to_string(),
             name: call.name.clone(),
-            epoch: context.epoch,
+            epoch: context.epoch.get(),
             process: self.proc.name.clone(),
         });
         self.proc.world.trace(
@@ -1537,7 +1538,10 @@ fn lineage_facts(
                 )),
                 Some(_) => {}
                 None => {
-                    committed.insert(fact.seq.0, (json, landed.generation.epoch, fact.clone()));
+                    committed.insert(
+                        fact.seq.0,
+                        (json, landed.generation.epoch.get(), fact.clone()),
+                    );
                 }
             }
         }
@@ -1653,7 +1657,7 @@ async fn audit(world: &World, store: &Store, scenario: &Scenario) -> (Vec<String
             .filter(|g| !g.generation.facts.is_empty())
             .map(|g| g.generation.epoch)
             .max()
-            .unwrap_or(0);
+            .unwrap_or(Epoch(0));
         if let Some(recovery_min) = recovered.iter().map(|g| g.generation.epoch).min()
             && recovery_min <= source_max
         {

@@ -3,6 +3,7 @@
 
 mod common;
 
+use rekindle::core::epoch::Epoch;
 use rekindle::core::record::{IndexEntry, Phase};
 use rekindle::fleet::lifecycle;
 use rekindle::fleet::lifecycle::LifecycleError;
@@ -143,7 +144,7 @@ async fn commit_and_load(store: Store) {
     let facts = sample::run("run-a", 120, 5);
     let run = RunId::new("run-a");
     let policy = SnapshotPolicy::default();
-    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), policy)
         .await
         .unwrap();
     for fact in &facts[2..] {
@@ -166,7 +167,7 @@ async fn commit_and_load(store: Store) {
     // commit is written once.
     assert_eq!(writer.state().last_seq(), writer.committed());
     let other = sample::run("run-b", 10, 6);
-    let mut repeated = RunWriter::create(&store, other[..2].to_vec(), 1, policy)
+    let mut repeated = RunWriter::create(&store, other[..2].to_vec(), Epoch(1), policy)
         .await
         .unwrap();
     repeated
@@ -185,19 +186,21 @@ async fn takeover_fences_the_old_writer(store: Store) {
     let facts = sample::run("run-f", 40, 9);
     let run = RunId::new("run-f");
     let policy = SnapshotPolicy::default();
-    let mut old = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+    let mut old = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), policy)
         .await
         .unwrap();
     old.commit(facts[2..6].to_vec()).await.unwrap();
-    let mut new = RunWriter::resume(&store, &run, 2, policy).await.unwrap();
+    let mut new = RunWriter::resume(&store, &run, Epoch(2), policy)
+        .await
+        .unwrap();
     assert_eq!(new.state().last_seq(), Seq(6));
     let error = old.commit(vec![facts[6].clone()]).await.unwrap_err();
     assert!(
         matches!(
             error,
             GenerationError::Fenced {
-                epoch: 1,
-                by_epoch: 2,
+                epoch: Epoch(1),
+                by_epoch: Epoch(2),
                 ..
             }
         ),
@@ -211,10 +214,10 @@ async fn takeover_fences_the_old_writer(store: Store) {
     ));
     let loaded = generation::load(&store, &run, None).await.unwrap();
     assert_eq!(loaded.state.facts(), &facts[..10]);
-    assert_eq!(loaded.epoch, 2);
+    assert_eq!(loaded.epoch, Epoch(2));
     // An older epoch cannot even start a takeover any more.
     assert!(matches!(
-        RunWriter::resume(&store, &run, 1, policy).await,
+        RunWriter::resume(&store, &run, Epoch(1), policy).await,
         Err(GenerationError::Fenced { .. })
     ));
 }
@@ -228,14 +231,17 @@ async fn leases(store: Store) {
     let b = Holder::new(&store, "worker-b", ttl);
     a.beat().await.unwrap();
     let held_a = a.acquire(&run).await.unwrap();
-    assert_eq!(held_a.epoch, 1);
+    assert_eq!(held_a.epoch, Epoch(1));
     assert!(matches!(
         b.acquire(&run).await,
-        Err(LeaseError::HeldByOther { epoch: 1, .. })
+        Err(LeaseError::HeldByOther {
+            epoch: Epoch(1),
+            ..
+        })
     ));
     a.release(&held_a).await.unwrap();
     let held_b = b.acquire(&run).await.unwrap();
-    assert_eq!(held_b.epoch, 2);
+    assert_eq!(held_b.epoch, Epoch(2));
     assert!(matches!(
         a.check(&held_a).await,
         Err(LeaseError::Lost { .. })
@@ -247,10 +253,13 @@ async fn leases(store: Store) {
         .acquire_or_wait(&run, poll, Duration::from_secs(5))
         .await
         .unwrap();
-    assert_eq!(taken.epoch, 3);
+    assert_eq!(taken.epoch, Epoch(3));
     assert!(matches!(
         b.check(&held_b).await,
-        Err(LeaseError::Lost { epoch: 3, .. })
+        Err(LeaseError::Lost {
+            epoch: Epoch(3),
+            ..
+        })
     ));
 
     // While a keeps beating, b cannot take over.
@@ -270,7 +279,7 @@ async fn leases(store: Store) {
     assert!(matches!(error, LeaseError::StillAlive { .. }), "{error}");
     beating.await.unwrap();
     let view = lease::read_lease(&store, &run).await.unwrap().unwrap();
-    assert_eq!(view.lease.epoch, 3);
+    assert_eq!(view.lease.epoch, Epoch(3));
     assert_eq!(view.lease.holder, "worker-a");
 }
 
@@ -279,7 +288,7 @@ async fn recovery_records(store: Store) {
     let policy = SnapshotPolicy::default();
     for name in ["src-1", "src-2"] {
         let facts = sample::run(name, 30, 1);
-        let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+        let mut writer = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), policy)
             .await
             .unwrap();
         writer.commit(facts[2..10].to_vec()).await.unwrap();
@@ -357,7 +366,7 @@ async fn recovery_records(store: Store) {
 
     // A finished run has nothing to recover.
     let facts = sample::run("done-run", 20, 2);
-    RunWriter::create(&store, facts.clone(), 1, policy)
+    RunWriter::create(&store, facts.clone(), Epoch(1), policy)
         .await
         .unwrap();
     let done = RunId::new("done-run");
@@ -371,11 +380,11 @@ async fn recovery_records(store: Store) {
 async fn bad_objects_are_named(store: Store) {
     let policy = SnapshotPolicy::default();
     let good = sample::run("good", 20, 3);
-    RunWriter::create(&store, good.clone(), 1, policy)
+    RunWriter::create(&store, good.clone(), Epoch(1), policy)
         .await
         .unwrap();
     let victim = sample::run("victim", 20, 3);
-    RunWriter::create(&store, victim[..4].to_vec(), 1, policy)
+    RunWriter::create(&store, victim[..4].to_vec(), Epoch(1), policy)
         .await
         .unwrap();
     let victim_run = RunId::new("victim");
@@ -639,11 +648,13 @@ async fn gc_keeps_fences(store: Store) {
         max_deltas: 6,
         min_deltas: 6,
     };
-    let mut zombie = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+    let mut zombie = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), policy)
         .await
         .unwrap();
     zombie.commit(facts[2..4].to_vec()).await.unwrap();
-    let mut writer = RunWriter::resume(&store, &run, 2, policy).await.unwrap();
+    let mut writer = RunWriter::resume(&store, &run, Epoch(2), policy)
+        .await
+        .unwrap();
     let fence = writer.generation();
     for fact in &facts[4..60] {
         writer.commit(vec![fact.clone()]).await.unwrap();
@@ -702,10 +713,12 @@ async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
         max_deltas: 4,
         min_deltas: 4,
     };
-    let mut zombie = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+    let mut zombie = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), policy)
         .await
         .unwrap();
-    let mut writer = RunWriter::resume(&store, &run, 2, policy).await.unwrap();
+    let mut writer = RunWriter::resume(&store, &run, Epoch(2), policy)
+        .await
+        .unwrap();
     let fence = writer.generation();
     for fact in &facts[2..] {
         writer.commit(vec![fact.clone()]).await.unwrap();
@@ -757,7 +770,7 @@ async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
 async fn commit_costs_one_put(store: Store) {
     let facts = sample::run("cost", 60, 13);
     let policy = SnapshotPolicy::default();
-    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), 1, policy)
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), policy)
         .await
         .unwrap();
     for fact in &facts[2..40] {

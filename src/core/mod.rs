@@ -8,6 +8,7 @@
 
 pub mod assignment;
 pub mod digest;
+pub mod epoch;
 pub mod fact;
 pub mod fingerprint;
 pub mod fold;

@@ -181,6 +181,7 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
 mod tests {
     use super::*;
     use crate::core::assignment::recovery_id_for;
+    use crate::core::epoch::Epoch;
 
     fn worker(name: &str, capacity: u32, fingerprint: &str, alive: bool) -> WorkerView {
         WorkerView {
@@ -223,7 +224,7 @@ mod tests {
             source_run: RunId::new(name),
             source_generation: 3,
             source_digest: "d".into(),
-            source_epoch: 1,
+            source_epoch: Epoch(1),
             state,
             force: false,
             attempts: failures + 40,

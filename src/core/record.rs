@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::epoch::Epoch;
 use crate::core::fact::{Outcome, RecoveryId, RunId, SessionId};
 use crate::core::layout::FORMAT_VERSION;
 
@@ -60,7 +61,7 @@ pub struct RecoveryRecord {
     pub source_digest: String,
     /// The epoch of that generation; the recovery run's epochs start above it.
     #[serde(default)]
-    pub source_epoch: u64,
+    pub source_epoch: Epoch,
     pub state: RecoveryState,
     /// Admitted despite a configuration mismatch (skips the resume guard).
     #[serde(default)]

@@ -11,6 +11,7 @@
 //! Architecture invariant: a coordinator restart never admits a run twice — recovery IDs are
 //! derived from the source run ([`recovery_id_for`]) and admission is idempotent.
 
+use crate::core::epoch::Epoch;
 use crate::core::record::{IndexEntry, Phase, RecoveryState};
 use crate::error::Error;
 use crate::fleet::admission;
@@ -87,9 +88,12 @@ pub async fn run(
     let mut standby = ExpiryWatch::default();
     while !stop.load(Ordering::SeqCst) {
         if leading.is_none() {
-            match holder.try_acquire(&lease_run, 0, &mut standby).await {
+            match holder
+                .try_acquire(&lease_run, Epoch::ZERO, &mut standby)
+                .await
+            {
                 Ok(Attempt::Held(held)) => {
-                    tracing::info!(coordinator = %options.id, epoch = held.epoch, "leading");
+                    tracing::info!(coordinator = %options.id, epoch = %held.epoch, "leading");
                     // Another leader may have written the inboxes since this one last did.
                     observer.inboxes.clear();
                     leading = Some(held);

@@ -2,6 +2,7 @@
 //! compare-and-swap, record first and index entry second, and the index entries of a host's own
 //! run. The only code that changes a recovery record or an index entry.
 
+use crate::core::epoch::Epoch;
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::lifecycle::{Event, Refused, apply, entry_for, index_phase};
 use crate::core::record::{IndexEntry, Phase, RecoveryRecord};
@@ -43,7 +44,7 @@ pub enum LifecycleError {
     HolderAlive {
         run: RunId,
         holder: String,
-        epoch: u64,
+        epoch: Epoch,
         ttl_ms: u64,
     },
 }

@@ -226,7 +226,7 @@ impl Node {
                 match holder.check(&held).await {
                     Ok(()) => {}
                     Err(error @ LeaseError::Lost { .. }) => {
-                        tracing::info!(run_id = %held.run, epoch = held.epoch, %error, "lease lost; stopping");
+                        tracing::info!(run_id = %held.run, epoch = %held.epoch, %error, "lease lost; stopping");
                         suspect.store(true, Ordering::SeqCst);
                         return;
                     }
@@ -303,7 +303,7 @@ impl Node {
                 Ok(Stopped::StepCap) if !yield_at_step_cap => continue,
                 Ok(other) => break other,
                 Err(error) => {
-                    tracing::debug!(run_id = %held.run, epoch = held.epoch, %error, "drive stopped");
+                    tracing::debug!(run_id = %held.run, epoch = %held.epoch, %error, "drive stopped");
                     return Err(error.into());
                 }
             }
@@ -330,7 +330,7 @@ impl Node {
             .holder
             .acquire_or_wait_from(
                 &run,
-                record.source_epoch + 1,
+                record.source_epoch.next(),
                 self.holder.ttl() / 4,
                 self.holder.ttl() * 3,
             )
@@ -399,7 +399,7 @@ impl Node {
         self.logs.remove_log(run.as_str())?;
         let (mut log, _) = self.logs.open_log(run.as_str())?;
         log.append_all(writer.state().facts())?;
-        tracing::info!(recovery_id = %record.recovery_id, source_run = %record.source_run, epoch = held.epoch, "recovery started");
+        tracing::info!(recovery_id = %record.recovery_id, source_run = %record.source_run, epoch = %held.epoch, "recovery started");
         let runner = self.runner(writer, log, held.clone());
         let driven = self.drive_until_stopped(runner, &held, true).await;
         if driven.is_ok() {

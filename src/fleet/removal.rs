@@ -9,6 +9,7 @@
 //! the run keeps its lease, claim, epochs' first generations and a tombstone and can never be
 //! resumed, recreated or recovered again.
 
+use crate::core::epoch::Epoch;
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::record::RecoveryState;
 use crate::store::Store;
@@ -28,7 +29,7 @@ pub enum RemovalError {
     Leased {
         run: RunId,
         holder: String,
-        epoch: u64,
+        epoch: Epoch,
     },
     #[error(
         "run \"{run}\" is being recovered as '{recovery}' ({state}); let the recovery end first (or --force to strand it)"
@@ -130,7 +131,7 @@ mod tests {
             holder: "host-a".into(),
             holder_nonce: "n".into(),
             heartbeat: "heartbeats/x/host-a".into(),
-            epoch: 3,
+            epoch: Epoch(3),
             ttl_ms: 1000,
             released,
             at_ms: 0,

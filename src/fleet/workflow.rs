@@ -7,6 +7,7 @@
 //! running the same workflow again, on any node, skips finished steps, waits for dispatched
 //! ones and dispatches only the rest.
 
+use crate::core::epoch::Epoch;
 use crate::core::record::{IndexEntry, Phase, RecoveryState};
 use std::time::Duration;
 
@@ -145,7 +146,15 @@ async fn dispatch(store: &Store, agent: &Agent, workflow: &str, spec: &StepSpec)
     let now = store.clock().wall_ms();
     let session = spec.session_id.clone().map(SessionId::new);
     let facts = crate::fleet::opening_facts(&run, session.clone(), agent, &spec.prompt, now);
-    match RunWriter::create_as(store, run.clone(), facts, 1, SnapshotPolicy::default()).await {
+    match RunWriter::create_as(
+        store,
+        run.clone(),
+        facts,
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await
+    {
         Ok(_) => {}
         // Dispatched by an earlier, interrupted run of this workflow. If that one died before
         // indexing the step (and nothing recovered it yet), index it now; then wait for it.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::core::epoch::Epoch;
 use crate::core::fact::ToolCall;
 use crate::host::config::ToolConfig;
 
@@ -28,7 +29,7 @@ pub struct ToolDefinition {
 #[derive(Clone, Debug)]
 pub struct ToolContext {
     pub run_id: String,
-    pub epoch: u64,
+    pub epoch: Epoch,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -200,7 +201,7 @@ mod tests {
         )]);
         let context = ToolContext {
             run_id: "r-1".into(),
-            epoch: 3,
+            epoch: Epoch(3),
         };
         let out = tools.call(&call("echo"), &context).await;
         assert_eq!(out.output, r#"{"x":1} r-1 c-7 3"#);
@@ -217,7 +218,7 @@ mod tests {
         ]);
         let context = ToolContext {
             run_id: "r".into(),
-            epoch: 1,
+            epoch: Epoch(1),
         };
         let fail = tools.call(&call("fail"), &context).await;
         assert!(fail.is_error);

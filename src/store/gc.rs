@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::core::epoch::Epoch;
 use crate::core::fact::RunId;
 use crate::core::layout;
 use crate::store::generation::{self, Chain, GenerationError, RunWriter, SnapshotPolicy};
@@ -218,7 +219,7 @@ async fn tombstone_for(
                 loaded.generation,
                 loaded.epoch_starts,
             ),
-            Err(GenerationError::NotFound { .. }) => (None, 0, 0, Vec::new()),
+            Err(GenerationError::NotFound { .. }) => (None, Epoch::ZERO, 0, Vec::new()),
             Err(error @ GenerationError::Retired { .. }) => {
                 return Err(GcError::Retire {
                     run: run.clone(),
@@ -243,7 +244,7 @@ async fn tombstone_for(
         // first slot. A chain that does not load cannot be fenced this way: there, only the
         // lease check of `runs rm` (overridden by --force, the operator's word that the
         // holder is gone) stands between a live writer and its next slot.
-        last_epoch += 1;
+        last_epoch = last_epoch.next();
         match RunWriter::resume(store, run, last_epoch, SnapshotPolicy::default()).await {
             Ok(fence) => {
                 final_generation = fence.generation();
@@ -280,15 +281,15 @@ async fn damaged_chain_starts(
 ) -> Result<
     (
         Option<crate::core::fact::Outcome>,
+        Epoch,
         u64,
-        u64,
-        Vec<(u64, u64)>,
+        Vec<(Epoch, u64)>,
     ),
     GcError,
 > {
     let prefix = format!("{base}/gen/");
-    let mut starts: BTreeSet<(u64, u64)> = BTreeSet::new();
-    let (mut last_epoch, mut final_generation) = (0, 0);
+    let mut starts: BTreeSet<(Epoch, u64)> = BTreeSet::new();
+    let (mut last_epoch, mut final_generation) = (Epoch::ZERO, 0);
     for key in keys.iter().filter(|key| key.starts_with(&prefix)) {
         let Some(n) = layout::generation_number(key) else {
             continue;
@@ -304,7 +305,7 @@ async fn damaged_chain_starts(
                 starts.extend(generation.epoch_starts);
             }
             None => {
-                starts.insert((0, n));
+                starts.insert((Epoch::ZERO, n));
             }
         }
     }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::core::epoch::Epoch;
 use crate::core::fact::RunId;
 use crate::core::layout::{self, FORMAT_VERSION};
 use crate::core::liveness::{ExpiryWatch, Verdict};
@@ -40,7 +41,7 @@ pub struct Lease {
     pub holder_nonce: String,
     /// Key of the holder's heartbeat object.
     pub heartbeat: String,
-    pub epoch: u64,
+    pub epoch: Epoch,
     pub ttl_ms: u64,
     /// Released by its holder (graceful stop or run finished); the next acquirer bumps the
     /// epoch without waiting.
@@ -74,7 +75,7 @@ pub struct LeaseView {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Held {
     pub run: RunId,
-    pub epoch: u64,
+    pub epoch: Epoch,
     pub etag: ETag,
 }
 
@@ -86,16 +87,16 @@ pub enum LeaseError {
     HeldByOther {
         run: RunId,
         holder: String,
-        epoch: u64,
+        epoch: Epoch,
     },
     #[error(
         "lease of run \"{run}\" was lost: '{holder}' holds it at epoch {epoch} (ours was {ours})"
     )]
     Lost {
         run: RunId,
-        ours: u64,
+        ours: Epoch,
         holder: String,
-        epoch: u64,
+        epoch: Epoch,
     },
     #[error(transparent)]
     Object(#[from] layout::ObjectError),
@@ -312,7 +313,7 @@ impl Holder {
             .is_some_and(|(beat, _)| beat.holder_nonce == self.nonce))
     }
 
-    fn lease(&self, run: &RunId, epoch: u64, released: bool) -> Bytes {
+    fn lease(&self, run: &RunId, epoch: Epoch, released: bool) -> Bytes {
         let lease = Lease {
             format: FORMAT_VERSION,
             kind: LEASE_KIND.into(),
@@ -333,12 +334,16 @@ impl Holder {
     /// without changing anything, and epochs never restart.
     pub async fn acquire_new(&self, run: &RunId) -> Result<Held, LeaseError> {
         let key = layout::lease(run.as_str());
-        match self.store.create(&key, self.lease(run, 1, false)).await {
+        match self
+            .store
+            .create(&key, self.lease(run, Epoch(1), false))
+            .await
+        {
             Ok(etag) => {
                 tracing::info!(run_id = %run, epoch = 1, holder_id = %self.id, "lease acquired");
                 Ok(Held {
                     run: run.clone(),
-                    epoch: 1,
+                    epoch: Epoch(1),
                     etag,
                 })
             }
@@ -352,13 +357,13 @@ impl Holder {
     /// or by an earlier holding of this process (a failed attempt that never released it).
     /// The epoch always grows: every holding gets its own.
     pub async fn acquire(&self, run: &RunId) -> Result<Held, LeaseError> {
-        self.acquire_from(run, 0).await
+        self.acquire_from(run, Epoch::ZERO).await
     }
 
     /// [`Self::acquire`] with an epoch of at least `floor`. A recovery run starts above its
     /// source's epoch, so epochs keep growing along a run's whole lineage and a downstream
     /// system can tell every incarnation apart by (run, epoch).
-    pub async fn acquire_from(&self, run: &RunId, floor: u64) -> Result<Held, LeaseError> {
+    pub async fn acquire_from(&self, run: &RunId, floor: Epoch) -> Result<Held, LeaseError> {
         let key = layout::lease(run.as_str());
         // Only a write of this call that landed unseen makes a lease held by this very
         // holder ours to keep at its epoch. Found held on the first read, it is an earlier
@@ -368,7 +373,7 @@ impl Holder {
         for _ in 0..CAS_ATTEMPTS {
             let result = match read_lease(&self.store, run).await? {
                 None => {
-                    let epoch = floor.max(1);
+                    let epoch = floor.max(Epoch(1));
                     wrote = true;
                     self.store
                         .create(&key, self.lease(run, epoch, false))
@@ -392,7 +397,7 @@ impl Holder {
                             epoch: lease.epoch,
                         });
                     }
-                    let epoch = (lease.epoch + 1).max(floor);
+                    let epoch = lease.epoch.next().max(floor);
                     wrote = true;
                     self.store
                         .swap(&key, self.lease(run, epoch, false), &view.etag)
@@ -402,7 +407,7 @@ impl Holder {
             };
             match result {
                 Ok((epoch, etag)) => {
-                    tracing::info!(run_id = %run, epoch, holder_id = %self.id, "lease acquired");
+                    tracing::info!(run_id = %run, epoch = %epoch, holder_id = %self.id, "lease acquired");
                     return Ok(Held {
                         run: run.clone(),
                         epoch,
@@ -421,20 +426,20 @@ impl Holder {
     /// operator's explicit takeover (then the old holder's in-flight tool call may run twice;
     /// fencing still stops its commits).
     pub async fn take_over(&self, observed: &LeaseView) -> Result<Held, LeaseError> {
-        self.take_over_from(observed, 0).await
+        self.take_over_from(observed, Epoch::ZERO).await
     }
 
-    async fn take_over_from(&self, observed: &LeaseView, floor: u64) -> Result<Held, LeaseError> {
+    async fn take_over_from(&self, observed: &LeaseView, floor: Epoch) -> Result<Held, LeaseError> {
         let run = &observed.lease.run_id;
         let key = layout::lease(run.as_str());
-        let epoch = (observed.lease.epoch + 1).max(floor);
+        let epoch = observed.lease.epoch.next().max(floor);
         match self
             .store
             .swap(&key, self.lease(run, epoch, false), &observed.etag)
             .await
         {
             Ok(etag) => {
-                tracing::info!(run_id = %run, epoch, holder_id = %self.id, from = %observed.lease.holder, "lease taken over");
+                tracing::info!(run_id = %run, epoch = %epoch, holder_id = %self.id, from = %observed.lease.holder, "lease taken over");
                 Ok(Held {
                     run: run.clone(),
                     epoch,
@@ -466,7 +471,7 @@ impl Holder {
             .await
         {
             Ok(_) => {
-                tracing::info!(run_id = %held.run, epoch = held.epoch, "lease released");
+                tracing::info!(run_id = %held.run, epoch = %held.epoch, "lease released");
                 Ok(())
             }
             Err(StoreError::Changed { .. }) => Ok(()),
@@ -495,7 +500,7 @@ impl Holder {
                 run: held.run.clone(),
                 ours: held.epoch,
                 holder: "(nobody)".into(),
-                epoch: 0,
+                epoch: Epoch::ZERO,
             }),
         }
     }
@@ -508,14 +513,15 @@ impl Holder {
         poll: Duration,
         max_wait: Duration,
     ) -> Result<Held, LeaseError> {
-        self.acquire_or_wait_from(run, 0, poll, max_wait).await
+        self.acquire_or_wait_from(run, Epoch::ZERO, poll, max_wait)
+            .await
     }
 
     /// [`Self::acquire_or_wait`] with an epoch of at least `floor`.
     pub async fn acquire_or_wait_from(
         &self,
         run: &RunId,
-        floor: u64,
+        floor: Epoch,
         poll: Duration,
         max_wait: Duration,
     ) -> Result<Held, LeaseError> {
@@ -544,7 +550,7 @@ impl Holder {
     pub async fn try_acquire(
         &self,
         run: &RunId,
-        floor: u64,
+        floor: Epoch,
         watch: &mut ExpiryWatch,
     ) -> Result<Attempt, LeaseError> {
         let view = match read_lease(&self.store, run).await? {

@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use crate::core::epoch::Epoch;
 use crate::core::fact::{self, RunId};
 use crate::core::rng::SplitMix;
 use crate::core::sample::{self, Builder};
@@ -51,8 +52,13 @@ pub async fn commit_cost(
         .map(|f| fact::encode(f).map_or(0, |b| b.len() as u64 + 1))
         .sum();
     let before = store.metrics();
-    let mut writer =
-        RunWriter::create(store, facts[..2].to_vec(), 1, SnapshotPolicy::default()).await?;
+    let mut writer = RunWriter::create(
+        store,
+        facts[..2].to_vec(),
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await?;
     for fact in &facts[2..] {
         writer.commit(vec![fact.clone()]).await?;
     }
@@ -79,8 +85,13 @@ pub async fn load_cost(
     loads: usize,
 ) -> Result<LoadCost, GenerationError> {
     let all = sample::run(run, facts, 11);
-    let mut writer =
-        RunWriter::create(store, all[..2].to_vec(), 1, SnapshotPolicy::default()).await?;
+    let mut writer = RunWriter::create(
+        store,
+        all[..2].to_vec(),
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await?;
     for chunk in all[2..].chunks(per_commit.max(1)) {
         writer.commit(chunk.to_vec()).await?;
     }

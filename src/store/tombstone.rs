@@ -11,6 +11,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::core::epoch::Epoch;
 use crate::core::fact::{Outcome, RunId};
 use crate::core::layout::{self, FORMAT_VERSION};
 use crate::store::{Store, StoreError};
@@ -36,11 +37,11 @@ pub struct Tombstone {
     /// How the run ended; `None` when it was removed before it ended.
     pub outcome: Option<Outcome>,
     /// The highest epoch that ever wrote or held the run; a new holder would need a higher one.
-    pub last_epoch: u64,
+    pub last_epoch: Epoch,
     /// The newest generation when the run was retired.
     pub final_generation: u64,
     /// The first generation of every epoch: the slots gc keeps so stale writers stay fenced.
-    pub epoch_starts: Vec<(u64, u64)>,
+    pub epoch_starts: Vec<(Epoch, u64)>,
     pub retired_by: RetiredBy,
     pub retired_at_ms: u64,
 }
@@ -49,9 +50,9 @@ impl Tombstone {
     pub fn new(
         run: &RunId,
         outcome: Option<Outcome>,
-        last_epoch: u64,
+        last_epoch: Epoch,
         final_generation: u64,
-        epoch_starts: Vec<(u64, u64)>,
+        epoch_starts: Vec<(Epoch, u64)>,
         retired_by: RetiredBy,
         retired_at_ms: u64,
     ) -> Tombstone {

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::core::digest::sha256_hex;
+use crate::core::epoch::Epoch;
 use crate::core::fact::{self, Fact, RunId, Seq};
 use crate::core::fold::FoldError;
 use crate::core::layout;
@@ -25,7 +26,7 @@ pub struct Generation {
     /// The snapshot generation this one builds on (itself, for a snapshot).
     pub base: u64,
     /// The lease epoch of the writer; never lower than the previous generation's.
-    pub epoch: u64,
+    pub epoch: Epoch,
     /// A nonce unique to the writer, to recognise our own write after a lost response.
     pub writer: String,
     /// Seq range covered: `first_seq..=last_seq` (empty when `first_seq > last_seq`).
@@ -34,7 +35,7 @@ pub struct Generation {
     /// First generation of each epoch so far (carried forward), so gc knows which slots a
     /// stale writer could still aim at.
     #[serde(default)]
-    pub epoch_starts: Vec<(u64, u64)>,
+    pub epoch_starts: Vec<(Epoch, u64)>,
     pub at_ms: u64,
     /// SHA-256 of the facts' encoded lines, checked on load. Empty when the facts are sealed:
     /// a plaintext digest would let anyone holding the bucket confirm guesses about the sealed
@@ -89,8 +90,8 @@ pub enum GenerationError {
     Fenced {
         run: RunId,
         generation: u64,
-        epoch: u64,
-        by_epoch: u64,
+        epoch: Epoch,
+        by_epoch: Epoch,
     },
     #[error(
         "run \"{run}\": generation {generation} was committed by another writer at epoch {by_epoch} (ours {epoch}); reload and retry"
@@ -98,8 +99,8 @@ pub enum GenerationError {
     Conflict {
         run: RunId,
         generation: u64,
-        epoch: u64,
-        by_epoch: u64,
+        epoch: Epoch,
+        by_epoch: Epoch,
     },
     #[error("generation object '{key}': {reason}")]
     Discontinuous { key: String, reason: String },
@@ -169,7 +170,7 @@ struct SealContext<'a> {
     kind: &'a str,
     run_id: &'a RunId,
     generation: u64,
-    epoch: u64,
+    epoch: Epoch,
     first_seq: u64,
     last_seq: u64,
     snapshot: bool,

@@ -7,6 +7,7 @@ use futures::StreamExt;
 use super::chain::{Chain, Located};
 use super::format::{GenerationError, check_link, decode_with};
 use crate::core::digest::sha256_hex;
+use crate::core::epoch::Epoch;
 use crate::core::fact::RunId;
 use crate::core::fold::RunState;
 use crate::core::layout;
@@ -24,12 +25,12 @@ pub struct Loaded {
     /// The newest generation read.
     pub generation: u64,
     /// The epoch of the newest generation.
-    pub epoch: u64,
+    pub epoch: Epoch,
     /// SHA-256 of the newest generation object's bytes, for pinning a recovery to it.
     pub digest: String,
     /// The snapshot the chain was read from.
     pub base: u64,
-    pub epoch_starts: Vec<(u64, u64)>,
+    pub epoch_starts: Vec<(Epoch, u64)>,
     /// Bytes of the snapshot read, and the deltas read after it.
     pub snapshot_bytes: u64,
     pub delta_count: u32,

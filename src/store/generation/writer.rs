@@ -7,6 +7,7 @@ use super::format::{
     Generation, GenerationError, KIND, SnapshotPolicy, decode_with, encode_facts, seal_context,
 };
 use super::load::{load, read_tombstone};
+use crate::core::epoch::Epoch;
 use crate::core::fact::{Fact, RunId, Seq};
 use crate::core::fold::RunState;
 use crate::core::layout::{self, FORMAT_VERSION};
@@ -20,7 +21,7 @@ const FENCE_ATTEMPTS: usize = 8;
 pub struct RunWriter {
     chain: Chain,
     run: RunId,
-    epoch: u64,
+    epoch: Epoch,
     nonce: String,
     state: RunState,
     /// The newest generation in the chain as this writer knows it.
@@ -28,7 +29,7 @@ pub struct RunWriter {
     /// Seq of the last fact committed.
     committed: Seq,
     base: u64,
-    epoch_starts: Vec<(u64, u64)>,
+    epoch_starts: Vec<(Epoch, u64)>,
     snapshot_bytes: u64,
     delta_count: u32,
     delta_bytes: u64,
@@ -40,7 +41,7 @@ impl RunWriter {
     pub async fn create(
         store: &Store,
         facts: Vec<Fact>,
-        epoch: u64,
+        epoch: Epoch,
         policy: SnapshotPolicy,
     ) -> Result<RunWriter, GenerationError> {
         let run = match facts.first().map(|f| &f.body) {
@@ -61,7 +62,7 @@ impl RunWriter {
         store: &Store,
         run: RunId,
         facts: Vec<Fact>,
-        epoch: u64,
+        epoch: Epoch,
         policy: SnapshotPolicy,
     ) -> Result<RunWriter, GenerationError> {
         let state = crate::core::fold::fold(facts).map_err(|error| GenerationError::Fold {
@@ -105,7 +106,7 @@ impl RunWriter {
     pub async fn resume(
         store: &Store,
         run: &RunId,
-        epoch: u64,
+        epoch: Epoch,
         policy: SnapshotPolicy,
     ) -> Result<RunWriter, GenerationError> {
         let mut last_error = None;
@@ -147,7 +148,7 @@ impl RunWriter {
                     // takeover; the grace period makes the retry rare.
                     match writer.chain.read_hint().await? {
                         Some(hint) if hint.retired || hint.generation > writer.generation => {
-                            tracing::warn!(run_id = %run, epoch, generation = writer.generation, hint = hint.generation, "fence landed in a collected slot; fencing again");
+                            tracing::warn!(run_id = %run, epoch = %epoch, generation = writer.generation, hint = hint.generation, "fence landed in a collected slot; fencing again");
                             last_error = Some(GenerationError::Conflict {
                                 run: run.clone(),
                                 generation: writer.generation,
@@ -169,7 +170,7 @@ impl RunWriter {
         &self.state
     }
 
-    pub fn epoch(&self) -> u64 {
+    pub fn epoch(&self) -> Epoch {
         self.epoch
     }
 
@@ -349,7 +350,7 @@ impl RunWriter {
     /// Bookkeeping after generation `n` (of `size` bytes) is known to be in the chain, written
     /// by this writer or adopted after a lost response: the committed prefix, the epoch
     /// starts, the snapshot counters, and the head hint for a snapshot (best effort).
-    async fn landed(&mut self, n: u64, snapshot: bool, size: u64, epoch_starts: Vec<(u64, u64)>) {
+    async fn landed(&mut self, n: u64, snapshot: bool, size: u64, epoch_starts: Vec<(Epoch, u64)>) {
         self.generation = n;
         self.committed = self.state.last_seq();
         self.epoch_starts = epoch_starts;
@@ -390,7 +391,7 @@ impl RunWriter {
             return Ok((other, size));
         }
         Err(if other.epoch > self.epoch {
-            tracing::info!(run_id = %self.run, epoch = self.epoch, by_epoch = other.epoch, generation = n, "fenced");
+            tracing::info!(run_id = %self.run, epoch = %self.epoch, by_epoch = %other.epoch, generation = n, "fenced");
             GenerationError::Fenced {
                 run: self.run.clone(),
                 generation: n,
@@ -427,7 +428,7 @@ impl RunWriter {
                 ours.first_seq, ours.last_seq, ours.base, self.committed.0, self.base
             )));
         }
-        tracing::info!(run_id = %self.run, epoch = self.epoch, generation = n, "adopted our own generation after a lost acknowledgement");
+        tracing::info!(run_id = %self.run, epoch = %self.epoch, generation = n, "adopted our own generation after a lost acknowledgement");
         // The facts of this commit, already folded: set aside, then folded again after the
         // adopted generation's (which may hold fewer, more, or the same).
         let pending = self
