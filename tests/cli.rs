@@ -238,7 +238,7 @@ fn bad_seal_key_is_refused_clearly() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
         stderr.contains(&format!(
-            "read the encryption key file {} (REKINDLE_SEAL_KEY_FILE)",
+            "encryption key file {} (REKINDLE_SEAL_KEY_FILE): cannot read it: No such file",
             missing.display()
         )),
         "{stderr}"

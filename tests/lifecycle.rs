@@ -1458,3 +1458,81 @@ fn a_stale_attempts_outcome_never_touches_the_next_attempt() {
     .unwrap();
     assert_eq!(finished.state, RecoveryState::Finished);
 }
+
+// Reviewer's finding: `recover --all` watched a running run for a TTL from one index scan; a
+// host that parked meanwhile (entry Parked with no holder, heartbeat removed) looked gone on
+// the second look, and the parked run was fenced and given a recovery nobody asked for. The
+// watch now leaves alone a run whose entry changed while it watched.
+#[tokio::test]
+async fn recover_all_leaves_alone_a_run_that_parked_while_it_watched() {
+    use rekindle::core::liveness::Liveness;
+    use rekindle::core::record::IndexEntry;
+    use rekindle::fleet::liveness::Watch;
+
+    let store = common::memory();
+    let host = Holder::new(&store, "host", Duration::from_millis(300));
+    host.beat().await.unwrap();
+    let run = RunId::new("parks");
+    let mut entry = IndexEntry::new(run.clone(), None, Phase::Running, "fp".into(), 1);
+    entry.holder = Some(host.heartbeat_key());
+    let written = lifecycle::host_started(&store, &entry).await.unwrap();
+
+    // A run whose holder is silent for the whole watch is still judged interrupted.
+    let silent = Holder::new(&store, "silent", Duration::from_millis(300));
+    silent.beat().await.unwrap();
+    let mut silent_entry =
+        IndexEntry::new(RunId::new("silent"), None, Phase::Running, "fp".into(), 1);
+    silent_entry.holder = Some(silent.heartbeat_key());
+    lifecycle::host_started(&store, &silent_entry)
+        .await
+        .unwrap();
+
+    let (entries, _) = index::IndexScan::default().scan(&store).await.unwrap();
+    let watch = Watch::begin(&store, entries).await.unwrap();
+    // The host parks while the watch waits, and removes its heartbeat as it exits.
+    lifecycle::host_parked(&store, &entry, &written)
+        .await
+        .unwrap();
+    store.delete(&host.heartbeat_key()).await.unwrap();
+    let judged = watch.finish(&store).await.unwrap();
+    let verdict = |id: &str| {
+        judged
+            .iter()
+            .find(|(e, _)| e.run_id.as_str() == id)
+            .map(|(_, liveness)| *liveness)
+    };
+    assert_eq!(verdict("parks"), Some(Liveness::Running), "{judged:?}");
+    assert_eq!(verdict("silent"), Some(Liveness::Interrupted), "{judged:?}");
+}
+
+// Reviewer's finding: `status` and `runs ls` decoded every holder's heartbeat, so one
+// heartbeat this build cannot read (a newer format mid-upgrade, a foreign object) failed the
+// whole command. Liveness is judged by the heartbeat's version, as the coordinator does.
+#[tokio::test]
+async fn an_unreadable_heartbeat_is_judged_by_its_version() {
+    use bytes::Bytes;
+    use rekindle::core::liveness::Liveness;
+    use rekindle::core::record::IndexEntry;
+    use rekindle::fleet::liveness;
+
+    let store = common::memory();
+    let key = layout::heartbeat("newer-build");
+    store
+        .put(
+            &key,
+            Bytes::from_static(br#"{"format": 99, "kind": "heartbeat"}"#),
+        )
+        .await
+        .unwrap();
+    let mut entry = IndexEntry::new(RunId::new("r"), None, Phase::Running, "fp".into(), 1);
+    entry.holder = Some(key.clone());
+    assert_eq!(
+        liveness::judge_now(&store, &entry).await.unwrap(),
+        Liveness::Running
+    );
+    store.delete(&key).await.unwrap();
+    assert_eq!(
+        liveness::judge_now(&store, &entry).await.unwrap(),
+        Liveness::Interrupted
+    );
+}

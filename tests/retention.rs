@@ -475,3 +475,39 @@ async fn a_damaged_run_can_be_retired() {
         "a generation that could not be judged was deleted"
     );
 }
+
+// Reviewer's finding: `runs rm --force` read the recovery claim and record even though a
+// forced removal ignores them, so a damaged claim blocked exactly the removal `--force` is
+// for. Unforced, the damage is still reported.
+#[tokio::test]
+async fn a_forced_removal_is_not_blocked_by_a_damaged_recovery_claim() {
+    use bytes::Bytes;
+    use rekindle::fleet::removal;
+
+    let store = common::memory();
+    let run = RunId::new("claimed");
+    let holder = rekindle::store::lease::Holder::new(&store, "host", Duration::from_secs(5));
+    let held = holder.acquire_new(&run).await.unwrap();
+    let facts = sample::run("claimed", 10, 3);
+    RunWriter::create(&store, facts[..2].to_vec(), held.epoch, POLICY)
+        .await
+        .unwrap();
+    holder.release(&held).await.unwrap();
+    store
+        .put(
+            &layout::recovered_by("claimed"),
+            Bytes::from_static(b"{not json"),
+        )
+        .await
+        .unwrap();
+    let unforced = removal::remove(&store, &run, false).await;
+    assert!(
+        unforced.is_err(),
+        "a damaged claim was ignored without --force"
+    );
+    removal::remove(&store, &run, true).await.unwrap();
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { outcome: None, .. })
+    ));
+}

@@ -468,7 +468,7 @@ pub(crate) async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
     let store = store.open(true).await.context("open the store")?;
     let now = store.clock().wall_ms();
     let mut workers = Vec::new();
-    for listed in store.list(layout::workers_prefix(), None, 10_000).await? {
+    for listed in store.list_all(layout::workers_prefix()).await? {
         let Some(object) = store.read(&listed.key).await? else {
             continue;
         };

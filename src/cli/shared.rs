@@ -88,33 +88,10 @@ impl StoreSettingsArgs {
 
 /// The sealer the environment configures, if any.
 fn sealer_from_env() -> anyhow::Result<Option<Sealer>> {
-    let (key, origin) = match (
-        std::env::var("REKINDLE_SEAL_KEY").ok(),
-        std::env::var_os("REKINDLE_SEAL_KEY_FILE").map(PathBuf::from),
-    ) {
-        (Some(text), _) => (text, "REKINDLE_SEAL_KEY".to_owned()),
-        (None, Some(path)) => {
-            let text = std::fs::read_to_string(&path).with_context(|| {
-                format!(
-                    "read the encryption key file {} (REKINDLE_SEAL_KEY_FILE)",
-                    path.display()
-                )
-            })?;
-            (
-                text,
-                format!("file {} (REKINDLE_SEAL_KEY_FILE)", path.display()),
-            )
-        }
-        (None, None) => return Ok(None),
-    };
-    let keys = SealKeys {
-        key,
-        origin,
-        key_id: std::env::var("REKINDLE_SEAL_KEY_ID").ok(),
-        older: std::env::var("REKINDLE_SEAL_OLD_KEYS").ok(),
-        older_origin: "REKINDLE_SEAL_OLD_KEYS".into(),
-    };
-    Ok(Some(Sealer::configure(&keys)?))
+    Ok(match SealKeys::from_env()? {
+        Some(keys) => Some(Sealer::configure(&keys)?),
+        None => None,
+    })
 }
 
 /// Test-only fault injection, when the environment asks for it (the chaos tests start real

@@ -19,21 +19,40 @@ use std::time::Duration;
 use crate::core::liveness::{Judge, Liveness, Sighting};
 use crate::core::record::{IndexEntry, Phase};
 use crate::store::Store;
+use crate::store::index;
 use crate::store::lease::{self, LeaseError};
+
+/// How long an unreadable heartbeat whose holder declared no TTL anywhere is watched: longer
+/// than any TTL the binaries default to, so it is never judged on too short a watch.
+const UNDECLARED_TTL: Duration = Duration::from_secs(30);
 
 /// Looks once at the heartbeat under `key`; `declared_ttl` is a floor on the TTL the heartbeat
 /// itself declares (a holder is never judged on a shorter TTL than it announced anywhere).
+/// Liveness is judged on the object's version alone, as the coordinator judges it: a
+/// heartbeat this build cannot decode (a newer format mid-upgrade, a foreign object) still
+/// counts by its version, under the declared TTL, instead of failing the whole look.
 pub async fn look_at(
     store: &Store,
     key: &str,
     declared_ttl: Duration,
 ) -> Result<Sighting, LeaseError> {
-    Ok(match lease::read_heartbeat(store, key).await? {
-        None => Sighting::Gone,
-        Some((beat, etag)) => Sighting::Beating {
+    Ok(match lease::read_heartbeat(store, key).await {
+        Ok(None) => Sighting::Gone,
+        Ok(Some((beat, etag))) => Sighting::Beating {
             etag,
             ttl: declared_ttl.max(Duration::from_millis(beat.ttl_ms)),
         },
+        Err(LeaseError::Object(error)) => match store.head(key).await? {
+            None => Sighting::Gone,
+            Some(etag) => {
+                tracing::warn!(key, %error, "cannot read a heartbeat; judging it by its version");
+                Sighting::Beating {
+                    etag,
+                    ttl: declared_ttl.max(UNDECLARED_TTL),
+                }
+            }
+        },
+        Err(other) => return Err(other),
     })
 }
 
@@ -102,17 +121,21 @@ impl Watch {
     }
 
     /// Waits [`Watch::duration`], looks at every holder again and judges: a heartbeat that
-    /// did not change meanwhile (or disappeared) means the run is interrupted.
-    pub async fn finish(
-        mut self,
-        store: &Store,
-    ) -> Result<Vec<(IndexEntry, Liveness)>, LeaseError> {
+    /// did not change meanwhile (or disappeared) means the run is interrupted — unless the
+    /// run's index entry changed meanwhile (it parked, ended, or moved to another holder): the
+    /// run moved on, so it is left alone, as the coordinator re-checks an entry before it
+    /// admits.
+    pub async fn finish(mut self, store: &Store) -> crate::Result<Vec<(IndexEntry, Liveness)>> {
         let wait = self.duration();
         if !wait.is_zero() {
             crate::clock::sleep(wait).await;
         }
         let mut judged = Vec::with_capacity(self.looked.len());
         for (entry, first) in self.looked {
+            if index::read(store, &entry.run_id).await?.as_ref() != Some(&entry) {
+                judged.push((entry, Liveness::Running));
+                continue;
+            }
             let sighting = match first {
                 Sighting::Beating { .. } => look(store, &entry).await?,
                 // No holder or no heartbeat: already judged, nothing to look at again.

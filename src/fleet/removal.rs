@@ -89,9 +89,16 @@ pub fn decide(run: &RunId, facts: &Facts, force: bool) -> Result<(), RemovalErro
     Ok(())
 }
 
-/// Reads what [`decide`] needs about `run`.
-pub async fn facts(store: &Store, run: &RunId) -> Result<Facts, RemovalError> {
+/// Reads what [`decide`] needs about `run`. `force` skips the recovery, which a forced
+/// removal ignores: a damaged claim or record must not stand in the way of `--force`.
+pub async fn facts(store: &Store, run: &RunId, force: bool) -> Result<Facts, RemovalError> {
     let lease = lease::read_lease(store, run).await?.map(|view| view.lease);
+    if force {
+        return Ok(Facts {
+            lease,
+            recovery: None,
+        });
+    }
     let recovery = match recovery::claimed_by(store, run).await? {
         None => None,
         Some(id) => {
@@ -108,7 +115,7 @@ pub async fn facts(store: &Store, run: &RunId) -> Result<Facts, RemovalError> {
 /// epoch's first) and loop checkpoints, then its index entry. Returns how many objects were
 /// deleted.
 pub async fn remove(store: &Store, run: &RunId, force: bool) -> Result<u64, RemovalError> {
-    decide(run, &facts(store, run).await?, force)?;
+    decide(run, &facts(store, run, force).await?, force)?;
     let deleted = gc::retire(store, run, RetiredBy::Removal)
         .await
         .map_err(|source| RemovalError::Retire {

@@ -70,6 +70,38 @@ pub struct SealKeys {
     pub older_origin: String,
 }
 
+impl SealKeys {
+    /// The keys the standard environment configures, if any: `REKINDLE_SEAL_KEY` (or the file
+    /// named by `REKINDLE_SEAL_KEY_FILE`), `REKINDLE_SEAL_KEY_ID` and `REKINDLE_SEAL_OLD_KEYS`.
+    /// The one place sealing reads the environment; the binaries call it at their boundary,
+    /// and a host embedding the library calls it (or builds `SealKeys` itself) before opening
+    /// its store: the store never looks, so a host that skips it writes plaintext.
+    pub fn from_env() -> Result<Option<SealKeys>, SealError> {
+        let (key, origin) = match (
+            std::env::var("REKINDLE_SEAL_KEY").ok(),
+            std::env::var_os("REKINDLE_SEAL_KEY_FILE").map(std::path::PathBuf::from),
+        ) {
+            (Some(text), _) => (text, "REKINDLE_SEAL_KEY".to_owned()),
+            (None, Some(path)) => {
+                let origin = format!("file {} (REKINDLE_SEAL_KEY_FILE)", path.display());
+                let text = std::fs::read_to_string(&path).map_err(|error| SealError::BadKey {
+                    origin: origin.clone(),
+                    reason: format!("cannot read it: {error}"),
+                })?;
+                (text, origin)
+            }
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(SealKeys {
+            key,
+            origin,
+            key_id: std::env::var("REKINDLE_SEAL_KEY_ID").ok(),
+            older: std::env::var("REKINDLE_SEAL_OLD_KEYS").ok(),
+            older_origin: "REKINDLE_SEAL_OLD_KEYS".into(),
+        }))
+    }
+}
+
 impl std::fmt::Debug for SealKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Origins and IDs only, never key material.
