@@ -39,7 +39,16 @@ struct Totals {
     runs: u64,
     completed: u64,
     never_started: u64,
+    /// Runs whose live host was judged silent before its first commit: the coordinator's fence
+    /// took slot 1, the host's start failed fenced, nothing was acknowledged.
+    fenced_before_start: u64,
     violations: Vec<String>,
+}
+
+/// How each seed's hosts ended, by run index.
+struct HostOutcomes {
+    killed: BTreeSet<usize>,
+    succeeded: Vec<bool>,
 }
 
 struct Harness {
@@ -198,12 +207,14 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
     let mut paused: Option<(usize, Instant)> = None;
     let mut partition_until: Option<Instant> = None;
     let mut restarts: Vec<(Instant, usize, bool)> = Vec::new(); // (when, index, is_worker)
+    let mut killed: BTreeSet<usize> = BTreeSet::new();
     let chaos_for = Duration::from_millis(2500 + u64::from(random.below(1500)));
     while started.elapsed() < chaos_for {
         let now = Instant::now();
-        for (child, kill_at) in hosts.iter_mut() {
+        for (index, (child, kill_at)) in hosts.iter_mut().enumerate() {
             if kill_at.is_some_and(|at| now >= at) {
                 let _ = child.kill();
+                killed.insert(index);
                 totals.kills += 1;
                 *kill_at = None;
             }
@@ -284,9 +295,11 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
             coordinators[i] = harness.coordinator(i);
         }
     }
-    for (child, _) in hosts.iter_mut() {
-        let _ = child.wait();
-    }
+    // Whether each host reported success: a host whose run never committed must not.
+    let succeeded: Vec<bool> = hosts
+        .iter_mut()
+        .map(|(child, _)| child.wait().is_ok_and(|status| status.success()))
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let (entries, _) = rekindle::store::index::IndexScan::default()
@@ -317,7 +330,8 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
     }
 
     let before = totals.violations.len();
-    audit(&store, &prefix, runs, &ledger, seed, totals).await;
+    let hosts = HostOutcomes { killed, succeeded };
+    audit(&store, &prefix, runs, &ledger, seed, &hosts, totals).await;
     if totals.violations.len() > before {
         eprintln!(
             "chaos seed {seed} broke invariants; replay with: REKINDLE_CHAOS_SEEDS={seed} REKINDLE_CHAOS_RUNS={runs} cargo nextest run --test chaos"
@@ -334,6 +348,7 @@ async fn audit(
     runs: usize,
     ledger: &Path,
     seed: u64,
+    hosts: &HostOutcomes,
     totals: &mut Totals,
 ) {
     let mut violation = |text: String| totals.violations.push(format!("seed {seed}: {text}"));
@@ -366,10 +381,22 @@ async fn audit(
         };
         if source.state.facts().is_empty() {
             // Its first slot holds only a fence: a coordinator judged the host silent before
-            // its first commit, so that commit was refused and nothing was acknowledged.
-            totals.never_started += 1;
+            // its first commit, so that commit was refused and nothing was acknowledged. The
+            // chain must still be sound, no tool may have run, and a host that was not killed
+            // must have failed (fenced), never reported the run as done.
+            check_chain(store, &run, &mut violation).await;
             if ran.keys().any(|(r, _)| r == run.as_str()) {
                 violation(format!("{run} never committed a fact but its tools ran"));
+            }
+            if hosts.killed.contains(&i) {
+                totals.never_started += 1;
+            } else {
+                totals.fenced_before_start += 1;
+                if hosts.succeeded.get(i).copied().unwrap_or(false) {
+                    violation(format!(
+                        "{run}: its host reported success but the run never committed a fact"
+                    ));
+                }
             }
             continue;
         }
@@ -532,7 +559,7 @@ fn runs() -> usize {
 
 fn report(label: &str, totals: &Totals) {
     println!(
-        "chaos {label}: {} seeds, {} kills, {} pauses, {} partitions, {} fault-injected processes, {} runs: {} completed, {} never started, {} violations",
+        "chaos {label}: {} seeds, {} kills, {} pauses, {} partitions, {} fault-injected processes, {} runs: {} completed, {} never started, {} fenced before their first commit, {} violations",
         totals.seeds,
         totals.kills,
         totals.pauses,
@@ -541,6 +568,7 @@ fn report(label: &str, totals: &Totals) {
         totals.runs,
         totals.completed,
         totals.never_started,
+        totals.fenced_before_start,
         totals.violations.len()
     );
     for violation in &totals.violations {
@@ -558,7 +586,7 @@ async fn sweep_local_directory() {
     }
     report("local", &totals);
     assert!(totals.violations.is_empty(), "{:?}", totals.violations);
-    assert!(totals.completed + totals.never_started == totals.runs);
+    assert!(totals.completed + totals.never_started + totals.fenced_before_start == totals.runs);
 }
 
 // Proves the same against the S3 test server (one seed in the default sweep).
