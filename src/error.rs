@@ -31,6 +31,7 @@ use crate::core::lifecycle::Refused;
 use crate::fleet::FleetError;
 use crate::fleet::demo::DemoError;
 use crate::fleet::lifecycle::LifecycleError;
+use crate::fleet::removal::RemovalError;
 use crate::fleet::runner::RunError;
 use crate::fleet::workflow::WorkflowError;
 use crate::host::config::ConfigError;
@@ -116,6 +117,8 @@ pub enum Error {
     Workflow(WorkflowError),
     #[error(transparent)]
     Demo(DemoError),
+    #[error(transparent)]
+    Removal(RemovalError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -143,6 +146,7 @@ impl Error {
             Error::Fleet(error) => fleet_kind(error),
             Error::Workflow(error) => workflow_kind(error),
             Error::Demo(error) => demo_kind(error),
+            Error::Removal(error) => removal_kind(error),
         }
     }
 }
@@ -204,6 +208,7 @@ fn recovery_kind(error: &RecoveryError) -> ErrorKind {
         RecoveryError::Store(error) => store_kind(error),
         RecoveryError::Source { error, .. } => generation_kind(error),
         RecoveryError::IdInUse { .. }
+        | RecoveryError::IdIsARun { .. }
         | RecoveryError::AlreadyRecovered { .. }
         | RecoveryError::NothingToRecover { .. }
         | RecoveryError::NeverStarted { .. } => ErrorKind::Refused,
@@ -290,7 +295,8 @@ fn fleet_kind(error: &FleetError) -> ErrorKind {
     match error {
         FleetError::ResumeRefused { .. }
         | FleetError::BeingRecovered { .. }
-        | FleetError::NotWaiting { .. } => ErrorKind::Refused,
+        | FleetError::NotWaiting { .. }
+        | FleetError::IdReserved { .. } => ErrorKind::Refused,
         FleetError::PinMismatch { .. } => ErrorKind::Corrupt,
     }
 }
@@ -300,6 +306,15 @@ fn workflow_kind(error: &WorkflowError) -> ErrorKind {
         WorkflowError::Invalid { .. } => ErrorKind::InvalidInput,
         // Running the workflow again waits for the same dead-lettered recovery.
         WorkflowError::StepDead { .. } => ErrorKind::Refused,
+    }
+}
+
+fn removal_kind(error: &RemovalError) -> ErrorKind {
+    match error {
+        RemovalError::NoSuchRun { .. } => ErrorKind::NotFound,
+        RemovalError::Leased { .. }
+        | RemovalError::HolderAlive { .. }
+        | RemovalError::BeingRecovered { .. } => ErrorKind::Refused,
     }
 }
 
@@ -335,6 +350,7 @@ from_module_error! {
     FleetError => Fleet,
     WorkflowError => Workflow,
     DemoError => Demo,
+    RemovalError => Removal,
 }
 
 // Conversions that unwrap pass-through variants, so each error lands in the variant of the

@@ -315,3 +315,33 @@ fn demo_takes_the_store_flags() {
     assert_eq!(summary["store"], "memory://");
     assert_eq!(summary["completed"], 6);
 }
+
+// New-user finding: a malformed `--endpoint` made every command panic inside the S3 client
+// (exit 101 and a backtrace); it is now an error naming the endpoint.
+#[test]
+fn a_bad_endpoint_is_an_error_not_a_panic() {
+    for endpoint in ["not-a-url", ""] {
+        let out = rekindle_with(
+            &[
+                "status",
+                "--store",
+                "s3://bucket/p",
+                "--endpoint",
+                endpoint,
+                "--allow-http",
+            ],
+            &[
+                ("AWS_ACCESS_KEY_ID", "x"),
+                ("AWS_SECRET_ACCESS_KEY", "y"),
+                ("AWS_REGION", "us-east-1"),
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(
+            stderr.contains(&format!("endpoint '{endpoint}' is not an absolute URL")),
+            "{stderr}"
+        );
+    }
+}

@@ -1536,3 +1536,91 @@ async fn an_unreadable_heartbeat_is_judged_by_its_version() {
         Liveness::Interrupted
     );
 }
+
+/// A node on `store` with a scripted agent that answers twice, then finishes.
+fn plain_node(store: &Store, dir: &std::path::Path, name: &str) -> Node {
+    std::fs::write(
+        dir.join("script.json"),
+        r#"[{"content": "thinking"}, {"content": "done"}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("rekindle.toml"),
+        "[model]\nkind = \"scripted\"\nname = \"m\"\nscript = \"script.json\"\n",
+    )
+    .unwrap();
+    let agent = Agent::from_config(Config::load(&dir.join("rekindle.toml")).unwrap()).unwrap();
+    Node {
+        store: store.clone(),
+        agent,
+        logs: LogDir::open(dir.join(format!("logs-{name}"))).unwrap(),
+        holder: Holder::new(store, name, TTL),
+        stop: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+// New-user finding: a recovery ID could name an existing run — a finished one, one being
+// recovered, or the source itself. The recovery, which runs as the run of its ID, then
+// continued that run's chain or "finished" at once, and the source's pending call never ran.
+// Admission now refuses such an ID, and a host refuses a run ID that is a recovery's.
+#[tokio::test]
+async fn a_recovery_id_never_names_an_existing_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::memory();
+    let host = plain_node(&store, dir.path(), "host");
+    let done = RunId::new("done-1");
+    host.start_run(&done, None, "go").await.unwrap();
+    // An interrupted source: its host stopped before the model's turn.
+    let interrupted = RunId::new("k-3");
+    let stopping = plain_node(&store, dir.path(), "stopping");
+    stopping.stop.store(true, Ordering::SeqCst);
+    stopping.start_run(&interrupted, None, "go").await.unwrap();
+
+    let cli = Holder::new(&store, "cli", TTL);
+    for taken in ["done-1", "k-3"] {
+        let error = admission::admit(
+            &store,
+            &cli,
+            &interrupted,
+            &RecoveryId::new(taken),
+            false,
+            Takeover::Now,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(error.kind(), rekindle::ErrorKind::Refused, "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("'{taken}' already names a run")),
+            "{error}"
+        );
+    }
+    assert!(
+        recovery::claimed_by(&store, &interrupted)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A fresh ID is admitted; afterwards a host cannot start a run under it, nor under the
+    // coordinator's reserved prefix.
+    let id = RecoveryId::new("k-3-again");
+    admission::admit(&store, &cli, &interrupted, &id, false, Takeover::Now)
+        .await
+        .unwrap();
+    for reserved in ["k-3-again", "recovery-of-k-9"] {
+        let error = host
+            .start_run(&RunId::new(reserved), None, "go")
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), rekindle::ErrorKind::Refused, "{error}");
+        assert!(error.to_string().contains(reserved), "{error}");
+    }
+    assert!(
+        lease::read_lease(&store, &RunId::new("recovery-of-k-9"))
+            .await
+            .unwrap()
+            .is_none(),
+        "the refused run took a lease"
+    );
+}

@@ -511,3 +511,43 @@ async fn a_forced_removal_is_not_blocked_by_a_damaged_recovery_claim() {
         Err(GenerationError::Retired { outcome: None, .. })
     ));
 }
+
+// New-user finding: `runs rm --force` retired a run whose host was alive and heartbeating
+// (the help said "only when that holder is gone", but nothing checked). A forced removal now
+// watches the holder's heartbeat for its TTL and refuses if it beats; a silent holder's run
+// is retired.
+#[tokio::test]
+async fn a_forced_removal_refuses_a_holder_that_beats() {
+    use rekindle::fleet::removal;
+    use rekindle::store::lease::Holder;
+
+    let store = common::memory();
+    let facts = sample::run("alive", 10, 4);
+    let alive = RunId::new("alive");
+    let host = Holder::new(&store, "host", Duration::from_millis(300));
+    host.beat().await.unwrap();
+    let held = host.acquire_new(&alive).await.unwrap();
+    RunWriter::create(&store, facts[..2].to_vec(), held.epoch, POLICY)
+        .await
+        .unwrap();
+    let beating = {
+        let host = Arc::clone(&host);
+        tokio::spawn(async move {
+            loop {
+                host.beat().await.unwrap();
+                rekindle::clock::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let error = removal::remove(&store, &alive, true).await.unwrap_err();
+    assert_eq!(error.kind(), rekindle::ErrorKind::Refused, "{error}");
+    assert!(error.to_string().contains("is alive"), "{error}");
+    assert!(generation::load(&store, &alive, None).await.is_ok());
+    // The host dies: its heartbeat stops changing, and --force retires the run.
+    beating.abort();
+    removal::remove(&store, &alive, true).await.unwrap();
+    assert!(matches!(
+        generation::load(&store, &alive, None).await,
+        Err(GenerationError::Retired { .. })
+    ));
+}

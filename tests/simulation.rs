@@ -1650,14 +1650,19 @@ async fn audit(world: &World, store: &Store, scenario: &Scenario) -> (Vec<String
                 }
             }
         }
-        // Only commits count: a fence (no facts) written to a source already pinned loses
-        // nothing, while a commit to it at the recovery's epoch or later would.
-        let source_max = source
-            .iter()
-            .filter(|g| !g.generation.facts.is_empty())
-            .map(|g| g.generation.epoch)
-            .max()
-            .unwrap_or(Epoch(0));
+        // Only commits count: a fence, which adds no fact (it is empty, or a snapshot of the
+        // facts before it), written to a source already pinned loses nothing, while a commit
+        // of a new fact to it at the recovery's epoch or later would.
+        let mut by_slot: Vec<&LandedGeneration> = source.iter().collect();
+        by_slot.sort_by_key(|g| (g.slot, g.order));
+        let mut seen_seq = 0;
+        let mut source_max = Epoch(0);
+        for g in by_slot {
+            if g.generation.last_seq > seen_seq && !g.generation.facts.is_empty() {
+                seen_seq = g.generation.last_seq;
+                source_max = source_max.max(g.generation.epoch);
+            }
+        }
         if let Some(recovery_min) = recovered.iter().map(|g| g.generation.epoch).min()
             && recovery_min <= source_max
         {

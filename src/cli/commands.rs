@@ -568,8 +568,7 @@ pub(crate) async fn workflow_run(
 }
 
 pub(crate) fn fold(path: &Path, json: bool) -> anyhow::Result<()> {
-    let (state, torn_tail) =
-        log::fold(path).with_context(|| format!("fold the fact log {}", path.display()))?;
+    let (state, torn_tail) = log::fold(path).context("fold the fact log")?;
     let summary = state.summary();
     if json {
         let mut value = serde_json::to_value(&summary).context("encode the summary")?;

@@ -9,9 +9,12 @@ use serde::{Deserialize, Serialize};
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::layout::FORMAT_VERSION;
 
+/// The prefix of the coordinator's recovery IDs; no host run may use it.
+pub const RECOVERY_ID_PREFIX: &str = "recovery-of-";
+
 /// The deterministic recovery ID of a source run.
 pub fn recovery_id_for(source: &RunId) -> RecoveryId {
-    RecoveryId::new(format!("recovery-of-{source}"))
+    RecoveryId::new(format!("{RECOVERY_ID_PREFIX}{source}"))
 }
 
 /// A worker's registration.

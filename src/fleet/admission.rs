@@ -92,6 +92,16 @@ pub async fn admit(
         }
         .into());
     }
+    // A recovery runs as the run named by its ID: an ID that already names a run (the source
+    // itself, or any run that ever took a lease, which retirement keeps) would continue or
+    // overwrite that run's chain.
+    let as_run = RunId::new(recovery_id.as_str());
+    if as_run == *source || lease::read_lease(store, &as_run).await?.is_some() {
+        return Err(RecoveryError::IdIsARun {
+            recovery_id: recovery_id.clone(),
+        }
+        .into());
+    }
     refuse_unrecoverable(store, source).await?;
     // The lease version judged free or silent: without a takeover, only that version may be
     // taken over (a holder that took the lease since is alive, not judged).

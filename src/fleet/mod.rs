@@ -166,6 +166,10 @@ pub enum FleetError {
         "run \"{run}\" is being continued by recovery '{recovery}'; answer it when that recovery parks (`rekindle answer {run}` then reaches it)"
     )]
     BeingRecovered { run: RunId, recovery: RecoveryId },
+    #[error(
+        "run ID \"{run}\" is {why}; a run started here needs an ID no recovery uses or will use"
+    )]
+    IdReserved { run: RunId, why: String },
     #[error("run \"{run}\" is not parked waiting for {what}{now}")]
     NotWaiting {
         run: RunId,
@@ -250,6 +254,32 @@ impl Node {
         entry
     }
 
+    /// Refuses a run ID that is, or will be, a recovery's: a recovery runs as the run of its
+    /// own ID, so a host run under it would share that run's lease and chain. The coordinator's
+    /// IDs (`recovery-of-<run>`) are reserved; any other is refused once its record exists.
+    /// (Admission refuses a recovery ID that already names a run, so whichever comes first
+    /// keeps the ID, barring two processes creating the same ID at the same moment.)
+    async fn refuse_recovery_id(&self, run: &RunId) -> Result<()> {
+        let why = if run
+            .as_str()
+            .starts_with(crate::core::assignment::RECOVERY_ID_PREFIX)
+        {
+            "reserved for the fleet's recoveries".to_owned()
+        } else if recovery::read(&self.store, &RecoveryId::new(run.as_str()))
+            .await?
+            .is_some()
+        {
+            "a recovery's ID".to_owned()
+        } else {
+            return Ok(());
+        };
+        Err(FleetError::IdReserved {
+            run: run.clone(),
+            why,
+        }
+        .into())
+    }
+
     /// Starts a run on this node and drives it until it ends, parks or is asked to stop.
     /// A run ID that was ever used is refused before anything is written.
     #[tracing::instrument(name = "host_run", skip_all, fields(run_id = %run, holder_id = %self.holder.id()))]
@@ -259,6 +289,7 @@ impl Node {
         session: Option<SessionId>,
         prompt: &str,
     ) -> Result<Stopped> {
+        self.refuse_recovery_id(run).await?;
         let held = self.holder.acquire_new(run).await?;
         let now = self.clock().wall_ms();
         let facts = opening_facts(run, session.clone(), &self.agent, prompt, now);

@@ -12,13 +12,19 @@
 use crate::core::epoch::Epoch;
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::record::RecoveryState;
+use std::time::Duration;
+
+use crate::core::liveness::Sighting;
+use crate::fleet::liveness;
 use crate::store::Store;
-use crate::store::gc::{self, GcError};
-use crate::store::index::{self, IndexError};
-use crate::store::lease::{self, Lease, LeaseError};
-use crate::store::recovery::{self, RecoveryError};
+use crate::store::gc;
+use crate::store::index;
+use crate::store::lease::{self, Lease};
+use crate::store::recovery;
 use crate::store::tombstone::RetiredBy;
 
+/// Why a run may not be retired now. Store, lease, recovery and gc failures on the way are
+/// the public [`crate::Error`] of their own module.
 #[derive(Debug, thiserror::Error)]
 pub enum RemovalError {
     #[error("run \"{run}\" does not exist (it has no lease); nothing to retire")]
@@ -32,6 +38,14 @@ pub enum RemovalError {
         epoch: Epoch,
     },
     #[error(
+        "run \"{run}\" is leased by '{holder}', whose heartbeat changed within its {ttl_ms} ms TTL: it is alive, and --force retires only a run whose holder is gone; stop it first"
+    )]
+    HolderAlive {
+        run: RunId,
+        holder: String,
+        ttl_ms: u64,
+    },
+    #[error(
         "run \"{run}\" is being recovered as '{recovery}' ({state}); let the recovery end first (or --force to strand it)"
     )]
     BeingRecovered {
@@ -40,18 +54,6 @@ pub enum RemovalError {
         /// The recovery's state in words, or that its admission has not finished.
         state: &'static str,
     },
-    #[error("retire run \"{run}\": {source}")]
-    Retire {
-        run: RunId,
-        #[source]
-        source: Box<GcError>,
-    },
-    #[error(transparent)]
-    Lease(#[from] LeaseError),
-    #[error(transparent)]
-    Recovery(#[from] RecoveryError),
-    #[error(transparent)]
-    Index(#[from] IndexError),
 }
 
 /// What the store holds about a run, as far as removing it is concerned.
@@ -91,7 +93,7 @@ pub fn decide(run: &RunId, facts: &Facts, force: bool) -> Result<(), RemovalErro
 
 /// Reads what [`decide`] needs about `run`. `force` skips the recovery, which a forced
 /// removal ignores: a damaged claim or record must not stand in the way of `--force`.
-pub async fn facts(store: &Store, run: &RunId, force: bool) -> Result<Facts, RemovalError> {
+pub async fn facts(store: &Store, run: &RunId, force: bool) -> crate::Result<Facts> {
     let lease = lease::read_lease(store, run).await?.map(|view| view.lease);
     if force {
         return Ok(Facts {
@@ -113,17 +115,40 @@ pub async fn facts(store: &Store, run: &RunId, force: bool) -> Result<Facts, Rem
 
 /// Retires `run` now if [`decide`] allows it: its tombstone, then its generations (but each
 /// epoch's first) and loop checkpoints, then its index entry. Returns how many objects were
-/// deleted.
-pub async fn remove(store: &Store, run: &RunId, force: bool) -> Result<u64, RemovalError> {
-    decide(run, &facts(store, run, force).await?, force)?;
-    let deleted = gc::retire(store, run, RetiredBy::Removal)
-        .await
-        .map_err(|source| RemovalError::Retire {
-            run: run.clone(),
-            source: Box::new(source),
-        })?;
+/// deleted. Forced past a held lease, it first watches the holder's heartbeat for the holder's
+/// TTL (as `recover` does) and refuses if it changes: `--force` is the operator's word that
+/// the holder is gone, and a heartbeat that beats says otherwise.
+pub async fn remove(store: &Store, run: &RunId, force: bool) -> crate::Result<u64> {
+    let facts = facts(store, run, force).await?;
+    decide(run, &facts, force)?;
+    if let Some(lease) = &facts.lease
+        && !lease.released
+    {
+        refuse_if_beating(store, run, lease).await?;
+    }
+    let deleted = gc::retire(store, run, RetiredBy::Removal).await?;
     index::remove(store, run).await?;
     Ok(deleted)
+}
+
+/// Watches the heartbeat of a held lease's holder for its TTL; a change means it is alive.
+async fn refuse_if_beating(store: &Store, run: &RunId, lease: &Lease) -> crate::Result<()> {
+    let ttl = Duration::from_millis(lease.ttl_ms);
+    let first = liveness::look_at(store, &lease.heartbeat, ttl).await?;
+    let Sighting::Beating { ttl, .. } = first else {
+        return Ok(());
+    };
+    crate::clock::sleep(ttl).await;
+    let second = liveness::look_at(store, &lease.heartbeat, ttl).await?;
+    if second == Sighting::Gone || second == first {
+        return Ok(());
+    }
+    Err(RemovalError::HolderAlive {
+        run: run.clone(),
+        holder: lease.holder.clone(),
+        ttl_ms: ttl.as_millis() as u64,
+    }
+    .into())
 }
 
 #[cfg(test)]

@@ -42,6 +42,16 @@ pub(crate) async fn open_s3(
                 .with_connect_timeout(Duration::from_secs(5))
                 .with_timeout(settings.retry.attempt_timeout),
         );
+    if settings
+        .region
+        .as_deref()
+        .is_some_and(|r| r.trim().is_empty())
+    {
+        return Err(StoreError::InvalidUrl {
+            url: format!("s3://{bucket}"),
+            reason: "the region is empty".into(),
+        });
+    }
     if let Some(region) = settings
         .region
         .clone()
@@ -54,6 +64,12 @@ pub(crate) async fn open_s3(
         .clone()
         .or_else(|| sdk.endpoint_url().map(str::to_owned))
     {
+        check_endpoint(&endpoint, settings.allow_http).map_err(|reason| {
+            StoreError::InvalidUrl {
+                url: format!("s3://{bucket}"),
+                reason: format!("endpoint '{endpoint}' {reason}"),
+            }
+        })?;
         builder = builder.with_endpoint(endpoint);
     }
     if let Some(provider) = sdk.credentials_provider() {
@@ -64,6 +80,24 @@ pub(crate) async fn open_s3(
         reason: error.to_string(),
     })?;
     Ok(Arc::new(store))
+}
+
+/// Refuses an endpoint the S3 client cannot use before it is used: object_store panics on
+/// one that is not an absolute URL, and retries a plain-HTTP one it was not allowed to use
+/// until its deadline, then reports a builder error.
+fn check_endpoint(endpoint: &str, allow_http: bool) -> Result<(), String> {
+    let url = reqwest::Url::parse(endpoint).map_err(|error| {
+        format!("is not an absolute URL ({error}); expected e.g. http://127.0.0.1:9000")
+    })?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("names no host".into());
+    }
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if allow_http => Ok(()),
+        "http" => Err("is plain HTTP; allow it with --allow-http (or AWS_ALLOW_HTTP=true)".into()),
+        other => Err(format!("has scheme '{other}'; expected http or https")),
+    }
 }
 
 /// aws-config's provider chain asks its sources on every call; object_store asks for
@@ -121,6 +155,19 @@ impl CredentialProvider for CachedAwsCredentials {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Proves the endpoints object_store would panic on, or retry until its deadline, are
+    // refused up front with the reason.
+    #[test]
+    fn endpoints_are_checked_before_use() {
+        assert!(check_endpoint("https://s3.example.com", false).is_ok());
+        assert!(check_endpoint("http://127.0.0.1:9000", true).is_ok());
+        let refused = |endpoint: &str| check_endpoint(endpoint, false).unwrap_err();
+        assert!(refused("not-a-url").contains("not an absolute URL"));
+        assert!(refused("").contains("not an absolute URL"));
+        assert!(refused("http://127.0.0.1:9").contains("--allow-http"));
+        assert!(refused("ftp://x").contains("scheme 'ftp'"));
+    }
     use aws_credential_types::Credentials;
     use aws_credential_types::provider::future;
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -55,6 +55,10 @@ pub enum RecoveryError {
         existing_source: RunId,
         requested_source: RunId,
     },
+    #[error(
+        "recovery ID '{recovery_id}' already names a run (\"{recovery_id}\" has a lease); a recovery runs as a run of its own ID, so it must be new"
+    )]
+    IdIsARun { recovery_id: RecoveryId },
     #[error("run \"{source_run}\" is already being recovered as '{existing}'")]
     AlreadyRecovered {
         source_run: RunId,
