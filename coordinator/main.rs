@@ -25,9 +25,10 @@ struct Args {
     #[arg(long, env = "REKINDLE_COORDINATOR_ID")]
     id: Option<String>,
     /// How long a silent heartbeat means a dead process.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     lease_ttl_ms: u64,
-    #[arg(long, default_value_t = 10_000)]
+    /// How often the coordinator scans the index and heartbeats.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     scan_interval_ms: u64,
     /// Failed attempts (errors, or a worker dying mid-attempt) before a recovery is
     /// dead-lettered. Step-cap yields, parks and graceful hand-backs do not count.

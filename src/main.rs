@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use clap::builder::TypedValueParser;
 use clap::{Parser, Subcommand};
 use cli::commands;
 use cli::shared::{StoreArgs, StoreSettingsArgs};
@@ -40,9 +41,11 @@ enum Command {
     /// requests per recovery, time). Uses a temporary local directory unless --store is set;
     /// takes the same store settings as every other command.
     Demo {
-        #[arg(long, default_value_t = 100)]
+        /// Runs the hosts start (at least 1).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
         runs: usize,
-        #[arg(long, default_value_t = 3)]
+        /// Workers recovering interrupted runs (at least 1: without one, nothing recovers).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
         workers: usize,
         /// Store URL: s3://bucket/prefix (e.g. s3://bucket/demo for MinIO), file:///abs/path
         /// (or a plain path), or memory://. Default: a temporary directory.
@@ -50,6 +53,7 @@ enum Command {
         store: Option<StoreUrl>,
         #[command(flatten)]
         store_settings: StoreSettingsArgs,
+        /// Seed for which hosts crash and when (the same seed, the same crashes).
         #[arg(long, default_value_t = 7)]
         seed: u64,
         /// Print the summary as one JSON line.
@@ -73,7 +77,9 @@ enum Command {
         /// Directory for local fact logs (default: $XDG_STATE_HOME/rekindle/runs).
         #[arg(long, env = "REKINDLE_STATE_DIR")]
         state_dir: Option<PathBuf>,
-        #[arg(long, default_value_t = 30_000)]
+        /// How long this host's heartbeat may stay unchanged before the fleet judges it dead
+        /// (at least 1).
+        #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
         lease_ttl_ms: u64,
         /// The user's prompt.
         prompt: String,
@@ -149,6 +155,7 @@ enum Command {
     Status {
         #[command(flatten)]
         store: StoreArgs,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -174,6 +181,7 @@ enum Command {
         /// sooner: far longer than any request deadline plus clock skew between nodes.
         #[arg(long, default_value_t = 60)]
         grace_minutes: u64,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -188,6 +196,7 @@ enum Command {
         /// Facts in the run that is loaded.
         #[arg(long, default_value_t = 10_000)]
         facts: usize,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -220,6 +229,7 @@ enum RunsCommand {
         /// running, interrupted, parked, recovering, completed, failed or dead.
         #[arg(long, value_parser = ["running", "interrupted", "parked", "recovering", "completed", "failed", "dead"])]
         state: Option<String>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -242,6 +252,7 @@ enum RunsCommand {
         store: StoreArgs,
         #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },

@@ -345,3 +345,60 @@ fn a_bad_endpoint_is_an_error_not_a_panic() {
         );
     }
 }
+
+// New-user findings: `demo --workers 0` hung (nothing could recover the crashed runs), and
+// `recover --all` exited 0 when a run could not be admitted, so a batch job saw success.
+#[test]
+fn demo_needs_a_worker_and_recover_all_fails_when_an_admission_fails() {
+    let out = rekindle(&["demo", "--workers", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--workers"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use rekindle::core::record::{IndexEntry, Phase};
+        use rekindle::store::{Store, StoreSettings, StoreUrl};
+        let url: StoreUrl = bucket.to_str().unwrap().parse().unwrap();
+        let store = Store::open(
+            &url,
+            &StoreSettings::default(),
+            rekindle::clock::SystemClock::shared(),
+        )
+        .await
+        .unwrap();
+        // An interrupted run (no holder) whose only generation is damaged: it cannot be
+        // admitted.
+        let run = rekindle::core::fact::RunId::new("cor-1");
+        let entry = IndexEntry::new(run, None, Phase::Running, "fp".into(), 1);
+        rekindle::fleet::lifecycle::host_started(&store, &entry)
+            .await
+            .unwrap();
+        let base = rekindle::core::layout::run_base("cor-1");
+        store
+            .put(
+                &rekindle::core::layout::generation(&base, 1),
+                bytes::Bytes::from_static(b"{not json"),
+            )
+            .await
+            .unwrap();
+    });
+    let out = rekindle(&[
+        "recover",
+        "--all",
+        "--takeover",
+        "--store",
+        bucket.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("run cor-1:"), "{stderr}");
+    assert!(
+        stderr.contains("1 interrupted runs could not be admitted"),
+        "{stderr}"
+    );
+}

@@ -35,9 +35,12 @@ struct Args {
     /// Recoveries executed at once.
     #[arg(long, default_value_t = 4)]
     concurrency: u32,
-    #[arg(long, default_value_t = 30_000)]
+    /// How long this worker's heartbeat may stay unchanged before the fleet judges it dead
+    /// and hands its recoveries to others (at least 1).
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     lease_ttl_ms: u64,
-    #[arg(long, default_value_t = 2_000)]
+    /// How often the worker reads its inbox.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     poll_interval_ms: u64,
     /// On SIGTERM, how long running recoveries get to finish their step and commit.
     #[arg(long, default_value_t = 60_000)]

@@ -195,6 +195,7 @@ pub(crate) async fn recover_all(
     let holder = Holder::new(&store, shared::default_id("cli"), CLI_TTL);
     let mut admitted = Vec::new();
     let mut alive = 0;
+    let mut failed = 0;
     for (entry, judgement) in judged {
         if judgement == Liveness::Running {
             alive += 1;
@@ -208,7 +209,10 @@ pub(crate) async fn recover_all(
                 );
                 admitted.push(record.recovery_id);
             }
-            Err(error) => eprintln!("run {}: {error:#}", entry.run_id),
+            Err(error) => {
+                eprintln!("run {}: {error:#}", entry.run_id);
+                failed += 1;
+            }
         }
     }
     println!("{} interrupted runs admitted", admitted.len());
@@ -219,6 +223,9 @@ pub(crate) async fn recover_all(
     }
     if wait {
         wait_all(&store, &admitted).await?;
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} interrupted runs could not be admitted (each is named above)");
     }
     Ok(())
 }
