@@ -24,11 +24,13 @@ pub fn sleep(duration: Duration) -> tokio::time::Sleep {
 pub struct Stopwatch(tokio::time::Instant);
 
 impl Stopwatch {
+    /// Starts timing now.
     #[allow(clippy::disallowed_methods)] // The one place the monotonic clock is read directly.
     pub fn start() -> Self {
         Stopwatch(tokio::time::Instant::now())
     }
 
+    /// The time passed since [`Stopwatch::start`].
     pub fn elapsed(&self) -> Duration {
         self.0.elapsed()
     }
@@ -61,6 +63,8 @@ pub struct SystemClock {
 }
 
 impl SystemClock {
+    /// A real clock whose monotonic readings count from now, shared by everything in the
+    /// process.
     #[allow(clippy::disallowed_methods)] // The real clock's origin.
     pub fn shared() -> Arc<dyn Clock> {
         Arc::new(SystemClock {
@@ -95,6 +99,7 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock stopped at `start_ms`, for both its wall and its monotonic reading.
     pub fn new(start_ms: u64) -> Arc<Self> {
         Arc::new(ManualClock {
             now_ms: AtomicU64::new(start_ms),
@@ -102,6 +107,7 @@ impl ManualClock {
         })
     }
 
+    /// Moves both readings forward by `by`; nothing else moves them.
     pub fn advance(&self, by: Duration) {
         self.now_ms
             .fetch_add(by.as_millis() as u64, Ordering::SeqCst);

@@ -76,51 +76,80 @@ pub enum ErrorKind {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// An encoded fact is over the size limit, from a newer schema, or malformed.
     #[error(transparent)]
     Decode(DecodeError),
+    /// A fact breaks the run's rules: out of sequence, after the end, or answering no call.
     #[error(transparent)]
     Fold(FoldError),
+    /// A stored object could not be read as the kind expected at its key.
     #[error(transparent)]
     Object(ObjectError),
+    /// The run's configuration changed since it started, and the resume did not force it.
     #[error(transparent)]
     ResumeRefused(ResumeRefused),
     /// The lifecycle's rules refused an event in the recovery's current state.
     #[error(transparent)]
     EventRefused(Refused),
+    /// A storage request lost a race, was denied, or failed after its retries; or the store
+    /// URL or startup probe was bad.
     #[error(transparent)]
     Store(StoreError),
+    /// Committing or loading a run's generations failed: fenced by a newer epoch, the run
+    /// retired, a slot taken, or the chain missing, sealed with an unknown key or damaged.
     #[error(transparent)]
     Generation(GenerationError),
+    /// A run's lease is held by another holder, was lost to a newer epoch, kept changing, or
+    /// already exists for a new run; or a holder's identity is in use by a live process.
     #[error(transparent)]
     Lease(LeaseError),
+    /// A recovery could not be admitted: its ID is taken, the run is already recovered, never
+    /// started or has ended, or the record changed under the caller.
     #[error(transparent)]
     Recovery(RecoveryError),
+    /// A session, loop or workflow checkpoint was refused on load or changed under its saver.
     #[error(transparent)]
     Checkpoint(CheckpointError),
+    /// The tombstone under a run's key names another run: the bucket is damaged.
     #[error(transparent)]
     Tombstone(TombstoneError),
+    /// Retention could not retire a run whose generations it was about to delete.
     #[error(transparent)]
     Gc(GcError),
+    /// The local fact log could not be read or appended: disk I/O, another writer's lock,
+    /// damage, an oversized fact or no state directory.
     #[error(transparent)]
     Log(LogError),
+    /// A generation's payload could not be sealed or opened: a bad or unknown key, or damage.
     #[error(transparent)]
     Seal(SealError),
+    /// The host's configuration file could not be read or is invalid.
     #[error(transparent)]
     Config(ConfigError),
+    /// The model endpoint failed after its retries or did not answer with a chat completion,
+    /// or the model section of the configuration is incomplete.
     #[error(transparent)]
     Model(ModelError),
+    /// A lifecycle event found no recovery record or kept racing other writers, or admission
+    /// could not fence the source run or found its holder alive.
     #[error(transparent)]
     Lifecycle(LifecycleError),
+    /// The fleet refused to start, resume or answer a run in its current state, or a
+    /// recovery's pinned source generation no longer matches its digest.
     #[error(transparent)]
     Fleet(FleetError),
+    /// A workflow definition is invalid, or one of its steps was dead-lettered.
     #[error(transparent)]
     Workflow(WorkflowError),
+    /// The demo could not set up its fleet, or its runs did not finish in time.
     #[error(transparent)]
     Demo(DemoError),
+    /// A run may not be retired now: it does not exist, is leased, or is being recovered.
     #[error(transparent)]
     Removal(RemovalError),
 }
 
+/// A result whose error is the library's [`Error`] unless another is named.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {

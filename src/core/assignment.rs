@@ -20,11 +20,17 @@ pub fn recovery_id_for(source: &RunId) -> RecoveryId {
 /// A worker's registration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registration {
+    /// The object format version the registration was written with.
     pub format: u32,
+    /// The envelope kind, always `"worker"`.
     pub kind: String,
+    /// The worker's ID.
     pub worker: String,
+    /// The key of the heartbeat object that says whether the worker is alive.
     pub heartbeat: String,
+    /// How many recoveries the worker runs at once.
     pub capacity: u32,
+    /// The SHA-256 of the worker's configuration fingerprint; it is assigned only runs with it.
     pub fingerprint_sha256: String,
     /// The lease TTL the worker declared: it is judged dead only after this long silent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -32,6 +38,7 @@ pub struct Registration {
 }
 
 impl Registration {
+    /// A registration in the current format, with no declared lease TTL.
     pub fn new(worker: &str, heartbeat: String, capacity: u32, fingerprint_sha256: String) -> Self {
         Registration {
             format: FORMAT_VERSION,
@@ -48,8 +55,12 @@ impl Registration {
 /// The recoveries assigned to one worker.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inbox {
+    /// The object format version the inbox was written with.
     pub format: u32,
+    /// The envelope kind, always `"inbox"`.
     pub kind: String,
+    /// The worker the recoveries are assigned to.
     pub worker: String,
+    /// The recoveries assigned to the worker, by ID.
     pub recoveries: Vec<RecoveryId>,
 }

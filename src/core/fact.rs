@@ -39,10 +39,12 @@ macro_rules! string_id {
         pub struct $name(pub String);
 
         impl $name {
+            /// Wraps `id` as this kind of ID.
             pub fn new(id: impl Into<String>) -> Self {
                 Self(id.into())
             }
 
+            /// The ID's text, as facts and keys carry it.
             pub fn as_str(&self) -> &str {
                 &self.0
             }
@@ -91,9 +93,11 @@ impl fmt::Display for Seq {
 /// One immutable record of a run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fact {
+    /// The fact's position in its run.
     pub seq: Seq,
     /// Wall-clock time the host recorded, as data. The fold never compares it with a clock.
     pub at_ms: u64,
+    /// What happened.
     pub body: FactBody,
 }
 
@@ -105,20 +109,28 @@ pub enum FactBody {
     /// halves the size of every other fact.
     #[serde(rename = "meta")]
     Meta(Box<Meta>),
+    /// The user gave the run input: its prompt, or more after a final answer.
     #[serde(rename = "user.message")]
     UserMessage(UserMessage),
+    /// The model answered one turn.
     #[serde(rename = "model.turn")]
     ModelTurn(ModelTurn),
+    /// A tool call of the last model turn returned (or was denied).
     #[serde(rename = "tool.result")]
     ToolResult(ToolResult),
+    /// A tool call needs a human's approval before it runs; the run parks.
     #[serde(rename = "confirmation.requested")]
     ConfirmationRequested(ConfirmationRequested),
+    /// A human approved or denied the call the run parked on.
     #[serde(rename = "confirmation.answered")]
     ConfirmationAnswered(ConfirmationAnswered),
+    /// The run asked a human a question; the run parks.
     #[serde(rename = "question.asked")]
     QuestionAsked(QuestionAsked),
+    /// A human answered the question the run parked on.
     #[serde(rename = "question.answered")]
     QuestionAnswered(QuestionAnswered),
+    /// The run ended; nothing may follow.
     #[serde(rename = "terminal")]
     Terminal(Terminal),
 }
@@ -144,51 +156,71 @@ impl FactBody {
 /// The schema version of the run is the `v` of this fact.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Meta {
+    /// The run these facts belong to; recoveries keep it.
     pub run_id: RunId,
+    /// The conversation the run belongs to, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<SessionId>,
+    /// The configuration the run was started with, checked by the resume guard.
     pub fingerprint: Fingerprint,
 }
 
+/// Input from the user: the run's prompt, or more after a final answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct UserMessage {
+    /// The message text, shown to the model as a user message.
     pub content: String,
 }
 
 /// One assistant turn exactly as the model returned it, with its token usage.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelTurn {
+    /// The text the model answered, if any; a turn without tool calls is the final answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// The tool calls the model requested, in the order it made them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// The model's reasoning text, when it returned one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// The tokens the turn spent, counted against the token budget.
     #[serde(default)]
     pub usage: Usage,
 }
 
+/// One tool call the model requested in a turn.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The call's ID as the model named it; its result and confirmation refer to it.
     pub id: CallId,
+    /// The name of the tool to call.
     pub name: String,
     /// The arguments verbatim as the model produced them (a JSON document in a string, as
     /// chat-completions APIs return it; it may be invalid JSON and is kept as-is).
     pub arguments: String,
 }
 
+/// The tokens one model turn spent, as the model reported them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens the model read as input.
     pub input_tokens: u64,
+    /// Tokens the model generated.
     pub output_tokens: u64,
 }
 
+/// What one tool call of the last model turn returned.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
+    /// The pending call this result answers.
     pub call_id: CallId,
+    /// What the tool returned (or why it did not run), as the model will be shown it.
     pub output: String,
+    /// Whether the call failed or was denied; counted in the run's tool errors.
     #[serde(default)]
     pub is_error: bool,
+    /// How long the tool ran, in milliseconds (0 when it did not run).
     #[serde(default)]
     pub duration_ms: u64,
 }
@@ -196,14 +228,20 @@ pub struct ToolResult {
 /// A tool call waits for a human's approval before it may run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConfirmationRequested {
+    /// The pending call that waits for approval.
     pub call_id: CallId,
+    /// What the human is asked to approve.
     pub prompt: String,
 }
 
+/// A human's answer to a confirmation request; the run unparks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConfirmationAnswered {
+    /// The call the run parked on.
     pub call_id: CallId,
+    /// Whether the call may run; a denied call gets an error result instead.
     pub approved: bool,
+    /// The human's remark on the decision, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -211,29 +249,40 @@ pub struct ConfirmationAnswered {
 /// The run asked a human a free-form question and waits for the answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuestionAsked {
+    /// The question's ID, which its answer names.
     pub question_id: QuestionId,
+    /// The question as the human reads it.
     pub text: String,
 }
 
+/// A human's answer to the question the run parked on; the run continues with it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuestionAnswered {
+    /// The question this answers.
     pub question_id: QuestionId,
+    /// The answer, shown to the model as a user message.
     pub text: String,
 }
 
 /// The run ended. Nothing may follow it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Terminal {
+    /// How the run ended.
     pub outcome: Outcome,
+    /// Why the run ended, in words.
     #[serde(default)]
     pub message: String,
 }
 
+/// How a run ended, as its terminal fact records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
+    /// The model gave its final answer.
     Completed,
+    /// The run stopped on an error.
     Failed,
+    /// The run was stopped on request before it finished.
     Cancelled,
     /// A token or iteration budget ran out.
     Budget,
@@ -260,13 +309,30 @@ impl fmt::Display for Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     #[error("schema version {found} is newer than this build reads (up to {supported})")]
-    FutureSchema { found: u32, supported: u32 },
+    /// The fact was written with a newer schema than this build reads.
+    FutureSchema {
+        /// The schema version the fact was written with.
+        found: u32,
+        /// The newest schema version this build reads.
+        supported: u32,
+    },
     #[error("fact is {size} bytes, over the limit of {limit} bytes")]
-    TooLarge { size: usize, limit: usize },
+    /// The encoded fact is over [`MAX_FACT_BYTES`].
+    TooLarge {
+        /// The encoded fact's size in bytes.
+        size: usize,
+        /// The largest encoded fact accepted, in bytes.
+        limit: usize,
+    },
     /// `syntax` is true when the text is not even complete JSON (cut off or garbage), as a
     /// torn write leaves it; false when it is JSON of the wrong shape.
     #[error("not a valid fact: {reason}")]
-    Invalid { reason: String, syntax: bool },
+    Invalid {
+        /// What is wrong with the text, as the parser reported it.
+        reason: String,
+        /// Whether the text is not even complete JSON.
+        syntax: bool,
+    },
 }
 
 /// Decodes one fact from its JSON text (one line, without the newline).

@@ -26,6 +26,7 @@ pub struct Budgets {
 /// What identifies a run's configuration, as hashes and small values.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fingerprint {
+    /// The model the run calls, by name.
     pub model: String,
     /// Lowercase hex SHA-256 of the system prompt's UTF-8 bytes.
     pub system_prompt_sha256: String,
@@ -34,13 +35,16 @@ pub struct Fingerprint {
     /// The model's thinking/reasoning mode as configured ("off", "low", "high", ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
+    /// The budgets the run is held to.
     #[serde(default)]
     pub budgets: Budgets,
 }
 
 /// A tool as the fingerprint sees it: its name and its JSON schema.
 pub struct ToolSpec<'a> {
+    /// The tool's name, as the model calls it.
     pub name: &'a str,
+    /// The JSON schema of the tool's arguments.
     pub schema: &'a serde_json::Value,
 }
 
@@ -124,6 +128,7 @@ impl Fingerprint {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("configuration changed since the run started ({}); resume with force to accept", changes.join(", "))]
 pub struct ResumeRefused {
+    /// What changed, one human-readable entry each (see [`Fingerprint::diff`]).
     pub changes: Vec<String>,
 }
 

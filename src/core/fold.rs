@@ -16,14 +16,19 @@ use crate::core::fact::{
 /// Counters derived only from facts; never stored, never incremented outside [`RunState::apply`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counters {
+    /// Model turns the run has taken.
     pub model_turns: u64,
     /// Model turns that requested at least one tool call.
     pub tool_rounds: u64,
     /// Tool calls the model requested.
     pub tool_calls: u64,
+    /// Tool results recorded.
     pub tool_results: u64,
+    /// Tool results that report an error, denied calls included.
     pub tool_errors: u64,
+    /// Input tokens spent over all model turns.
     pub input_tokens: u64,
+    /// Output tokens spent over all model turns.
     pub output_tokens: u64,
 }
 
@@ -31,16 +36,22 @@ pub struct Counters {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Confirmation {
+    /// No confirmation was asked for; the call runs unless its tool needs one.
     NotRequested,
+    /// A confirmation was asked for; the run is parked until a human answers.
     Requested,
+    /// A human approved the call; it runs.
     Approved,
+    /// A human denied the call; it gets an error result instead of running.
     Denied,
 }
 
 /// A tool call of the last model turn that has no result yet.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PendingCall {
+    /// The call as the model made it.
     pub call: ToolCall,
+    /// Where the call stands with respect to human confirmation.
     pub confirmation: Confirmation,
 }
 
@@ -48,12 +59,18 @@ pub struct PendingCall {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "waiting_for", rename_all = "snake_case")]
 pub enum Parked {
+    /// A tool call waits for a human's approval.
     Confirmation {
+        /// The call waiting for approval.
         call_id: CallId,
+        /// What the human is asked to approve.
         prompt: String,
     },
+    /// The run asked a human a question and waits for the answer.
     Question {
+        /// The question waiting for an answer.
         question_id: QuestionId,
+        /// The question as the human reads it.
         text: String,
     },
 }
@@ -66,76 +83,151 @@ pub enum Step {
     WaitForInput,
     /// Call the model for iteration `iteration`. With `with_tools` false the tool-round cap
     /// was reached and the model must be called with an empty tool list.
-    CallModel { iteration: u64, with_tools: bool },
+    CallModel {
+        /// The model call's number in the run, 1 for the first.
+        iteration: u64,
+        /// Whether the model is offered the tools.
+        with_tools: bool,
+    },
     /// Execute these tool calls (each once) and record their results.
-    RunTools { calls: Vec<PendingCall> },
+    RunTools {
+        /// The pending calls, in the order the model made them.
+        calls: Vec<PendingCall>,
+    },
     /// Waiting for a human's answer.
-    Parked { parked: Parked },
+    Parked {
+        /// What the run waits for.
+        parked: Parked,
+    },
     /// Record a terminal fact with this outcome (final answer given, or a budget ran out).
-    Finish { outcome: Outcome, reason: String },
+    Finish {
+        /// How the run ends.
+        outcome: Outcome,
+        /// Why, in words: the terminal fact's message.
+        reason: String,
+    },
     /// The run has ended.
-    Done { terminal: Terminal },
+    Done {
+        /// The run's terminal fact.
+        terminal: Terminal,
+    },
 }
 
 /// Why a fact cannot be applied to a run. Each names the fact's seq and kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FoldError {
     #[error("fact seq {seq} ({kind}): the first fact of a run must be meta with seq 1")]
-    FirstNotMeta { seq: Seq, kind: &'static str },
-    #[error("fact seq {seq} (meta): meta may only be the first fact")]
-    MetaNotFirst { seq: Seq },
-    #[error("fact seq {seq} ({kind}): expected seq {expected}, facts {expected}..{} are missing", seq.0 - 1)]
-    Gap {
+    /// The run's first fact is not `meta` with seq 1.
+    FirstNotMeta {
+        /// The offending fact's seq.
         seq: Seq,
+        /// The offending fact's kind.
+        kind: &'static str,
+    },
+    #[error("fact seq {seq} (meta): meta may only be the first fact")]
+    /// A `meta` fact comes after the first fact.
+    MetaNotFirst {
+        /// The offending fact's seq.
+        seq: Seq,
+    },
+    #[error("fact seq {seq} ({kind}): expected seq {expected}, facts {expected}..{} are missing", seq.0 - 1)]
+    /// The fact skips seqs after the last fact folded.
+    Gap {
+        /// The offending fact's seq.
+        seq: Seq,
+        /// The seq the next fact must have.
         expected: Seq,
+        /// The offending fact's kind.
         kind: &'static str,
     },
     #[error(
         "fact seq {seq} ({kind}): differs from the fact already recorded at seq {seq} ({existing})"
     )]
+    /// The fact repeats a folded seq with different content.
     ConflictingDuplicate {
+        /// The offending fact's seq.
         seq: Seq,
+        /// The offending fact's kind.
         kind: &'static str,
+        /// The kind of the fact already folded at that seq.
         existing: &'static str,
     },
     #[error("fact seq {seq} ({kind}): the run already ended at seq {terminal_seq}")]
+    /// A fact follows the run's terminal fact.
     AfterTerminal {
+        /// The offending fact's seq.
         seq: Seq,
+        /// The offending fact's kind.
         kind: &'static str,
+        /// The seq of the run's terminal fact.
         terminal_seq: Seq,
     },
     #[error("fact seq {seq} ({kind}): the run is parked waiting for {waiting_for}")]
+    /// A fact other than the awaited answer arrives while the run is parked.
     WhileParked {
+        /// The offending fact's seq.
         seq: Seq,
+        /// The offending fact's kind.
         kind: &'static str,
+        /// What the run waits for, in words.
         waiting_for: String,
     },
     #[error("fact seq {seq} ({kind}): tool calls {} of the last model turn have no result yet", .pending.join(", "))]
+    /// A user message or model turn arrives while calls of the last turn have no result.
     ToolCallsPending {
+        /// The offending fact's seq.
         seq: Seq,
+        /// The offending fact's kind.
         kind: &'static str,
+        /// The IDs of the calls without a result.
         pending: Vec<String>,
     },
     #[error("fact seq {seq} (model.turn): tool call id '{call_id}' appears twice in one turn")]
-    DuplicateCallId { seq: Seq, call_id: CallId },
-    #[error("fact seq {seq} ({kind}): no pending tool call '{call_id}' in the last model turn")]
-    UnknownCall {
+    /// A model turn names the same tool call ID twice.
+    DuplicateCallId {
+        /// The offending fact's seq.
         seq: Seq,
+        /// The repeated call ID.
+        call_id: CallId,
+    },
+    #[error("fact seq {seq} ({kind}): no pending tool call '{call_id}' in the last model turn")]
+    /// A result or confirmation request names a call the last turn did not leave pending.
+    UnknownCall {
+        /// The offending fact's seq.
+        seq: Seq,
+        /// The offending fact's kind.
         kind: &'static str,
+        /// The call ID it names.
         call_id: CallId,
     },
     #[error("fact seq {seq} (tool.result): call '{call_id}' already has a result")]
-    AlreadyAnswered { seq: Seq, call_id: CallId },
+    /// A tool result names a call of the last turn that already has one.
+    AlreadyAnswered {
+        /// The offending fact's seq.
+        seq: Seq,
+        /// The call that already has a result.
+        call_id: CallId,
+    },
     #[error(
         "fact seq {seq} (confirmation.requested): call '{call_id}' was already confirmed or denied"
     )]
-    ConfirmationRepeated { seq: Seq, call_id: CallId },
+    /// A confirmation is requested for a call that was already confirmed or denied.
+    ConfirmationRepeated {
+        /// The offending fact's seq.
+        seq: Seq,
+        /// The call already confirmed or denied.
+        call_id: CallId,
+    },
     #[error(
         "fact seq {seq} ({kind}): nothing is waiting for this answer (the run waits for {waiting_for})"
     )]
+    /// An answer arrives that the run is not parked waiting for.
     UnexpectedAnswer {
+        /// The offending fact's seq.
         seq: Seq,
+        /// The offending fact's kind.
         kind: &'static str,
+        /// What the run waits for instead, in words ("nothing" when it is not parked).
         waiting_for: String,
     },
 }
@@ -143,6 +235,7 @@ pub enum FoldError {
 /// Whether an applied fact was new or a repeat of one already folded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Applied {
+    /// The fact was new and is now folded.
     Appended,
     /// Same seq and identical content as a fact already folded: an idempotent no-op.
     Duplicate,
@@ -484,22 +577,27 @@ impl RunState {
         self.counters.model_turns + 1
     }
 
+    /// The run's counters, derived from its facts.
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
 
+    /// Every fact folded so far, in seq order.
     pub fn facts(&self) -> &[Fact] {
         &self.facts
     }
 
+    /// The folded facts, in seq order, without the state derived from them.
     pub fn into_facts(self) -> Vec<Fact> {
         self.facts
     }
 
+    /// The seq of the last fact folded (0 before the first).
     pub fn last_seq(&self) -> Seq {
         Seq(self.facts.len() as u64)
     }
 
+    /// The run's meta fact, once folded.
     pub fn meta(&self) -> Option<&Meta> {
         match self.facts.first().map(|f| &f.body) {
             Some(FactBody::Meta(meta)) => Some(meta),
@@ -507,10 +605,12 @@ impl RunState {
         }
     }
 
+    /// The run's ID, from its meta fact.
     pub fn run_id(&self) -> Option<&RunId> {
         self.meta().map(|m| &m.run_id)
     }
 
+    /// The run's session, from its meta fact, if it has one.
     pub fn session_id(&self) -> Option<&SessionId> {
         self.meta().and_then(|m| m.session_id.as_ref())
     }
@@ -525,10 +625,12 @@ impl RunState {
             .collect()
     }
 
+    /// What the run waits for, while it is parked.
     pub fn parked(&self) -> Option<&Parked> {
         self.parked.as_ref()
     }
 
+    /// The run's terminal fact, once the run has ended.
     pub fn terminal(&self) -> Option<&Terminal> {
         match self.terminal.map(|i| &self.facts[i].body) {
             Some(FactBody::Terminal(terminal)) => Some(terminal),
@@ -572,27 +674,45 @@ impl RunState {
 /// One entry of the conversation, borrowed from the facts.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Message<'a> {
+    /// A user message, or a human's answer to a question the run asked.
     User(&'a str),
+    /// A model turn.
     Assistant(&'a ModelTurn),
+    /// A tool result.
     Tool {
+        /// The call the result answers.
         call_id: &'a CallId,
+        /// What the tool returned.
         output: &'a str,
+        /// Whether the call failed or was denied.
         is_error: bool,
     },
 }
 
+/// An overview of a run's folded state, for `rekindle fold` and `rekindle runs show`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Summary {
+    /// The run's ID, once its meta fact is folded.
     pub run_id: Option<RunId>,
+    /// The run's session, if it has one.
     pub session_id: Option<SessionId>,
+    /// How many facts were folded.
     pub facts: u64,
+    /// The seq of the last fact folded.
     pub last_seq: Seq,
+    /// The time the host recorded for the last fact, if any.
     pub last_at_ms: Option<u64>,
+    /// The iteration number of the next model call.
     pub next_iteration: u64,
+    /// The run's counters.
     pub counters: Counters,
+    /// What the run does next.
     pub next_step: Step,
+    /// Tool calls of the last model turn without a result.
     pub pending_calls: Vec<PendingCall>,
+    /// What the run waits for, while it is parked.
     pub parked: Option<Parked>,
+    /// The run's terminal fact, once it has ended.
     pub terminal: Option<Terminal>,
 }
 

@@ -61,18 +61,22 @@ fn spread(kind: &str, id: &str) -> String {
     format!("{kind}/{}/{}", shard(id), encode_id(id))
 }
 
+/// The key of the format marker, which says the bucket's layout version.
 pub fn format_marker() -> &'static str {
     "rekindle-format"
 }
 
+/// The base of everything a run owns; its generation chain lives here.
 pub fn run_base(run_id: &str) -> String {
     spread("runs", run_id)
 }
 
+/// The key of the run's lease.
 pub fn lease(run_id: &str) -> String {
     format!("{}/lease", run_base(run_id))
 }
 
+/// The key of the claim naming the recovery that continues the run.
 pub fn recovered_by(run_id: &str) -> String {
     format!("{}/recovered-by", run_base(run_id))
 }
@@ -82,26 +86,32 @@ pub fn tombstone(run_id: &str) -> String {
     format!("{}/tombstone", run_base(run_id))
 }
 
+/// The base of the run's loop checkpoint chain.
 pub fn loop_base(run_id: &str) -> String {
     format!("{}/loop", run_base(run_id))
 }
 
+/// The key of a holder's heartbeat object.
 pub fn heartbeat(holder: &str) -> String {
     spread("heartbeats", holder)
 }
 
+/// The key of a worker's registration.
 pub fn worker(worker_id: &str) -> String {
     spread("workers", worker_id)
 }
 
+/// The key of a worker's inbox.
 pub fn inbox(worker_id: &str) -> String {
     spread("inbox", worker_id)
 }
 
+/// The prefix under which every worker registration lives.
 pub fn workers_prefix() -> &'static str {
     "workers/"
 }
 
+/// The prefix under which every heartbeat object lives.
 pub fn heartbeats_prefix() -> &'static str {
     "heartbeats/"
 }
@@ -109,30 +119,37 @@ pub fn heartbeats_prefix() -> &'static str {
 /// The lease the leading coordinator holds (a reserved run ID).
 pub const COORDINATOR_LEASE_RUN: &str = "_rekindle-coordinator";
 
+/// The key of a recovery record.
 pub fn recovery(recovery_id: &str) -> String {
     spread("recoveries", recovery_id)
 }
 
+/// The key of a run's index entry.
 pub fn index_entry(run_id: &str) -> String {
     spread("index", run_id)
 }
 
+/// The prefix under which the index of runs not yet done lives.
 pub fn index_prefix() -> &'static str {
     "index/"
 }
 
+/// The prefix under which every recovery record lives.
 pub fn recoveries_prefix() -> &'static str {
     "recoveries/"
 }
 
+/// The prefix under which every run's objects live.
 pub fn runs_prefix() -> &'static str {
     "runs/"
 }
 
+/// The base of a session's snapshot chain.
 pub fn session_base(session_id: &str) -> String {
     spread("sessions", session_id)
 }
 
+/// The base of a workflow's checkpoint chain.
 pub fn workflow_base(workflow_id: &str) -> String {
     spread("workflows", workflow_id)
 }
@@ -161,11 +178,21 @@ pub fn generation_number(key: &str) -> Option<u64> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ObjectError {
     #[error("object '{key}' is corrupt: {reason}")]
-    Corrupt { key: String, reason: String },
-    #[error("object '{key}' has format {found}, this build reads up to {supported}")]
-    FutureFormat {
+    /// The object is not a Rekindle object of the expected kind, or its body does not parse.
+    Corrupt {
+        /// The object's key.
         key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    #[error("object '{key}' has format {found}, this build reads up to {supported}")]
+    /// The object was written in a newer format than this build reads.
+    FutureFormat {
+        /// The object's key.
+        key: String,
+        /// The format version the object was written with.
         found: u32,
+        /// The newest format version this build reads.
         supported: u32,
     },
 }

@@ -45,44 +45,71 @@ use crate::core::record::{IndexEntry, Phase, RecoveryRecord, RecoveryResult, Rec
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// The coordinator offers the recovery to a live worker.
-    Assign { worker: String },
+    Assign {
+        /// The worker offered the recovery.
+        worker: String,
+    },
     /// The worker it was offered to starts an attempt.
-    Start { worker: String },
+    Start {
+        /// The worker starting the attempt.
+        worker: String,
+    },
     /// The attempt stopped with everything committed (step cap, or a graceful stop) and hands
     /// the recovery back; `keep_assignment` lets the same worker continue at once.
     Yield {
+        /// The worker whose attempt stopped.
         worker: String,
+        /// The attempt's number, as its `Start` counted it.
         attempt: u32,
+        /// Whether the recovery stays assigned to the same worker.
         keep_assignment: bool,
     },
     /// The attempt stopped because the run waits for a human; `generation` is the recovery
     /// run's newest generation then.
     Park {
+        /// The worker whose attempt parked.
         worker: String,
+        /// The attempt's number, as its `Start` counted it.
         attempt: u32,
+        /// The recovery run's newest generation when it parked.
         generation: u64,
     },
     /// A human's answer was committed to the run; it may continue.
     Answer,
     /// The attempt failed with an error.
     Fail {
+        /// The worker whose attempt failed.
         worker: String,
+        /// The attempt's number, as its `Start` counted it.
         attempt: u32,
+        /// What went wrong, in words; kept as the record's last error.
         error: String,
     },
     /// The coordinator saw the attempt's worker die (heartbeat silent for its TTL).
-    Abandon { worker: String, attempt: u32 },
+    Abandon {
+        /// The worker that died.
+        worker: String,
+        /// The attempt's number, as its `Start` counted it.
+        attempt: u32,
+    },
     /// The attempt ended the run; its terminal fact is committed.
     Finish {
+        /// The worker whose attempt ended the run.
         worker: String,
+        /// The attempt's number, as its `Start` counted it.
         attempt: u32,
+        /// How the run ended.
         result: RecoveryResult,
     },
     /// The coordinator gives up after `max_failures` failed attempts.
-    DeadLetter { max_failures: u32 },
+    DeadLetter {
+        /// The failed attempts after which a recovery is given up.
+        max_failures: u32,
+    },
 }
 
 impl Event {
+    /// The event's name, for refusals and logs.
     pub fn name(&self) -> &'static str {
         match self {
             Event::Assign { .. } => "assign",
@@ -103,10 +130,15 @@ impl Event {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("recovery '{recovery_id}' is {state}{holder}; cannot {event} it: {reason}", state = state.describe(), holder = assigned.as_ref().map(|w| format!(" on '{w}'")).unwrap_or_default())]
 pub struct Refused {
+    /// The recovery the event was for.
     pub recovery_id: RecoveryId,
+    /// The state the record was in.
     pub state: RecoveryState,
+    /// The worker the recovery was assigned to then, if any.
     pub assigned: Option<String>,
+    /// The refused event's name.
     pub event: &'static str,
+    /// Why the event does not apply, in words.
     pub reason: &'static str,
 }
 

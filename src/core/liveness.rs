@@ -13,7 +13,9 @@ use crate::core::layout::ETag;
 /// Whether a watched lease is still alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// The lease or its heartbeat changed within the last TTL.
     Alive,
+    /// The lease and its heartbeat were seen unchanged for a whole TTL.
     Expired,
 }
 
@@ -33,6 +35,7 @@ pub struct ExpiryWatch {
 }
 
 impl ExpiryWatch {
+    /// Records one reading of the lease watched under `key` at `now`, and judges it by `ttl`.
     pub fn observe(
         &mut self,
         key: &str,
@@ -63,6 +66,7 @@ impl ExpiryWatch {
         }
     }
 
+    /// Stops watching `key`, so its next reading starts a fresh TTL.
     pub fn forget(&mut self, key: &str) {
         self.observed.remove(key);
     }
@@ -76,7 +80,12 @@ pub enum Sighting {
     /// The holder's heartbeat object does not exist.
     Gone,
     /// The heartbeat exists at this version; its holder declared this TTL.
-    Beating { etag: ETag, ttl: Duration },
+    Beating {
+        /// The heartbeat object's version.
+        etag: ETag,
+        /// The lease TTL its holder declared.
+        ttl: Duration,
+    },
 }
 
 /// The judgement of a running run.

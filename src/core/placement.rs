@@ -16,15 +16,20 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// A worker as the coordinator sees it.
 #[derive(Clone, Debug)]
 pub struct WorkerView {
+    /// The worker's registration.
     pub registration: Registration,
+    /// Whether the worker's heartbeat was judged alive this tick.
     pub alive: bool,
 }
 
 /// A run being tracked, with its recovery record if it has one (and it was read this tick).
 #[derive(Clone, Debug)]
 pub struct RunView {
+    /// The run's index entry.
     pub entry: IndexEntry,
+    /// Whether the run's holder was judged alive this tick.
     pub holder_alive: bool,
+    /// The run's recovery record, if it has one and it was read this tick.
     pub recovery: Option<RecoveryRecord>,
     /// The parked recovery's run has a generation after the one it parked at: an answer was
     /// committed whose `Answer` transition never happened (the answering process died).
@@ -50,25 +55,46 @@ impl RunView {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Admit a recovery of an interrupted run.
-    Admit { source: RunId },
+    Admit {
+        /// The interrupted run to recover.
+        source: RunId,
+    },
     /// Give a recovery to a worker.
     Assign {
+        /// The recovery to assign.
         recovery: RecoveryId,
+        /// The live worker with free capacity to give it to.
         worker: String,
     },
     /// The worker running attempt `attempt` died: hand the recovery back (a failed attempt).
     Abandon {
+        /// The recovery whose attempt died.
         recovery: RecoveryId,
+        /// The worker that died.
         worker: String,
+        /// The number of the attempt that died.
         attempt: u32,
     },
     /// Give up on a recovery after too many failed attempts.
-    DeadLetter { source: RunId, recovery: RecoveryId },
+    DeadLetter {
+        /// The run the recovery continues.
+        source: RunId,
+        /// The recovery to give up on.
+        recovery: RecoveryId,
+    },
     /// A parked recovery's run moved on (an answer was committed): finish its `Answer`.
-    Answered { recovery: RecoveryId },
+    Answered {
+        /// The parked recovery whose run was answered.
+        recovery: RecoveryId,
+    },
     /// The index entry disagrees with the record (a crash between the two writes, or a
     /// finished recovery): rewrite it from the record, or remove it.
-    Reconcile { source: RunId, recovery: RecoveryId },
+    Reconcile {
+        /// The run whose index entry disagrees.
+        source: RunId,
+        /// The recovery whose record decides the entry.
+        recovery: RecoveryId,
+    },
 }
 
 /// Decides from one observation. Pure: the same observation gives the same actions. The

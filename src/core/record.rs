@@ -10,6 +10,7 @@ use crate::core::layout::FORMAT_VERSION;
 /// The `kind` of an index entry object.
 pub const INDEX_ENTRY_KIND: &str = "index.entry";
 
+/// Where a recovery stands in its lifecycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecoveryState {
@@ -43,25 +44,36 @@ impl RecoveryState {
     }
 }
 
+/// How a finished recovery ended, from the run's terminal fact.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecoveryResult {
+    /// The outcome of the run's terminal fact.
     pub outcome: Outcome,
+    /// The terminal fact's message.
     pub message: String,
+    /// The recovery run's newest generation when it ended, holding its terminal fact.
     pub final_generation: u64,
 }
 
+/// The record of one recovery: the truth about it, changed only by lifecycle events.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecoveryRecord {
+    /// The object format version the record was written with.
     pub format: u32,
+    /// The envelope kind, always `"recovery"`.
     pub kind: String,
+    /// The recovery's ID.
     pub recovery_id: RecoveryId,
+    /// The interrupted run the recovery continues.
     pub source_run: RunId,
-    /// The source generation the recovery resumes from, and the SHA-256 of its object.
+    /// The source generation the recovery resumes from.
     pub source_generation: u64,
+    /// The SHA-256 of the source generation's object.
     pub source_digest: String,
     /// The epoch of that generation; the recovery run's epochs start above it.
     #[serde(default)]
     pub source_epoch: Epoch,
+    /// Where the recovery stands in its lifecycle.
     pub state: RecoveryState,
     /// Admitted despite a configuration mismatch (skips the resume guard).
     #[serde(default)]
@@ -73,19 +85,25 @@ pub struct RecoveryRecord {
     /// only these. Yields at the step cap, parks and graceful hand-backs are not failures.
     #[serde(default)]
     pub failures: u32,
+    /// The error of the last failed attempt, if any.
     #[serde(default)]
     pub last_error: Option<String>,
+    /// The worker the recovery is offered to or running on, if any.
     #[serde(default)]
     pub assigned_to: Option<String>,
+    /// How the run ended, once the recovery finished.
     #[serde(default)]
     pub result: Option<RecoveryResult>,
     /// The source's session and configuration fingerprint, so the index entry can be
     /// rebuilt from the record alone.
     #[serde(default)]
     pub session_id: Option<crate::core::fact::SessionId>,
+    /// The SHA-256 of the source run's configuration fingerprint.
     #[serde(default)]
     pub fingerprint_sha256: String,
+    /// When the recovery was admitted, in wall-clock milliseconds.
     pub admitted_at_ms: u64,
+    /// When the last event changed the record, in wall-clock milliseconds.
     pub updated_at_ms: u64,
     /// While parked: the recovery run's newest generation when it parked. A generation after
     /// it means an answer was committed (its `Answer` transition may have been lost).
@@ -93,23 +111,34 @@ pub struct RecoveryRecord {
     pub parked_at: Option<u64>,
 }
 
+/// Where the index says a run not yet done stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// Its holder drives it; with no holder, or a silent one, it is interrupted.
     Running,
+    /// It waits for a human's answer.
     Parked,
+    /// A recovery was admitted and has not finished.
     Recovering,
     /// Recovery failed too often; set aside with its last error.
     Dead,
 }
 
+/// A run's index entry: one per run not yet done, so a coordinator finds work without
+/// listing the bucket.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexEntry {
+    /// The object format version the entry was written with.
     pub format: u32,
+    /// The envelope kind, always [`INDEX_ENTRY_KIND`].
     pub kind: String,
+    /// The run the entry tracks.
     pub run_id: RunId,
+    /// The run's session, if it has one.
     #[serde(default)]
     pub session_id: Option<SessionId>,
+    /// Where the run stands.
     pub phase: Phase,
     /// Heartbeat key of the process running the run; when it stops beating for a TTL, the
     /// run is interrupted.
@@ -124,10 +153,12 @@ pub struct IndexEntry {
     pub recovery_id: Option<crate::core::fact::RecoveryId>,
     /// SHA-256 of the run's fingerprint, so work goes only to matching workers.
     pub fingerprint_sha256: String,
+    /// When the entry was last written, in wall-clock milliseconds.
     pub updated_at_ms: u64,
 }
 
 impl IndexEntry {
+    /// An entry in the current format, with no holder and no recovery yet.
     pub fn new(
         run_id: RunId,
         session_id: Option<SessionId>,

@@ -6,6 +6,7 @@
 pub struct SplitMix(u64);
 
 impl SplitMix {
+    /// A generator that replays the same sequence for the same seed.
     pub fn new(seed: u64) -> Self {
         SplitMix(seed)
     }

@@ -74,18 +74,22 @@ impl Builder {
         builder
     }
 
+    /// How many facts the run has so far.
     pub fn len(&self) -> usize {
         self.state.facts().len()
     }
 
+    /// Whether the run has no facts yet.
     pub fn is_empty(&self) -> bool {
         self.state.facts().is_empty()
     }
 
+    /// The fold of the facts recorded so far.
     pub fn state(&self) -> &RunState {
         &self.state
     }
 
+    /// The run's facts, in seq order.
     pub fn into_facts(self) -> Vec<Fact> {
         self.state.into_facts()
     }

@@ -28,6 +28,7 @@ pub enum Takeover {
 /// The outcome of an admission.
 #[derive(Clone, Debug)]
 pub struct Admitted {
+    /// The recovery's record, pinned to the source's newest generation.
     pub record: RecoveryRecord,
     /// False when the recovery already existed (a replay of the same admission).
     pub created: bool,

@@ -46,10 +46,15 @@ pub async fn read_inbox(store: &Store, worker: &str) -> Result<Vec<RecoveryId>, 
     })
 }
 
+/// How a coordinator identifies itself, judges liveness and paces its ticks.
 #[derive(Clone, Debug)]
 pub struct CoordinatorOptions {
+    /// This coordinator's holder ID, on its heartbeat and on the leadership lease.
     pub id: String,
+    /// The TTL of its own lease and heartbeat, and the shortest silence after which it judges
+    /// any holder gone.
     pub ttl: Duration,
+    /// How long it waits between ticks (scans of the index and heartbeats).
     pub scan_interval: Duration,
     /// Failed attempts (errors, or workers that died mid-attempt) before a recovery is
     /// dead-lettered. Yields, parks and graceful hand-backs do not count.

@@ -27,9 +27,12 @@ use crate::store::lease::Holder;
 use crate::store::log::LogDir;
 use crate::store::{Store, StoreSettings, StoreUrl};
 
+/// The demo's size, where it keeps its state, and how long it may take.
 #[derive(Clone, Debug)]
 pub struct DemoOptions {
+    /// How many runs the hosts start, one host each.
     pub runs: usize,
+    /// How many workers execute recoveries; with more than one, the first is killed mid-work.
     pub workers: usize,
     /// The store; a fresh temporary directory when `None`.
     pub store: Option<StoreUrl>,
@@ -37,8 +40,11 @@ pub struct DemoOptions {
     pub store_settings: StoreSettings,
     /// Where logs, the ledger and the config go; a temporary directory when `None`.
     pub work_dir: Option<PathBuf>,
+    /// Seeds which hosts crash and when, so a demo's crash pattern can be repeated.
     pub seed: u64,
+    /// How long the fleet gets to finish every run before the demo fails.
     pub timeout: Duration,
+    /// Whether to draw a progress bar on the terminal.
     pub progress: bool,
 }
 
@@ -57,22 +63,36 @@ impl Default for DemoOptions {
     }
 }
 
+/// What a demo did and what the bucket and the side-effect ledger say about it afterwards.
 #[derive(Clone, Debug, Serialize)]
 pub struct DemoSummary {
+    /// How many runs the hosts started.
     pub runs: usize,
+    /// Runs that ended, on their own chain or their recovery's: must equal `runs`.
     pub completed: usize,
+    /// Runs their host finished itself, without a recovery.
     pub completed_by_host: usize,
+    /// Hosts that crashed part-way through their run.
     pub hosts_crashed: usize,
+    /// Workers killed mid-recovery.
     pub workers_killed: usize,
+    /// Distinct recoveries the workers finished.
     pub recoveries: u64,
+    /// Recovery attempts the workers started, including ones cut short by a kill.
     pub recovery_attempts: u64,
+    /// Tool calls the ledger recorded, repeats included.
     pub tool_calls: usize,
+    /// Ledger entries that repeat a call already recorded for the same run.
     pub tool_calls_reexecuted: usize,
     /// Runs whose tool calls repeated more often than they were interrupted: must be 0.
     pub runs_over_budget: usize,
+    /// Store requests made by the coordinator and the workers (hosts not counted).
     pub fleet_requests: u64,
+    /// Fleet requests per finished recovery; 0 when none finished.
     pub requests_per_recovery: f64,
+    /// How long the demo took, in seconds.
     pub seconds: f64,
+    /// The URL of the store the demo ran on.
     pub store: String,
 }
 
@@ -97,19 +117,26 @@ impl DemoSummary {
     }
 }
 
+/// Why the demo itself failed, apart from its store, configuration and logs.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     /// The demo's own files (the store, the configuration and the logs fail with their own
     /// errors). The I/O error is part of the message, not a `source`.
     #[error("demo setup: cannot {action}: {error}")]
     Setup {
+        /// What the demo was doing ("create the work directory", "write the configuration").
         action: &'static str,
+        /// The underlying I/O failure.
         error: std::io::Error,
     },
+    /// The fleet did not finish every run within [`DemoOptions::timeout`].
     #[error("demo timed out after {seconds} s with {done} of {runs} runs finished")]
     TimedOut {
+        /// The timeout that ran out, in seconds.
         seconds: u64,
+        /// Runs finished by then, by their host or a recovery.
         done: usize,
+        /// Runs the demo started.
         runs: usize,
     },
 }

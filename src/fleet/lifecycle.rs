@@ -15,36 +15,60 @@ use crate::store::{ETag, Store};
 /// Bound on compare-and-swap rounds when a record keeps changing under an event.
 const CAS_ATTEMPTS: usize = 8;
 
+/// Why a lifecycle event or a host's index change was not written. The pass-through variants
+/// carry the module error that stopped it.
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
+    /// The lifecycle's rules do not allow the event in the recovery's current state.
     #[error(transparent)]
     Refused(#[from] Refused),
+    /// Reading or swapping the recovery record failed.
     #[error(transparent)]
     Recovery(#[from] RecoveryError),
+    /// Writing the source run's index entry failed.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// Reading the source run's lease, or taking it over to fence the run, failed.
     #[error(transparent)]
     Lease(#[from] LeaseError),
+    /// The event names a recovery that has no record.
     #[error("recovery '{recovery_id}' does not exist")]
-    Missing { recovery_id: RecoveryId },
+    Missing {
+        /// The recovery that was not found.
+        recovery_id: RecoveryId,
+    },
+    /// The record changed under every one of the bounded compare-and-swap rounds.
     #[error("recovery '{recovery_id}' kept changing; gave up after {CAS_ATTEMPTS} attempts")]
-    Contended { recovery_id: RecoveryId },
-    /// `error` names the run (or its object) already, and is part of the message rather than
-    /// its `source`, so the message names both once.
+    Contended {
+        /// The recovery whose record kept changing.
+        recovery_id: RecoveryId,
+    },
+    /// Fencing the source run before its recovery was admitted failed. `error` names the run
+    /// (or its object) already, and is part of the message rather than its `source`, so the
+    /// message names both once.
     #[error("cannot fence the source run before admitting its recovery: {error}")]
     Fence {
+        /// The source run that could not be fenced.
         run: RunId,
+        /// Why fencing it failed.
         error: Box<LifecycleError>,
     },
+    /// Loading the source run, or writing its fence generation, failed.
     #[error(transparent)]
     Generation(#[from] GenerationError),
+    /// Admission without a takeover saw the source run's holder show a sign of life: its
+    /// lease or heartbeat changed while it was watched.
     #[error(
         "run \"{run}\" is held by '{holder}' at epoch {epoch}, whose heartbeat changed within its {ttl_ms} ms TTL: it is alive. Wait for it, or take it over explicitly (--takeover); then its in-flight tool call may run twice"
     )]
     HolderAlive {
+        /// The source run whose holder is alive.
         run: RunId,
+        /// The holder ID on the source run's lease.
         holder: String,
+        /// The epoch the holder writes at.
         epoch: Epoch,
+        /// The TTL the holder declared, which it beat within.
         ttl_ms: u64,
     },
 }

@@ -104,12 +104,17 @@ use crate::store::recovery;
 /// A configured agent: model, tools, prompt, budgets.
 #[derive(Clone)]
 pub struct Agent {
+    /// The configuration the agent was built from; its fingerprint guards every resume.
     pub config: Config,
+    /// The model the agent asks for each turn.
     pub model: Arc<dyn Model>,
+    /// The tools the model may call.
     pub tools: Arc<dyn Tools>,
 }
 
 impl Agent {
+    /// Builds the configured model (scripted or OpenAI-compatible) and command tools; a model
+    /// section missing its script or base URL is an error.
     pub fn from_config(config: Config) -> Result<Agent> {
         let model: Arc<dyn Model> = match config.model.kind.as_str() {
             "scripted" => {
@@ -140,6 +145,7 @@ impl Agent {
         })
     }
 
+    /// The SHA-256 of the configuration's fingerprint, recorded in the run's index entry.
     pub fn fingerprint_sha256(&self) -> String {
         self.config.fingerprint().sha256()
     }
@@ -149,30 +155,62 @@ impl Agent {
 /// that made it, inside the public [`Error`].
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    /// `error` does not name the run; it is part of the message rather than its `source`.
+    /// The agent's configuration changed since the run started, and the recovery was not
+    /// forced. `error` does not name the run; it is part of the message rather than its
+    /// `source`.
     #[error("refusing to resume run \"{run}\": {error}")]
-    ResumeRefused { run: RunId, error: ResumeRefused },
+    ResumeRefused {
+        /// The recovery run that was not resumed.
+        run: RunId,
+        /// Which parts of the configuration changed.
+        error: ResumeRefused,
+    },
     #[error(
         "recovery '{recovery}': source run \"{source_run}\" generation {generation} has digest {found}, the record pinned {pinned}"
     )]
+    /// The source generation a recovery was pinned to at admission no longer has the digest
+    /// the record pinned, so seeding from it would continue a different state.
     PinMismatch {
+        /// The recovery being executed.
         recovery: RecoveryId,
+        /// The interrupted run it continues.
         source_run: RunId,
+        /// The source generation the record pinned.
         generation: u64,
+        /// The digest the record pinned at admission.
         pinned: String,
+        /// The digest that generation has now.
         found: String,
     },
     #[error(
         "run \"{run}\" is being continued by recovery '{recovery}'; answer it when that recovery parks (`rekindle answer {run}` then reaches it)"
     )]
-    BeingRecovered { run: RunId, recovery: RecoveryId },
+    /// A host's own parked run was answered after a recovery claimed it; answer the recovery
+    /// once it parks.
+    BeingRecovered {
+        /// The run that was answered.
+        run: RunId,
+        /// The recovery that continues it.
+        recovery: RecoveryId,
+    },
     #[error(
         "run ID \"{run}\" is {why}; a run started here needs an ID no recovery uses or will use"
     )]
-    IdReserved { run: RunId, why: String },
-    #[error("run \"{run}\" is not parked waiting for {what}{now}")]
-    NotWaiting {
+    /// A host tried to start a run under an ID that a recovery uses or the coordinator
+    /// reserves for one.
+    IdReserved {
+        /// The refused run ID.
         run: RunId,
+        /// Whose the ID is: reserved for the fleet's recoveries, or a recovery's.
+        why: String,
+    },
+    #[error("run \"{run}\" is not parked waiting for {what}{now}")]
+    /// An answer came for a run that is not parked waiting for it: the run has ended, runs,
+    /// or waits for another call or question.
+    NotWaiting {
+        /// The run that was answered.
+        run: RunId,
+        /// What the answer was for: confirmation of a call, or an answer to a question.
         what: String,
         /// What the run does instead, when known (", it waits for ...").
         now: String,
@@ -185,10 +223,15 @@ const MIN_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 /// What a host needs to start or continue runs on this node.
 #[derive(Clone)]
 pub struct Node {
+    /// The bucket that holds runs' generations, leases, recovery records and index entries.
     pub store: Store,
+    /// The agent that drives runs on this node.
     pub agent: Agent,
+    /// The state directory of this node's local fact logs.
     pub logs: LogDir,
+    /// This node's lease holder, whose heartbeat keeps its runs' leases alive.
     pub holder: Arc<Holder>,
+    /// Set to ask every run on this node to stop after its current step.
     pub stop: Arc<AtomicBool>,
 }
 
@@ -684,12 +727,18 @@ fn answer_fact(
 /// A human's answer.
 #[derive(Clone, Debug)]
 pub enum Answer {
+    /// Approves or rejects a tool call the run parked on for confirmation.
     Confirm {
+        /// The tool call waiting for confirmation.
         call_id: crate::core::fact::CallId,
+        /// Whether the human lets the call run.
         approve: bool,
     },
+    /// Answers a question the agent asked the human.
     Question {
+        /// The question the run parked on.
         question_id: crate::core::fact::QuestionId,
+        /// The human's answer.
         text: String,
     },
 }

@@ -27,29 +27,45 @@ use crate::store::tombstone::RetiredBy;
 /// the public [`crate::Error`] of their own module.
 #[derive(Debug, thiserror::Error)]
 pub enum RemovalError {
+    /// The run never took a lease, so it never existed (retiring it would reserve a typo).
     #[error("run \"{run}\" does not exist (it has no lease); nothing to retire")]
-    NoSuchRun { run: RunId },
+    NoSuchRun {
+        /// The run asked to be retired.
+        run: RunId,
+    },
     #[error(
         "run \"{run}\" is leased by '{holder}' at epoch {epoch}; stop it first (or --force if that holder is gone)"
     )]
+    /// A holder still has the run's lease, and the removal was not forced.
     Leased {
+        /// The run asked to be retired.
         run: RunId,
+        /// The holder ID on its lease.
         holder: String,
+        /// The epoch the holder writes at.
         epoch: Epoch,
     },
     #[error(
         "run \"{run}\" is leased by '{holder}', whose heartbeat changed within its {ttl_ms} ms TTL: it is alive, and --force retires only a run whose holder is gone; stop it first"
     )]
+    /// A forced removal watched the lease's holder and saw its heartbeat change within its
+    /// TTL: the holder is alive, not gone.
     HolderAlive {
+        /// The run asked to be retired.
         run: RunId,
+        /// The holder ID on its lease.
         holder: String,
+        /// The TTL the holder declared, which it beat within.
         ttl_ms: u64,
     },
     #[error(
         "run \"{run}\" is being recovered as '{recovery}' ({state}); let the recovery end first (or --force to strand it)"
     )]
+    /// A recovery claimed the run and has not ended, and the removal was not forced.
     BeingRecovered {
+        /// The run asked to be retired.
         run: RunId,
+        /// The recovery that claimed it.
         recovery: RecoveryId,
         /// The recovery's state in words, or that its admission has not finished.
         state: &'static str,

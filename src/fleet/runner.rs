@@ -40,26 +40,38 @@ pub enum Stopped {
     StopRequested,
 }
 
+/// Why `drive` failed; each variant carries the error of the module that stopped the step.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// Appending the step's fact to the local log failed.
     #[error(transparent)]
     Log(#[from] LogError),
+    /// Committing the step's fact failed, or a newer epoch fenced the commit.
     #[error(transparent)]
     Generation(#[from] GenerationError),
+    /// The model call failed.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The lease check before a step or a tool call found the lease lost or unreadable.
     #[error(transparent)]
     Lease(#[from] LeaseError),
 }
 
 /// Everything one run's execution needs.
 pub struct Runner {
+    /// Commits the run's facts at the held lease's epoch; its state is the committed run.
     pub writer: RunWriter,
+    /// The run's local fact log, where each fact is journaled before it is committed.
     pub log: FactLog,
+    /// The model asked for each turn.
     pub model: Arc<dyn Model>,
+    /// The tools the model's calls run on.
     pub tools: Arc<dyn Tools>,
+    /// The system prompt sent with every model request.
     pub system_prompt: String,
+    /// How many steps one `drive` takes before it returns [`Stopped::StepCap`].
     pub steps_per_resume: u32,
+    /// Stamps each fact with its wall-clock time.
     pub clock: Arc<dyn Clock>,
     /// The lease, checked (one GET) before each tool call so a holder that lost the run does
     /// not start side effects; commits are fenced regardless.

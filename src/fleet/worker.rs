@@ -32,11 +32,16 @@ use crate::store::lease::Holder;
 use crate::store::log::LogDir;
 use crate::store::recovery::{self};
 
+/// How a worker identifies itself, how much it runs at once, and how it paces and stops.
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
+    /// The worker's ID: its registration, its inbox and its holder ID on leases.
     pub id: String,
+    /// How many recoveries it executes at once.
     pub concurrency: u32,
+    /// The TTL of its heartbeat and of the leases it takes on recovery runs.
     pub ttl: Duration,
+    /// How often the worker reads its inbox for newly assigned recoveries.
     pub poll_interval: Duration,
     /// On stop, how long running recoveries get to finish their current step and commit;
     /// any still running then are abandoned (their leases expire and another worker resumes
@@ -50,10 +55,12 @@ pub struct WorkerOptions {
 /// Counts of what a worker did, for the demo and tests.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
+    /// Recovery attempts started (the lifecycle's `Start` succeeded).
     pub started: std::sync::atomic::AtomicU64,
     /// Distinct recoveries finished (an attempt that finds its run already ended, because a
     /// killed worker committed the terminal fact, counts once).
     pub finished: std::sync::atomic::AtomicU64,
+    /// Attempts that failed with an error other than being fenced, reported as `Fail`.
     pub failed: std::sync::atomic::AtomicU64,
     finished_ids: std::sync::Mutex<std::collections::HashSet<RecoveryId>>,
 }

@@ -27,8 +27,11 @@ use crate::store::recovery::{self};
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepSpec {
+    /// The step's name, unique in its workflow; the step's run ID is `<workflow>.<step>`.
     pub step: String,
+    /// The user prompt the step's run starts with.
     pub prompt: String,
+    /// The session the step's run belongs to, if any.
     #[serde(default)]
     pub session_id: Option<String>,
 }
@@ -37,12 +40,23 @@ pub struct StepSpec {
 /// made it, inside the public [`Error`](crate::Error).
 #[derive(Debug, thiserror::Error)]
 pub enum WorkflowError {
+    /// The workflow's steps are malformed, such as a step name that appears twice.
     #[error("workflow '{workflow}': {message}")]
-    Invalid { workflow: String, message: String },
+    Invalid {
+        /// The workflow ID.
+        workflow: String,
+        /// What is wrong with its steps.
+        message: String,
+    },
+    /// A step's recovery failed too often and the coordinator dead-lettered it, so the
+    /// workflow cannot finish.
     #[error("workflow '{workflow}': step '{step}' was dead-lettered: {error}")]
     StepDead {
+        /// The workflow ID.
         workflow: String,
+        /// The step that was dead-lettered.
         step: String,
+        /// The last error its recovery recorded.
         error: String,
     },
 }
@@ -50,8 +64,11 @@ pub enum WorkflowError {
 /// What a workflow run did.
 #[derive(Clone, Debug, Default)]
 pub struct WorkflowReport {
+    /// Steps the workflow checkpoint already recorded as finished.
     pub skipped: Vec<String>,
+    /// Steps handed to the fleet (or found handed over by an earlier run) and waited for.
     pub dispatched: Vec<String>,
+    /// Outcomes of the steps that finished while this run waited.
     pub completed: Vec<StepOutcome>,
 }
 

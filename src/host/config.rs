@@ -36,14 +36,19 @@ use crate::core::fingerprint::{Budgets, Fingerprint, ToolSpec};
 /// Default cap on steps one resume call may take before yielding the run back.
 pub const DEFAULT_STEPS_PER_RESUME: u32 = 32;
 
+/// A parsed `rekindle.toml`: everything a run is driven with.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// The system prompt sent with every model request; only its hash is fingerprinted.
     #[serde(default)]
     pub system_prompt: String,
+    /// The `[model]` section: which model answers the run's turns.
     pub model: ModelConfig,
+    /// The `[budgets]` section: the run's limits.
     #[serde(default)]
     pub budgets: BudgetConfig,
+    /// The `[[tools]]` entries: the commands the model may call.
     #[serde(default)]
     pub tools: Vec<ToolConfig>,
     /// The directory of the config file; relative paths are resolved against it.
@@ -51,44 +56,61 @@ pub struct Config {
     pub dir: PathBuf,
 }
 
+/// The `[model]` section: which model answers a run's turns, and how to reach it.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     /// `scripted` or `openai`.
     pub kind: String,
+    /// The model's name, sent to the endpoint and recorded in the fingerprint.
     pub name: String,
+    /// A scripted model's JSON file of turns, relative to the config file; required for one.
     #[serde(default)]
     pub script: Option<PathBuf>,
+    /// An openai model's chat-completions base URL (`.../v1`); required for one.
     #[serde(default)]
     pub base_url: Option<String>,
     /// Name of the environment variable holding the API key (never the key itself).
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// How long one request to an openai model may take, in ms; 120 000 when unset.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// The model's thinking/reasoning mode ("off", "low", "high", ...), recorded in the
+    /// fingerprint so a resume under another mode is refused.
     #[serde(default)]
     pub thinking: Option<String>,
 }
 
+/// The `[budgets]` section: how far a run may go, and how much one resume may do.
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetConfig {
+    /// Most model turns the run may take; unlimited when unset.
     pub max_iterations: Option<u64>,
+    /// Most tokens (input plus output, over all model turns) the run may spend.
     pub max_tokens: Option<u64>,
+    /// After this many model turns that called tools, the model is called with no tools.
     pub max_tool_rounds: Option<u64>,
+    /// Steps one resume call may take before yielding the run back; not fingerprinted.
     pub steps_per_resume: Option<u32>,
 }
 
+/// One `[[tools]]` entry: a command the model may call.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolConfig {
+    /// The name the model calls the tool by; unique in the file.
     pub name: String,
+    /// What the tool does, as shown to the model.
     #[serde(default)]
     pub description: String,
+    /// The JSON Schema of the call's arguments, shown to the model and fingerprinted.
     #[serde(default = "empty_schema")]
     pub schema: serde_json::Value,
     /// Program and arguments; the call's arguments arrive as JSON on stdin.
     pub command: Vec<String>,
+    /// How long a call may run before its process is killed, in ms; 30 000 by default.
     #[serde(default = "default_tool_timeout")]
     pub timeout_ms: u64,
     /// A human must approve each call before it runs.
@@ -104,19 +126,32 @@ fn default_tool_timeout() -> u64 {
     30_000
 }
 
+/// Why a config file could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     // The I/O error is part of the message, not a `source`: as both, `{:#}` printed it twice.
     #[error("config {path}: cannot read: {error}")]
     Read {
+        /// The config file.
         path: PathBuf,
+        /// The underlying I/O failure.
         error: std::io::Error,
     },
+    /// The file is not valid TOML, has an unknown key, or declares an unknown model kind, a
+    /// tool with an empty command, or the same tool twice.
     #[error("config {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 impl Config {
+    /// Reads and parses the config file at `path`, resolving its relative paths against the
+    /// file's directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_owned(),
@@ -132,6 +167,8 @@ impl Config {
         Ok(config)
     }
 
+    /// Parses and checks config text; the error is a message naming the problem. Relative
+    /// paths resolve against the current directory until `dir` is set.
     pub fn parse(text: &str) -> Result<Config, String> {
         let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
         if !matches!(config.model.kind.as_str(), "scripted" | "openai") {
@@ -151,6 +188,7 @@ impl Config {
         Ok(config)
     }
 
+    /// The run's limits as the fingerprint records them (the step cap is not one of them).
     pub fn budgets(&self) -> Budgets {
         Budgets {
             max_iterations: self.budgets.max_iterations,
@@ -159,6 +197,8 @@ impl Config {
         }
     }
 
+    /// Steps one resume call may take: the configured cap, at least 1, or
+    /// [`DEFAULT_STEPS_PER_RESUME`].
     pub fn steps_per_resume(&self) -> u32 {
         self.budgets
             .steps_per_resume
@@ -185,6 +225,8 @@ impl Config {
         )
     }
 
+    /// `path` as written in the config file: absolute as it is, relative to the file's
+    /// directory otherwise.
     pub fn resolve(&self, path: &Path) -> PathBuf {
         if path.is_absolute() {
             path.to_owned()

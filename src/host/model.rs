@@ -20,18 +20,35 @@ use crate::host::tools::ToolDefinition;
 
 /// What the model is asked.
 pub struct ModelRequest<'a> {
+    /// The configured system prompt, sent first.
     pub system_prompt: &'a str,
+    /// The run's committed state, whose messages are the conversation so far.
     pub state: &'a RunState,
     /// Empty when the tool-round cap was reached.
     pub tools: &'a [ToolDefinition],
 }
 
+/// Why a model produced no turn.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// The endpoint could not be reached, timed out, or answered 429 or 5xx, after the
+    /// client's retries.
     #[error("model endpoint {url}: {message}")]
-    Endpoint { url: String, message: String },
+    Endpoint {
+        /// The chat-completions URL.
+        url: String,
+        /// What went wrong, without the URL and with the API key redacted.
+        message: String,
+    },
+    /// The endpoint answered another 4xx, or a body that is not a chat completion.
     #[error("model endpoint {url} returned something that is not a chat completion: {message}")]
-    Garbage { url: String, message: String },
+    Garbage {
+        /// The chat-completions URL.
+        url: String,
+        /// The status or parse error, with the API key redacted.
+        message: String,
+    },
+    /// The model section is incomplete, or the script or HTTP client cannot be set up.
     #[error("model configuration: {0}")]
     Config(String),
 }
@@ -42,23 +59,30 @@ impl ModelError {
     }
 }
 
+/// What answers a run's model turns; a host can implement its own.
 #[async_trait]
 pub trait Model: Send + Sync {
+    /// The next assistant turn for the conversation in `request`.
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelTurn, ModelError>;
 }
 
 /// One scripted turn.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ScriptedTurn {
+    /// The assistant's text for the turn.
     #[serde(default)]
     pub content: Option<String>,
+    /// The tool calls the turn makes; dropped when the request offers no tools.
     #[serde(default)]
     pub tool_calls: Vec<ScriptedCall>,
 }
 
+/// One tool call in a scripted turn; its call ID is derived from its position.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ScriptedCall {
+    /// The tool to call.
     pub name: String,
+    /// The call's arguments, sent to the tool as JSON.
     #[serde(default)]
     pub arguments: Value,
 }
@@ -70,6 +94,8 @@ pub struct ScriptedModel {
 }
 
 impl ScriptedModel {
+    /// A model that answers the n-th model turn of a run with `turns[n]`, and finishes once
+    /// they run out.
     pub fn new(turns: Vec<ScriptedTurn>) -> Self {
         ScriptedModel { turns }
     }
@@ -138,6 +164,9 @@ pub struct OpenAiModel {
 }
 
 impl OpenAiModel {
+    /// A client for `model` at the chat-completions endpoint under `base_url`, authenticating
+    /// with the key in environment variable `api_key_env` (if set) and giving each request up
+    /// to `timeout`.
     pub fn new(
         base_url: &str,
         model: &str,

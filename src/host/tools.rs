@@ -18,29 +18,42 @@ use crate::host::config::ToolConfig;
 /// Most bytes kept of a tool's stdout and of its stderr; the rest is drained and counted.
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 
+/// A tool as the model is told about it in a request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolDefinition {
+    /// The name the model calls the tool by.
     pub name: String,
+    /// What the tool does.
     pub description: String,
+    /// The JSON Schema of the call's arguments.
     pub schema: serde_json::Value,
 }
 
 /// Identity handed to a tool so repeated calls can be recognised downstream.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
+    /// The run's original ID, the same across its recoveries (`REKINDLE_RUN_ID`).
     pub run_id: String,
+    /// The epoch the call is made at; a new epoch means the run was interrupted and resumed
+    /// (`REKINDLE_EPOCH`).
     pub epoch: Epoch,
 }
 
+/// What one tool call produced, as journaled in its result fact.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolOutput {
+    /// The text the model sees: the call's stdout, then its stderr and exit code if any.
     pub output: String,
+    /// Whether the call failed (could not start, exited non-zero, timed out).
     pub is_error: bool,
+    /// How long the call took, in ms.
     pub duration_ms: u64,
 }
 
+/// The tools a run's model may call; a host can implement its own.
 #[async_trait]
 pub trait Tools: Send + Sync {
+    /// The tools offered to the model with each request that allows tool calls.
     fn definitions(&self) -> Vec<ToolDefinition>;
     /// Whether a human must approve this tool's calls first.
     fn needs_confirmation(&self, name: &str) -> bool;
@@ -55,6 +68,7 @@ pub struct CommandTools {
 }
 
 impl CommandTools {
+    /// Tools for the `[[tools]]` entries of a config.
     pub fn new(tools: Vec<ToolConfig>) -> Self {
         CommandTools { tools }
     }

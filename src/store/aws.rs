@@ -110,6 +110,7 @@ pub struct CachedAwsCredentials {
 }
 
 impl CachedAwsCredentials {
+    /// A cache in front of `provider`, empty until the first request asks for credentials.
     pub fn new(provider: SharedCredentialsProvider) -> Self {
         CachedAwsCredentials {
             provider,

@@ -23,20 +23,36 @@ const WORKFLOW_KIND: &str = "workflow.checkpoint";
 /// The hint is moved forward every this many saves, bounding the probe on load.
 const HINT_EVERY: u64 = 8;
 
+/// Why saving or loading a session, loop or workflow checkpoint failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
+    /// The store failed underneath; see [`StoreError`] for whether retrying can help.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The stored envelope is corrupt or from a newer format; leave it alone and upgrade
+    /// rather than overwrite it.
     #[error(transparent)]
     Object(#[from] ObjectError),
+    /// The newest envelope belongs to another run, session or workflow; resuming from it
+    /// would mix histories, so the caller must not resume.
     #[error("refusing to resume checkpoint '{checkpoint}': {reason}")]
-    Refused { checkpoint: String, reason: String },
+    Refused {
+        /// Key of the envelope that was refused.
+        checkpoint: String,
+        /// Whose it is instead, or what else is wrong with it.
+        reason: String,
+    },
+    /// Another saver wrote the session since this caller read it; reload the session, reapply
+    /// the change and save again with the new digest.
     #[error(
         "session \"{session}\" changed since it was read: expected digest {expected}, found {found}; reload and retry"
     )]
     Conflict {
+        /// The session whose save was refused.
         session: SessionId,
+        /// Digest the caller passed as the one it last read (`(none)` for a first save).
         expected: String,
+        /// Digest of the newest saved envelope (`(none)` if nothing is saved yet).
         found: String,
     },
 }
@@ -44,29 +60,42 @@ pub enum CheckpointError {
 /// What a session holds, opaque to Rekindle. Saved and loaded as one atomic envelope.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionData {
+    /// The host's own session state.
     #[serde(default)]
     pub data: Value,
+    /// Files and other outputs the session produced.
     #[serde(default)]
     pub artifacts: Value,
     /// Traces and run records.
     #[serde(default)]
     pub runs: Value,
+    /// Reports from verifying the session's work.
     #[serde(default)]
     pub verification_reports: Value,
+    /// Tasks handed to subagents.
     #[serde(default)]
     pub subagent_tasks: Value,
+    /// Findings from reviews of the session's work.
     #[serde(default)]
     pub review_findings: Value,
 }
 
+/// The stored form of one session snapshot: a header plus the session's contents.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionEnvelope {
+    /// Layout format the envelope was written with; newer ones are refused on load.
     pub format: u32,
+    /// Object kind tag, always `session.snapshot`.
     pub kind: String,
+    /// The session this snapshot belongs to; loading refuses an envelope of another session.
     pub session_id: SessionId,
+    /// Position of this envelope in the session's chain, starting at 1.
     pub generation: u64,
+    /// Wall-clock time of the save, in milliseconds since the Unix epoch.
     pub saved_at_ms: u64,
+    /// Nonce of the write, so identical bytes can only come from the same save.
     pub writer: String,
+    /// The host's session contents, flattened into the envelope.
     #[serde(flatten)]
     pub contents: SessionData,
 }
@@ -74,7 +103,9 @@ pub struct SessionEnvelope {
 /// A saved session: its generation and the digest to pass to the next save.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Saved {
+    /// Generation number the snapshot was saved at.
     pub generation: u64,
+    /// SHA-256 of the saved envelope: what the next save must pass as `expected`.
     pub digest: String,
 }
 
@@ -184,15 +215,22 @@ pub async fn load_session(
 /// A loop checkpoint, written after each tool result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LoopCheckpoint {
+    /// Layout format the checkpoint was written with; newer ones are refused on load.
     pub format: u32,
+    /// Object kind tag, always `loop.checkpoint`.
     pub kind: String,
+    /// The run this checkpoint belongs to; loading refuses a checkpoint of another run.
     pub run_id: RunId,
+    /// The session the run belongs to, if any; loading checks it when a session is given.
     #[serde(default)]
     pub session_id: Option<SessionId>,
+    /// Model turns the run had taken when the checkpoint was written.
     pub turns: u64,
+    /// Tool calls the run had made when the checkpoint was written.
     pub tool_calls: u64,
     /// The conversation so far, as chat messages.
     pub messages: Vec<Value>,
+    /// Wall-clock time the checkpoint was taken, in milliseconds since the Unix epoch.
     pub at_ms: u64,
 }
 
@@ -284,19 +322,29 @@ pub async fn load_loop(
 /// One finished step of a workflow.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepOutcome {
+    /// Name of the step in the workflow's definition.
     pub step: String,
+    /// The run that carried out the step.
     pub run_id: RunId,
+    /// How the step's run finished.
     pub outcome: Outcome,
+    /// The run's closing message (for a failure, why it failed); empty when there is none.
     #[serde(default)]
     pub message: String,
 }
 
+/// The stored form of a workflow's progress: which steps have finished, and how.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkflowCheckpoint {
+    /// Layout format the checkpoint was written with; newer ones are refused on load.
     pub format: u32,
+    /// Object kind tag, always `workflow.checkpoint`.
     pub kind: String,
+    /// The workflow this checkpoint belongs to; loading refuses one of another workflow.
     pub workflow_id: String,
+    /// Every step finished so far, in the order they were recorded.
     pub completed: Vec<StepOutcome>,
+    /// Wall-clock time of the save, in milliseconds since the Unix epoch.
     pub at_ms: u64,
 }
 

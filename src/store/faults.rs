@@ -36,6 +36,7 @@ pub struct FaultPlan {
     pub lost_response_per_mille: u32,
     /// A request hangs for `stall` before failing (longer than the request deadline).
     pub stall_per_mille: u32,
+    /// How long a stalled request hangs before it fails.
     pub stall: Duration,
     /// Latency added to every request.
     pub latency: Duration,
@@ -59,8 +60,11 @@ pub struct FaultPlan {
 /// existence cuts the store off (so a test can partition another process).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FaultSettings {
+    /// The probabilities and delays to inject.
     pub plan: FaultPlan,
+    /// Seed of the generator that decides each fault, so a failing run replays exactly.
     pub seed: u64,
+    /// While this file exists, every request fails as if the store were unreachable.
     pub partition_file: Option<std::path::PathBuf>,
 }
 
@@ -68,8 +72,11 @@ pub struct FaultSettings {
 #[derive(Debug, thiserror::Error)]
 #[error("fault setting '{setting}' in '{spec}': {reason}")]
 pub struct FaultSpecError {
+    /// The whole spec as given.
     pub spec: String,
+    /// The `name=value` pair that was refused.
     pub setting: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -117,12 +124,18 @@ impl FaultSettings {
 /// Counts of what was injected.
 #[derive(Debug, Default)]
 pub struct FaultCounts {
+    /// Requests failed with an injected error (503 SlowDown or a 409 conflict).
     pub errors: AtomicU64,
+    /// Writes that landed but whose response was dropped.
     pub lost_responses: AtomicU64,
+    /// Requests that hung past their deadline before failing.
     pub stalls: AtomicU64,
+    /// Requests refused because the store was partitioned.
     pub partitioned: AtomicU64,
 }
 
+/// An `ObjectStore` that injects the faults of a [`FaultPlan`] into every request it
+/// passes on to the store it wraps.
 pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
     plan: Mutex<FaultPlan>,
@@ -132,6 +145,7 @@ pub struct FaultyStore {
     partition_file: Option<std::path::PathBuf>,
     /// The read to hold after it completes, if armed (one-shot).
     pause: Mutex<Option<PauseGate>>,
+    /// What has been injected so far.
     pub counts: FaultCounts,
 }
 
@@ -177,6 +191,7 @@ enum Fault {
 }
 
 impl FaultyStore {
+    /// Wraps `inner`, injecting `plan` with decisions drawn from `seed`.
     pub fn new(inner: Arc<dyn ObjectStore>, plan: FaultPlan, seed: u64) -> Arc<Self> {
         Arc::new(FaultyStore {
             inner,
@@ -240,6 +255,7 @@ impl FaultyStore {
                 .is_some_and(|file| file.exists())
     }
 
+    /// Replaces the fault plan for the requests that follow.
     pub fn set_plan(&self, plan: FaultPlan) {
         if let Ok(mut current) = self.plan.lock() {
             *current = plan;

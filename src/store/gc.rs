@@ -76,9 +76,12 @@ impl GcPolicy {
     }
 }
 
+/// What one gc pass did, for the operator and `rekindle gc --json`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct GcReport {
+    /// Runs whose generation chains were examined.
     pub runs_scanned: u64,
+    /// Superseded generations deleted below a snapshot older than the grace period.
     pub generations_deleted: u64,
     /// Superseded generations kept because their snapshot is younger than the grace period.
     pub generations_in_grace: u64,
@@ -89,15 +92,25 @@ pub struct GcReport {
     pub skipped: Vec<String>,
 }
 
+/// Why a gc pass stopped; what it deleted before stopping stays deleted and is safe.
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
+    /// The store failed underneath; the next gc pass picks up where this one stopped.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A run's tombstone could not be written or read; the run was left as it was.
     #[error(transparent)]
     Tombstone(#[from] TombstoneError),
-    /// `error` names the run already, and is part of the message rather than its `source`.
+    /// A run could not be retired: it is already marked retired, or the fence that stops its
+    /// last writer could not be written; the run keeps its generations. `error` names the run
+    /// already, and is part of the message rather than its `source`.
     #[error("cannot retire: {error}")]
-    Retire { run: RunId, error: GenerationError },
+    Retire {
+        /// The run gc was retiring.
+        run: RunId,
+        /// What refused: the chain was already retired, or the fence write failed.
+        error: GenerationError,
+    },
 }
 
 fn millis(duration: Duration) -> u64 {

@@ -13,10 +13,14 @@ use crate::core::layout::{self, ObjectError};
 use crate::core::record::{INDEX_ENTRY_KIND, IndexEntry};
 use crate::store::{ETag, Store, StoreError};
 
+/// Why reading or writing an index entry failed.
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
+    /// The store failed underneath; see [`StoreError`] for whether retrying can help.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The entry is not a Rekindle index entry, is corrupt, or is from a newer format; it is
+    /// skipped and reported, never overwritten.
     #[error(transparent)]
     Object(#[from] ObjectError),
 }
@@ -65,7 +69,9 @@ pub async fn remove(store: &Store, run: &RunId) -> Result<(), IndexError> {
 /// An entry that could not be read: reported, never fatal to the scan.
 #[derive(Debug)]
 pub struct BadEntry {
+    /// Key of the entry under `index/`.
     pub key: String,
+    /// Why it could not be read.
     pub error: IndexError,
 }
 

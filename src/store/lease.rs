@@ -30,96 +30,155 @@ const HEARTBEAT_KIND: &str = "heartbeat";
 /// Bound on compare-and-swap retries when the lease changes under us.
 const CAS_ATTEMPTS: usize = 8;
 
+/// The stored lease of one run: who may write it now, and at which epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
+    /// Layout format the lease was written with; newer ones are refused on read.
     pub format: u32,
+    /// Object kind tag, always `run.lease`.
     pub kind: String,
+    /// The run this lease is for; a lease naming another run is treated as corrupt.
     pub run_id: RunId,
+    /// ID of the process holding the lease.
     pub holder: String,
     /// Process incarnation of the holder, so a restarted holder with the same ID is told
     /// apart from the one that took the lease.
     pub holder_nonce: String,
     /// Key of the holder's heartbeat object.
     pub heartbeat: String,
+    /// The holder's fencing token: bumped by every takeover, and carried by each generation
+    /// the holder commits.
     pub epoch: Epoch,
+    /// How long a contender must see the lease and heartbeat unchanged, on its own clock,
+    /// before it may take over.
     pub ttl_ms: u64,
     /// Released by its holder (graceful stop or run finished); the next acquirer bumps the
     /// epoch without waiting.
     pub released: bool,
+    /// Wall-clock time of the last lease change, in milliseconds since the Unix epoch; for
+    /// people, never compared across machines.
     pub at_ms: u64,
 }
 
+/// The stored heartbeat of one process, rewritten every third of its TTL while it lives.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Heartbeat {
+    /// Layout format the heartbeat was written with; newer ones are refused on read.
     pub format: u32,
+    /// Object kind tag, always `heartbeat`.
     pub kind: String,
+    /// ID of the process beating.
     pub holder: String,
+    /// Incarnation of the process, so a restart under the same ID is told apart.
     pub holder_nonce: String,
     /// Grows with every beat, so every beat changes the object's ETag.
     pub beat: u64,
     /// What the process is: "host", "worker" or "coordinator".
     #[serde(default)]
     pub role: String,
+    /// The TTL the process declared, which a newcomer claiming the same ID watches for.
     pub ttl_ms: u64,
+    /// Wall-clock time of the beat, in milliseconds since the Unix epoch; for people, never
+    /// compared across machines.
     pub at_ms: u64,
 }
 
 /// A lease as read, with its version.
 #[derive(Clone, Debug)]
 pub struct LeaseView {
+    /// The lease as stored.
     pub lease: Lease,
+    /// Its version, for a compare-and-swap takeover or release.
     pub etag: ETag,
 }
 
 /// A lease this process holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Held {
+    /// The run whose lease is held.
     pub run: RunId,
+    /// The epoch this process holds the run at; its commits carry it.
     pub epoch: Epoch,
+    /// The lease object's version after this process last wrote it.
     pub etag: ETag,
 }
 
+/// Why taking, checking or releasing a lease failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
+    /// The store failed underneath; see [`StoreError`] for whether retrying can help.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another live process holds the run's lease; wait for it to release or expire
+    /// (`acquire_or_wait`) rather than write.
     #[error("run \"{run}\" is leased by '{holder}' at epoch {epoch}")]
     HeldByOther {
+        /// The run asked for.
         run: RunId,
+        /// ID of the process holding it.
         holder: String,
+        /// The epoch it holds the run at.
         epoch: Epoch,
     },
+    /// This process no longer holds the lease it thought it held (taken over, released or
+    /// removed); stop working on the run, since its commits would be fenced.
     #[error(
         "lease of run \"{run}\" was lost: '{holder}' holds it at epoch {epoch} (ours was {ours})"
     )]
     Lost {
+        /// The run whose lease was lost.
         run: RunId,
+        /// The epoch this process held.
         ours: Epoch,
+        /// Who holds the lease now (`(nobody)` if it is gone).
         holder: String,
+        /// The epoch the lease is at now.
         epoch: Epoch,
     },
+    /// The lease or heartbeat object is corrupt, foreign or from a newer format; leave it
+    /// alone and report it.
     #[error(transparent)]
     Object(#[from] layout::ObjectError),
+    /// A new run's lease already exists: the run ID is taken; choose another, or continue
+    /// an interrupted run with `rekindle recover`.
     #[error(
         "run \"{run}\" already exists (its lease is there); choose another run ID (an interrupted run is continued with `rekindle recover`)"
     )]
-    Exists { run: RunId },
+    Exists {
+        /// The run ID that is taken.
+        run: RunId,
+    },
+    /// Another live process beats under this holder ID; this process must not start until
+    /// it is given another ID.
     #[error(
         "holder ID '{holder}' is in use by another live process (its heartbeat '{key}' changed within its {ttl_ms} ms TTL); give this process another ID"
     )]
     IdentityInUse {
+        /// The holder ID that is in use.
         holder: String,
+        /// Key of the heartbeat that kept changing.
         key: String,
+        /// The TTL the other process declared, watched for on this process's clock.
         ttl_ms: u64,
     },
+    /// The lease kept changing under this process's compare-and-swaps; another contender is
+    /// racing for it, so back off and try again later.
     #[error("lease of run \"{run}\" kept changing; gave up after {CAS_ATTEMPTS} attempts")]
-    Contended { run: RunId },
+    Contended {
+        /// The run whose lease kept changing.
+        run: RunId,
+    },
+    /// The holder stayed alive for the whole wait; the run is not interrupted, so leave it to
+    /// its holder or wait longer.
     #[error(
         "run \"{run}\" is still held by '{holder}': its heartbeat kept changing for {waited_ms} ms"
     )]
     StillAlive {
+        /// The run waited for.
         run: RunId,
+        /// ID of the process still holding it.
         holder: String,
+        /// How long this process waited, in milliseconds.
         waited_ms: u64,
     },
 }
@@ -172,10 +231,12 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// This process's identity under `id`, as a `host`, declaring `ttl` in its heartbeats.
     pub fn new(store: &Store, id: impl Into<String>, ttl: Duration) -> Arc<Holder> {
         Self::with_role(store, id, ttl, "host")
     }
 
+    /// This process's identity under `id`, with its role (`host`, `worker` or `coordinator`).
     pub fn with_role(
         store: &Store,
         id: impl Into<String>,
@@ -230,14 +291,17 @@ impl Holder {
         Ok(output)
     }
 
+    /// The holder ID this process writes into leases and heartbeats.
     pub fn id(&self) -> &str {
         &self.id
     }
 
+    /// The TTL this holder declares in its leases and heartbeats.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
 
+    /// Key of this holder's heartbeat object.
     pub fn heartbeat_key(&self) -> String {
         layout::heartbeat(&self.id)
     }
@@ -592,9 +656,11 @@ impl Holder {
 /// The outcome of one [`Holder::try_acquire`] step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attempt {
+    /// This process now holds the lease.
     Held(Held),
     /// Someone else holds it and is (still) considered alive.
     Alive {
+        /// ID of the process holding it.
         holder: String,
     },
 }

@@ -18,52 +18,95 @@ use std::path::{Path, PathBuf};
 use crate::core::fact::{self, DecodeError, Fact, MAX_FACT_BYTES, Seq};
 use crate::core::fold::{FoldError, RunState};
 
+/// Why opening, reading or appending to a local fact log failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     // The I/O error is part of the message, not a `source`: as both, `{:#}` printed it twice.
+    /// The file system refused an operation (permissions, a full disk, a missing directory);
+    /// fix the disk or directory and retry.
     #[error("fact log {path}: cannot {action}: {error}")]
     Io {
+        /// The log file or directory concerned.
         path: PathBuf,
+        /// What was being done, phrased to follow "cannot".
         action: &'static str,
+        /// The operating system's error.
         error: io::Error,
     },
+    /// Another process holds the run's log (one writer per run); leave the run to it rather
+    /// than write beside it.
     #[error("fact log {path} is locked by another process (one writer per run)")]
-    Locked { path: PathBuf },
+    Locked {
+        /// The locked log.
+        path: PathBuf,
+    },
+    /// A line other than the last does not parse as a fact (or a fact to append cannot be
+    /// encoded): the log is damaged, and the run should be restored from its checkpoint.
     #[error("fact log {path}: line {line} is corrupt: {reason}")]
     Corrupt {
+        /// The damaged log.
         path: PathBuf,
+        /// Line number of the bad line, from 1 (0 for a fact that could not be encoded).
         line: u64,
+        /// Why it does not parse.
         reason: String,
     },
+    /// A fact was written by a newer build; upgrade Rekindle before reading this log.
     #[error(
         "fact log {path}: line {line} has schema version {found}, this build reads up to {supported}"
     )]
     FutureSchema {
+        /// The log holding the fact.
         path: PathBuf,
+        /// Line number of the fact, from 1.
         line: u64,
+        /// The schema version the fact declares.
         found: u32,
+        /// The newest schema version this build reads.
         supported: u32,
     },
+    /// A fact's encoded line exceeds the size limit; it was not appended, so shrink it.
     #[error("fact log {path}: fact seq {seq} is {size} bytes, over the limit of {limit} bytes")]
     FactTooLarge {
+        /// The log the fact was for.
         path: PathBuf,
+        /// Seq of the refused fact.
         seq: Seq,
+        /// Its encoded size in bytes.
         size: usize,
+        /// The largest encoded fact allowed, in bytes.
         limit: usize,
     },
+    /// An appended fact does not carry the log's next seq; the caller's view of the run is
+    /// stale, and it must reread the log.
     #[error("fact log {path}: append of seq {got} refused, the next seq is {expected}")]
     OutOfOrder {
+        /// The log appended to.
         path: PathBuf,
+        /// The seq the next fact must have.
         expected: Seq,
+        /// The seq the refused fact had.
         got: Seq,
     },
+    /// An earlier write or fsync failed, so the file's state is unknown; drop this handle and
+    /// reopen the log, which rereads and repairs it.
     #[error(
         "fact log {path}: an earlier write or fsync failed, so the file's state is unknown; reopen the log"
     )]
-    Poisoned { path: PathBuf },
+    Poisoned {
+        /// The log whose state is unknown.
+        path: PathBuf,
+    },
     /// A fact breaks the run's rules (see [`fold`]).
     #[error("fact log {path}: {error}")]
-    Fold { path: PathBuf, error: FoldError },
+    Fold {
+        /// The log holding the fact.
+        path: PathBuf,
+        /// Which rule the fact breaks.
+        error: FoldError,
+    },
+    /// Neither `XDG_STATE_HOME` nor `HOME` is an absolute path, so there is no default place
+    /// for logs; set one, or pass a directory explicitly.
     #[error(
         "no state directory: set XDG_STATE_HOME or HOME to an absolute path (logs are never kept in the working directory)"
     )]
@@ -73,14 +116,18 @@ pub enum LogError {
 /// The facts read from a log, and the torn tail that was skipped, if any.
 #[derive(Debug, Default)]
 pub struct Contents {
+    /// The whole facts, in seq order.
     pub facts: Vec<Fact>,
+    /// The unparsable last line that was skipped, if a crash left one.
     pub torn_tail: Option<TornTail>,
 }
 
 /// An unparsable last line, left by a write cut short by a crash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TornTail {
+    /// Line number of the torn line, from 1.
     pub line: u64,
+    /// Its length in bytes, cut off when the log is opened for append.
     pub bytes: u64,
 }
 
@@ -143,10 +190,12 @@ impl LogDir {
         Ok(LogDir { root })
     }
 
+    /// The directory the logs are in.
     pub fn root(&self) -> &Path {
         &self.root
     }
 
+    /// Path of the run's log file in this directory.
     pub fn path_for(&self, run_id: &str) -> PathBuf {
         self.root.join(file_name(run_id))
     }
@@ -258,6 +307,7 @@ impl FactLog {
         Ok((log, contents))
     }
 
+    /// Path of this log's file.
     pub fn path(&self) -> &Path {
         &self.path
     }

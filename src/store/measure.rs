@@ -12,25 +12,37 @@ use crate::core::sample::{self, Builder};
 use crate::store::generation::{self, GenerationError, RunWriter, SnapshotPolicy};
 use crate::store::{MetricsSnapshot, Store};
 
+/// What committing one sample run cost the store, as `rekindle bench-store` reports it.
 #[derive(Clone, Debug, Serialize)]
 pub struct CommitCost {
+    /// Agent steps in the sample run.
     pub steps: u64,
+    /// Generations committed, the creating one included.
     pub commits: u64,
+    /// Every request the commits made, retries included.
     pub requests: MetricsSnapshot,
+    /// Requests per commit, all kinds together.
     pub requests_per_commit: f64,
+    /// Conditional PUTs (creates and swaps) per commit.
     pub conditional_puts_per_commit: f64,
+    /// Encoded size of all the run's facts, one JSONL line each.
     pub fact_bytes: u64,
     /// Bytes written to the store divided by the encoded size of the facts.
     pub write_amplification: f64,
 }
 
+/// What loading one long sample run cost the store, as `rekindle bench-store` reports it.
 #[derive(Clone, Debug, Serialize)]
 pub struct LoadCost {
+    /// Facts in the run.
     pub facts: u64,
+    /// Generations in the run's chain.
     pub generations: u64,
+    /// The requests of the last load.
     pub requests: MetricsSnapshot,
     /// Median wall time of the loads, in milliseconds.
     pub median_ms: f64,
+    /// How many loads were timed.
     pub loads: usize,
 }
 

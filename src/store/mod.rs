@@ -66,7 +66,9 @@ pub const LIST_PAGE: usize = 1000;
 /// An object's bytes and version.
 #[derive(Clone, Debug)]
 pub struct Object {
+    /// The stored payload, exactly as written.
     pub bytes: Bytes,
+    /// The version a later `swap` must name to replace these bytes.
     pub etag: ETag,
 }
 
@@ -78,44 +80,83 @@ pub struct Listed {
     /// The backend's own ETag, good for noticing change between listings; on the local
     /// backend it is not the version `read` and `swap` use.
     pub etag: Option<ETag>,
+    /// Size of the object in bytes.
     pub size: u64,
 }
 
+/// Why a store operation failed, sorted by what the caller should do next.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// `create` found the key already present (and the bytes there are not ours); the caller
+    /// lost the race and should read what the winner wrote.
     #[error("object '{key}' already exists")]
-    AlreadyExists { key: String },
+    AlreadyExists {
+        /// Key that already exists, relative to the store's prefix.
+        key: String,
+    },
+    /// A `swap` was refused because the object changed since it was read, or is gone; re-read
+    /// and decide again rather than retrying blindly.
     #[error(
         "object '{key}' changed since it was read (or is missing), so the conditional write was refused"
     )]
-    Changed { key: String },
+    Changed {
+        /// Key whose version no longer matches, relative to the store's prefix.
+        key: String,
+    },
+    /// The store did not answer (timeouts, 5xx, connection errors) after the retry policy gave
+    /// up; retrying later may succeed.
     #[error("store unavailable: {op} of '{key}' failed after {attempts} attempts: {message}")]
     Unavailable {
+        /// The operation that failed (`create`, `swap`, `read`, `list`, ...).
         op: &'static str,
+        /// Key the operation addressed, relative to the store's prefix.
         key: String,
+        /// How many attempts were made before giving up.
         attempts: usize,
+        /// The last error the backend reported.
         message: String,
     },
+    /// The store refused the credentials or the permission for this request; retrying will
+    /// not help until the credentials or bucket policy are fixed.
     #[error("store refused {op} of '{key}': access denied ({message})")]
     Denied {
+        /// The operation that was refused.
         op: &'static str,
+        /// Key the operation addressed, relative to the store's prefix.
         key: String,
+        /// The backend's explanation of the refusal.
         message: String,
     },
+    /// Any other failure that retrying will not fix (a malformed response, an unsupported
+    /// operation, a bucket with a newer layout); report it and stop.
     #[error("{op} of '{key}' failed: {message}")]
     Failed {
+        /// The operation that failed.
         op: &'static str,
+        /// Key the operation addressed, relative to the store's prefix.
         key: String,
+        /// What went wrong, as the backend or this module described it.
         message: String,
     },
+    /// The store URL could not be parsed or opened; fix the configuration.
     #[error("invalid store URL '{url}': {reason}")]
-    InvalidUrl { url: String, reason: String },
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The store does not apply conditional writes atomically, so leases and fencing would be
+    /// unsafe; Rekindle refuses to run on it.
     #[error(
         "store {url} failed the capability probe ({check}): {detail}; refusing to run on a store that does not apply conditional writes atomically"
     )]
     ProbeFailed {
+        /// The store URL that was probed.
         url: String,
+        /// Which probe step failed (for example, a second create of the same key succeeding).
         check: &'static str,
+        /// What the probe observed instead of the expected refusal.
         detail: String,
     },
 }
@@ -130,30 +171,47 @@ impl StoreError {
 /// Request counters by kind, and bytes moved. Every attempt counts, retries included.
 #[derive(Debug, Default)]
 pub struct Metrics {
+    /// GET requests (reads and read-backs).
     pub get: AtomicU64,
+    /// HEAD requests.
     pub head: AtomicU64,
+    /// Unconditional PUT requests (overwrites).
     pub put: AtomicU64,
+    /// Conditional PUT requests: creates and compare-and-swaps.
     pub conditional_put: AtomicU64,
+    /// LIST requests, one per page.
     pub list: AtomicU64,
+    /// DELETE requests.
     pub delete: AtomicU64,
+    /// Payload bytes sent in PUT requests.
     pub bytes_written: AtomicU64,
+    /// Payload bytes received from GET requests.
     pub bytes_read: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MetricsSnapshot {
+    /// GET requests (reads and read-backs).
     pub get: u64,
+    /// HEAD requests.
     pub head: u64,
+    /// Unconditional PUT requests (overwrites).
     pub put: u64,
+    /// Conditional PUT requests: creates and compare-and-swaps.
     pub conditional_put: u64,
+    /// LIST requests, one per page.
     pub list: u64,
+    /// DELETE requests.
     pub delete: u64,
+    /// Payload bytes sent in PUT requests.
     pub bytes_written: u64,
+    /// Payload bytes received from GET requests.
     pub bytes_read: u64,
 }
 
 impl MetricsSnapshot {
+    /// Total requests of every kind, the figure a request bill is based on.
     pub fn requests(&self) -> u64 {
         self.get + self.head + self.put + self.conditional_put + self.list + self.delete
     }
@@ -174,6 +232,7 @@ impl MetricsSnapshot {
 }
 
 impl Metrics {
+    /// Reads every counter now.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         MetricsSnapshot {
@@ -196,7 +255,9 @@ fn bump(counter: &AtomicU64, by: u64) {
 /// How transient faults are retried: exponential backoff with jitter, bounded in attempts.
 #[derive(Clone, Copy, Debug)]
 pub struct RetryPolicy {
+    /// Shortest pause before the first retry.
     pub min_delay: Duration,
+    /// Longest pause between retries, however many attempts came before.
     pub max_delay: Duration,
     /// Retries after the first attempt.
     pub max_retries: usize,
@@ -228,11 +289,14 @@ impl RetryPolicy {
 /// Which kind of backend a store is; the local directory needs its own compare-and-swap.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backend {
+    /// `memory://`: an in-process store for tests and the demo; nothing survives the process.
     Memory,
     /// A local directory; the path is where per-key lock files live.
     Local {
+        /// Directory that holds the objects and the per-key lock files.
         root: PathBuf,
     },
+    /// An S3-compatible bucket that applies conditional writes itself.
     S3,
 }
 
@@ -403,10 +467,12 @@ impl Store {
         self
     }
 
+    /// The sealer that encrypts new generations, if client-side sealing is configured.
     pub fn sealer(&self) -> Option<&crate::store::seal::Sealer> {
         self.sealer.as_deref()
     }
 
+    /// The URL the store was opened from, for messages and probes.
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -419,14 +485,17 @@ impl Store {
         }
     }
 
+    /// Which kind of backend this store writes to.
     pub fn backend(&self) -> &Backend {
         &self.backend
     }
 
+    /// The clock leases, heartbeats and tombstones read their time from.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }
 
+    /// The request and byte counters of this store (shared with its clones) right now.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
     }

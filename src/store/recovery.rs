@@ -36,50 +36,88 @@ struct Claim {
     nonce: String,
 }
 
+/// Why admitting, reading or updating a recovery record failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError {
+    /// The store failed underneath; see [`StoreError`] for whether retrying can help.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The source run cannot be loaded. `error` names the run (or its object) already, and is
     /// part of the message rather than its `source`, so the message names both once.
     #[error("cannot recover: {error}")]
     Source {
+        /// The run that was to be recovered.
         source_run: RunId,
+        /// Why it cannot be loaded.
         error: GenerationError,
     },
+    /// The recovery ID was already admitted for another source run; the host must choose
+    /// another ID for this source.
     #[error(
         "recovery ID '{recovery_id}' is already used for run \"{existing_source}\", not \"{requested_source}\""
     )]
     IdInUse {
+        /// The recovery ID asked for.
         recovery_id: RecoveryId,
+        /// The run it was admitted for earlier.
         existing_source: RunId,
+        /// The run this admission asked for.
         requested_source: RunId,
     },
+    /// The recovery ID is already a run's ID; a recovery runs under its own ID, so the host
+    /// must choose a new one.
     #[error(
         "recovery ID '{recovery_id}' already names a run (\"{recovery_id}\" has a lease); a recovery runs as a run of its own ID, so it must be new"
     )]
-    IdIsARun { recovery_id: RecoveryId },
+    IdIsARun {
+        /// The recovery ID that names a run.
+        recovery_id: RecoveryId,
+    },
+    /// The source run is already claimed by another recovery; follow that one instead of
+    /// starting a second.
     #[error("run \"{source_run}\" is already being recovered as '{existing}'")]
     AlreadyRecovered {
+        /// The run asked for.
         source_run: RunId,
+        /// The recovery that claimed it.
         existing: RecoveryId,
     },
+    /// The source run's first slot holds only a fence: it never committed, so there is
+    /// nothing to recover; start it afresh.
     #[error(
         "run \"{source_run}\" never made its first commit (its first slot was claimed by a fence); there is nothing to recover"
     )]
-    NeverStarted { source_run: RunId },
+    NeverStarted {
+        /// The run that never started.
+        source_run: RunId,
+    },
+    /// The source run has already ended; nothing is recovered and the caller moves on.
     #[error("run \"{source_run}\" has ended ({outcome}); there is nothing to recover")]
-    NothingToRecover { source_run: RunId, outcome: Outcome },
+    NothingToRecover {
+        /// The run that ended.
+        source_run: RunId,
+        /// How it ended.
+        outcome: Outcome,
+    },
+    /// The record or claim is corrupt, foreign or from a newer format; leave it alone and
+    /// report it.
     #[error(transparent)]
     Object(#[from] layout::ObjectError),
+    /// The record changed since it was read (another node moved the lifecycle on); reread it
+    /// and decide again.
     #[error("recovery '{recovery_id}' was changed by someone else; reread and retry")]
-    Changed { recovery_id: RecoveryId },
+    Changed {
+        /// The recovery whose record changed.
+        recovery_id: RecoveryId,
+    },
 }
 
 /// The outcome of an admission.
 #[derive(Clone, Debug)]
 pub struct Admission {
+    /// The record as stored.
     pub record: RecoveryRecord,
+    /// Its version, for the lifecycle's next compare-and-swap.
     pub etag: ETag,
     /// False when the record already existed (a replay of the same admission).
     pub created: bool,

@@ -29,9 +29,13 @@ pub const ALGORITHM: &str = "AES-256-GCM";
 /// A sealed payload as stored in a generation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sealed {
+    /// The cipher used, always [`ALGORITHM`] for payloads this build writes.
     pub algorithm: String,
+    /// ID of the key that sealed the payload, so the right key is picked on rotation.
     pub key_id: String,
+    /// The 96-bit nonce, base64.
     pub nonce: String,
+    /// The encrypted JSONL of the facts with its authentication tag, base64.
     pub ciphertext: String,
     /// Whether the envelope was authenticated as associated data. Payloads sealed before
     /// envelopes were bound lack the field (false) and still open without it, as readers accept
@@ -43,16 +47,36 @@ pub struct Sealed {
     pub aad: bool,
 }
 
+/// Why a sealing key could not be configured, or a sealed payload could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum SealError {
+    /// A configured key cannot be read (its file), is not 64 hex characters or is otherwise
+    /// malformed; fix the configuration before starting.
     #[error("encryption key {origin}: {reason}")]
-    BadKey { origin: String, reason: String },
+    BadKey {
+        /// Where the key came from (a variable or file name), never the key.
+        origin: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A payload was sealed with a key this process does not have; configure it (as the
+    /// current key or an older one) to read the generation.
     #[error(
         "sealed with key '{key_id}', which is not configured (set REKINDLE_SEAL_KEY or REKINDLE_SEAL_OLD_KEYS)"
     )]
-    UnknownKey { key_id: String },
+    UnknownKey {
+        /// The key ID the payload names.
+        key_id: String,
+    },
+    /// The payload does not decrypt or authenticate with its key: it was tampered with,
+    /// moved under another envelope, or the key under that ID is wrong.
     #[error("cannot open the sealed payload with key '{key_id}': {reason}")]
-    Damaged { key_id: String, reason: String },
+    Damaged {
+        /// The key ID the payload names.
+        key_id: String,
+        /// Why it did not open.
+        reason: String,
+    },
 }
 
 /// Sealing keys as configured, still as text: the current key, its ID, and older keys that
@@ -62,11 +86,13 @@ pub enum SealError {
 pub struct SealKeys {
     /// 64 hex characters (surrounding whitespace is ignored).
     pub key: String,
+    /// Where the key text came from (a variable or file name), for error messages.
     pub origin: String,
     /// Recorded in every sealed payload; default: derived from the key.
     pub key_id: Option<String>,
     /// `id:hex,id:hex`.
     pub older: Option<String>,
+    /// Where the older keys came from (a variable or file name), for error messages.
     pub older_origin: String,
 }
 
@@ -189,6 +215,7 @@ impl Sealer {
         Ok(sealer)
     }
 
+    /// ID of the current key, recorded in every payload it seals.
     pub fn key_id(&self) -> &str {
         &self.current.0
     }

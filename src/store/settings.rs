@@ -24,9 +24,17 @@ use super::{RetryPolicy, StoreError};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreUrl {
     /// A bucket and a key prefix inside it (no leading or trailing `/`; may be empty).
-    S3 { bucket: String, prefix: String },
+    S3 {
+        /// The bucket's name.
+        bucket: String,
+        /// Prefix every key is stored under, without slashes at either end.
+        prefix: String,
+    },
     /// A local directory, made absolute when parsed (against the working directory then).
-    Local { root: PathBuf },
+    Local {
+        /// The directory's absolute path.
+        root: PathBuf,
+    },
     /// A bucket that lives in this process only, for tests and demos.
     Memory,
 }
@@ -166,6 +174,7 @@ pub struct StoreSettings {
     /// S3 endpoint, e.g. `http://127.0.0.1:9000` for MinIO (otherwise `AWS_ENDPOINT_URL` or
     /// the AWS default).
     pub endpoint: Option<String>,
+    /// How the bucket is named in request URLs: path-style (the default) or virtual-hosted.
     pub addressing: S3Addressing,
     /// Allow plain-HTTP S3 endpoints.
     pub allow_http: bool,

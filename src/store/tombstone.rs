@@ -31,8 +31,11 @@ pub enum RetiredBy {
 /// The terminal marker of a retired run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tombstone {
+    /// Layout format the tombstone was written with; newer ones are refused on read.
     pub format: u32,
+    /// Object kind tag, always `run.tombstone`.
     pub kind: String,
+    /// The retired run; a tombstone naming another run is refused.
     pub run_id: RunId,
     /// How the run ended; `None` when it was removed before it ended.
     pub outcome: Option<Outcome>,
@@ -42,11 +45,14 @@ pub struct Tombstone {
     pub final_generation: u64,
     /// The first generation of every epoch: the slots gc keeps so stale writers stay fenced.
     pub epoch_starts: Vec<(Epoch, u64)>,
+    /// Who retired the run: retention in gc, or an operator's `rekindle runs rm`.
     pub retired_by: RetiredBy,
+    /// Wall-clock time of the retirement, in milliseconds since the Unix epoch.
     pub retired_at_ms: u64,
 }
 
 impl Tombstone {
+    /// A tombstone of the current format for `run`, recording how and when it was retired.
     pub fn new(
         run: &RunId,
         outcome: Option<Outcome>,
@@ -70,16 +76,25 @@ impl Tombstone {
     }
 }
 
+/// Why reading or writing a tombstone failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TombstoneError {
+    /// The store failed underneath; see [`StoreError`] for whether retrying can help.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The tombstone is corrupt or from a newer format; leave the run as it is and report
+    /// it rather than retire it again.
     #[error(transparent)]
     Object(#[from] layout::ObjectError),
+    /// The tombstone under a run's key names another run; the bucket is damaged, and the run
+    /// must not be retired or reused from it.
     #[error("tombstone '{key}' belongs to run \"{found}\", not \"{expected}\"")]
     ForeignRun {
+        /// Key of the tombstone.
         key: String,
+        /// The run whose tombstone was read.
         expected: RunId,
+        /// The run the tombstone says it belongs to.
         found: RunId,
     },
 }

@@ -30,8 +30,11 @@ struct Hint {
 /// The hint as read: the generation it points at, its version, and whether the run is retired.
 #[derive(Clone, Debug)]
 pub struct HintView {
+    /// The generation the hint points at: one that exists, at or after anything gc deleted.
     pub generation: u64,
+    /// The hint object's version, for moving it forward with a compare-and-swap.
     pub etag: ETag,
+    /// Whether the run was retired; a retired chain must not be probed or loaded.
     pub retired: bool,
 }
 
@@ -50,6 +53,7 @@ pub enum Located {
 const PROBE_ROUNDS: usize = 8;
 
 impl Chain {
+    /// The chain under `base` (a run's, a session's, a loop's or a workflow's key prefix).
     pub fn new(store: &Store, base: String) -> Self {
         Chain {
             store: store.clone(),
@@ -57,10 +61,12 @@ impl Chain {
         }
     }
 
+    /// Key of slot `n` in this chain.
     pub fn key(&self, n: u64) -> String {
         layout::generation(&self.base, n)
     }
 
+    /// The store the chain lives in.
     pub fn store(&self) -> &Store {
         &self.store
     }

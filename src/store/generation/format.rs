@@ -16,9 +16,13 @@ pub(super) const KIND: &str = "run.generation";
 /// One generation object.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Generation {
+    /// Layout format the generation was written with; newer ones are refused on load.
     pub format: u32,
+    /// Object kind tag, always `run.generation`.
     pub kind: String,
+    /// The run this generation belongs to; loading refuses a generation of another run.
     pub run_id: RunId,
+    /// This generation's slot number in the run's chain, starting at 1.
     pub generation: u64,
     /// A snapshot holds every fact from seq 1; a delta holds the facts since the previous
     /// generation.
@@ -31,11 +35,13 @@ pub struct Generation {
     pub writer: String,
     /// Seq range covered: `first_seq..=last_seq` (empty when `first_seq > last_seq`).
     pub first_seq: u64,
+    /// Last seq covered (inclusive).
     pub last_seq: u64,
     /// First generation of each epoch so far (carried forward), so gc knows which slots a
     /// stale writer could still aim at.
     #[serde(default)]
     pub epoch_starts: Vec<(Epoch, u64)>,
+    /// Wall-clock time of the commit, in milliseconds since the Unix epoch.
     pub at_ms: u64,
     /// SHA-256 of the facts' encoded lines, checked on load. Empty when the facts are sealed:
     /// a plaintext digest would let anyone holding the bucket confirm guesses about the sealed
@@ -50,72 +56,133 @@ pub struct Generation {
     pub sealed: Option<crate::store::seal::Sealed>,
 }
 
+/// Why committing, fencing or loading a run's generations failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GenerationError {
+    /// The store failed underneath; see [`StoreError`] for whether retrying can help.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A generation object does not decode or fails a per-object check (digest, seq range);
+    /// the run cannot be loaded from it and needs an operator's attention.
     #[error("generation object '{key}' is corrupt: {reason}")]
-    Corrupt { key: String, reason: String },
+    Corrupt {
+        /// Key of the generation object.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A generation was written by a newer build; upgrade Rekindle before loading this run.
     #[error("generation object '{key}' has format {found}, this build reads up to {supported}")]
     FutureFormat {
+        /// Key of the generation object.
         key: String,
+        /// The format the object declares.
         found: u32,
+        /// The newest format this build reads.
         supported: u32,
     },
+    /// A generation object names another run than the chain it sits in; the bucket is
+    /// damaged or was copied wrongly, and the run must not be resumed from it.
     #[error(
         "refusing generation object '{key}': it belongs to run \"{found}\", not \"{expected}\""
     )]
     ForeignRun {
+        /// Key of the generation object.
         key: String,
+        /// The run whose chain was being read.
         expected: RunId,
+        /// The run the object says it belongs to.
         found: RunId,
     },
+    /// The run has no generation at all: it was never started, or the ID is wrong.
     #[error("run \"{run}\" has no generations")]
-    NotFound { run: RunId },
+    NotFound {
+        /// The run that was looked for.
+        run: RunId,
+    },
+    /// The run was retired behind its tombstone and its chain partly removed; it can be
+    /// neither loaded nor resumed, and its ID is never reused.
     #[error(
         "run \"{run}\" was retired {} at generation {final_generation}: its checkpoint was removed and its ID, epochs and recovery IDs are never reused",
         retired_outcome(.outcome)
     )]
     Retired {
+        /// The retired run.
         run: RunId,
         /// How the run ended; `None` when it was removed (`rekindle runs rm`) before it ended.
         outcome: Option<crate::core::fact::Outcome>,
+        /// The run's last generation before it was retired.
         final_generation: u64,
     },
+    /// Another writer created the run's first generation first; pick another run ID or load
+    /// the existing run instead.
     #[error("run \"{run}\" already exists (generation 1 was written by another writer)")]
-    AlreadyExists { run: RunId },
+    AlreadyExists {
+        /// The run that already exists.
+        run: RunId,
+    },
+    /// A writer with a higher lease epoch committed to the slot this writer aimed at: another
+    /// holder owns the run now, so this writer must stop without committing.
     #[error(
         "run \"{run}\": fenced at generation {generation}: it was written by epoch {by_epoch}, this writer holds epoch {epoch}; another holder owns the run now"
     )]
     Fenced {
+        /// The run that was fenced.
         run: RunId,
+        /// The slot where the higher epoch was found.
         generation: u64,
+        /// This writer's lease epoch.
         epoch: Epoch,
+        /// The epoch of the generation occupying the slot.
         by_epoch: Epoch,
     },
+    /// Another writer at the same or a lower epoch committed the slot first (or a fence landed
+    /// in a slot gc had freed); reload the run and retry.
     #[error(
         "run \"{run}\": generation {generation} was committed by another writer at epoch {by_epoch} (ours {epoch}); reload and retry"
     )]
     Conflict {
+        /// The run being committed.
         run: RunId,
+        /// The slot that was taken.
         generation: u64,
+        /// This writer's lease epoch.
         epoch: Epoch,
+        /// The epoch of the generation occupying the slot.
         by_epoch: Epoch,
     },
+    /// Two neighbouring generations do not link (a missing slot, a seq gap, a lower epoch,
+    /// a wrong base); loading retries from a newer hint, then gives up.
     #[error("generation object '{key}': {reason}")]
-    Discontinuous { key: String, reason: String },
+    Discontinuous {
+        /// Key of the later generation of the broken link.
+        key: String,
+        /// Which chain rule it breaks.
+        reason: String,
+    },
     /// The run's tombstone cannot be read (it names its key).
     #[error(transparent)]
     Tombstone(crate::store::tombstone::TombstoneError),
+    /// A sealed generation could not be opened: its key is not configured, or the payload
+    /// fails to authenticate (tampered with, or moved under another envelope).
     #[error("generation object '{key}' is sealed: {error}")]
     Sealed {
+        /// Key of the generation object.
         key: String,
+        /// Why unsealing failed.
         error: crate::store::seal::SealError,
     },
     // The inner errors are part of the message, not a `source`: as both, `{:#}` printed them
     // twice.
+    /// A generation's facts do not fold onto the run's history (for example, a seq reused
+    /// with different content); the chain is inconsistent and must not be resumed.
     #[error("generation object '{key}': {error}")]
-    Fold { key: String, error: FoldError },
+    Fold {
+        /// Key of the generation whose facts were refused.
+        key: String,
+        /// Why the fold refused them.
+        error: FoldError,
+    },
 }
 
 fn retired_outcome(outcome: &Option<crate::core::fact::Outcome>) -> String {

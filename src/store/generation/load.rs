@@ -21,6 +21,7 @@ const LOAD_ATTEMPTS: usize = 4;
 /// A run loaded from the bucket.
 #[derive(Debug)]
 pub struct Loaded {
+    /// The run's state, folded from every fact up to the newest generation read.
     pub state: RunState,
     /// The newest generation read.
     pub generation: u64,
@@ -30,10 +31,13 @@ pub struct Loaded {
     pub digest: String,
     /// The snapshot the chain was read from.
     pub base: u64,
+    /// First generation of each epoch so far, as the newest generation carries them.
     pub epoch_starts: Vec<(Epoch, u64)>,
-    /// Bytes of the snapshot read, and the deltas read after it.
+    /// Bytes of the snapshot generation read.
     pub snapshot_bytes: u64,
+    /// Deltas read after the snapshot.
     pub delta_count: u32,
+    /// Bytes of the deltas read after the snapshot.
     pub delta_bytes: u64,
 }
 

@@ -166,14 +166,17 @@ impl RunWriter {
         Err(last_error.unwrap_or(GenerationError::NotFound { run: run.clone() }))
     }
 
+    /// The run's state as of the newest generation this writer committed or saw.
     pub fn state(&self) -> &RunState {
         &self.state
     }
 
+    /// The lease epoch this writer commits with.
     pub fn epoch(&self) -> Epoch {
         self.epoch
     }
 
+    /// The run this writer commits to.
     pub fn run_id(&self) -> &RunId {
         &self.run
     }
