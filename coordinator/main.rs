@@ -27,9 +27,13 @@ struct Args {
     /// How long a silent heartbeat means a dead process.
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     lease_ttl_ms: u64,
-    /// How often the coordinator scans the index and heartbeats.
+    /// How often the coordinator scans the index and heartbeats while runs are in flight.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     scan_interval_ms: u64,
+    /// How often it scans while the last scan found no run (an idle fleet). A new run or
+    /// admission wakes it at once when it can reach the coordinator's /wake.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_scan_interval_ms: u64,
     /// Failed attempts (errors, or a worker dying mid-attempt) before a recovery is
     /// dead-lettered. Step-cap yields, parks and graceful hand-backs do not count.
     #[arg(long, default_value_t = rekindle::core::placement::DEFAULT_MAX_ATTEMPTS)]
@@ -37,9 +41,14 @@ struct Args {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
-    /// Serve /healthz, /readyz and /metrics (Prometheus) on this address, e.g. 0.0.0.0:9090.
+    /// Serve /healthz, /readyz, /metrics (Prometheus) and /wake on this address, e.g.
+    /// 0.0.0.0:9090. Without it, /wake is served on an ephemeral loopback port.
     #[arg(long, env = "REKINDLE_LISTEN")]
     listen: Option<std::net::SocketAddr>,
+    /// The address hosts and workers reach /wake at: a URL, or a host (with the --listen
+    /// port), e.g. the pod IP. Default: the --listen address when it names a host.
+    #[arg(long, env = "REKINDLE_ADVERTISE")]
+    advertise: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -51,24 +60,23 @@ fn main() -> ExitCode {
 async fn run(args: Args) -> anyhow::Result<()> {
     let stop = shared::stop_on_signals();
     let store = args.store.open(false).await.context("open the store")?;
+    let extra: rekindle::serve::Extra = std::sync::Arc::new(Vec::new);
+    let wake = shared::wake_endpoint(
+        args.listen,
+        args.advertise.as_deref(),
+        &store,
+        "coordinator",
+        extra,
+    )
+    .await?;
     let options = CoordinatorOptions {
         id: args.id.unwrap_or_else(|| shared::default_id("coordinator")),
         ttl: Duration::from_millis(args.lease_ttl_ms),
         scan_interval: Duration::from_millis(args.scan_interval_ms),
         max_attempts: args.max_attempts,
+        idle_scan_interval: Duration::from_millis(args.idle_scan_interval_ms),
+        wake: Some(wake),
     };
-    if let Some(listen) = args.listen {
-        let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let extra: rekindle::serve::Extra = std::sync::Arc::new(Vec::new);
-        let server = store.clone();
-        tokio::spawn(async move {
-            if let Err(error) =
-                rekindle::serve::serve(listen, server, "coordinator", ready, extra).await
-            {
-                tracing::error!(%listen, %error, "cannot serve health and metrics");
-            }
-        });
-    }
     coordinator::run(store, options, stop)
         .await
         .context("run the coordinator")

@@ -18,6 +18,42 @@ pub fn sleep(duration: Duration) -> tokio::time::Sleep {
     tokio::time::sleep(duration)
 }
 
+/// How often a stoppable wait looks at its stop flag: a stop is noticed within this long.
+pub const STOP_CHECK: Duration = Duration::from_millis(20);
+
+/// Waits `duration`, or until `stop` is set, or until `wake` is notified, whichever comes
+/// first; returns whether the wait was cut short. The stop flag (set by a signal handler or a
+/// caller) is an in-memory read every [`STOP_CHECK`]; no store is touched. Long waits
+/// (heartbeat intervals, scans, polls) go through here, so a process exits promptly.
+#[allow(clippy::disallowed_methods)] // A stoppable sleep: reads tokio's (virtual in tests) clock.
+pub async fn sleep_unless(
+    duration: Duration,
+    stop: &std::sync::atomic::AtomicBool,
+    wake: Option<&tokio::sync::Notify>,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + duration;
+    let woken = async {
+        match wake {
+            Some(wake) => wake.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(woken);
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return true;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        tokio::select! {
+            () = &mut woken => return true,
+            () = tokio::time::sleep_until((now + STOP_CHECK).min(deadline)) => {}
+        }
+    }
+}
+
 /// Measures elapsed time (tool durations, benchmark timings, deadlines) on tokio's monotonic
 /// timer: real time in a process, virtual time under a paused test runtime.
 #[derive(Clone, Copy, Debug)]

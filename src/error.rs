@@ -30,6 +30,7 @@ use crate::core::layout::ObjectError;
 use crate::core::lifecycle::Refused;
 use crate::fleet::FleetError;
 use crate::fleet::demo::DemoError;
+use crate::fleet::bench::BenchError;
 use crate::fleet::lifecycle::LifecycleError;
 use crate::fleet::removal::RemovalError;
 use crate::fleet::runner::RunError;
@@ -147,6 +148,9 @@ pub enum Error {
     /// A run may not be retired now: it does not exist, is leased, or is being recovered.
     #[error(transparent)]
     Removal(RemovalError),
+    /// A benchmark could not set up its files or host process, or its fleet did not finish.
+    #[error(transparent)]
+    Bench(BenchError),
 }
 
 /// A result whose error is the library's [`Error`] unless another is named.
@@ -176,6 +180,7 @@ impl Error {
             Error::Workflow(error) => workflow_kind(error),
             Error::Demo(error) => demo_kind(error),
             Error::Removal(error) => removal_kind(error),
+            Error::Bench(_) => ErrorKind::Unavailable,
         }
     }
 }
@@ -380,6 +385,7 @@ from_module_error! {
     WorkflowError => Workflow,
     DemoError => Demo,
     RemovalError => Removal,
+    BenchError => Bench,
 }
 
 // Conversions that unwrap pass-through variants, so each error lands in the variant of the

@@ -185,6 +185,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Benchmarks of the whole fleet: crash and recover a workload, count an idle fleet's
+    /// requests, scale across workers. Each prints one JSON line per result; timings are
+    /// reported, never asserted.
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Measure store costs: requests and bytes per commit of a run, and what loading a long
     /// run costs (requests and median time).
     BenchStore {
@@ -199,6 +204,103 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+}
+
+/// The workload's shape and the fleet that recovers it.
+#[derive(clap::Args, Clone, Debug)]
+struct WorkloadArgs {
+    /// Runs the host starts.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+    runs: usize,
+    /// Steps per run (a model turn calling one tool).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+    steps: usize,
+    /// Workers recovering.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+    workers: usize,
+    /// Recoveries each worker runs at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    concurrency: u32,
+    /// How long each tool call sleeps, in ms.
+    #[arg(long, default_value_t = 5)]
+    step_ms: u64,
+    /// Lease TTL of the host, workers and coordinator, in ms.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    ttl_ms: u64,
+    /// Latency added to every store request, in ms (S3 is about 20).
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Up to this much more latency per request, uniformly drawn, in ms.
+    #[arg(long, default_value_t = 0)]
+    jitter_ms: u64,
+    /// Store URL. Default: a fresh temporary directory, removed afterwards.
+    #[arg(long)]
+    store: Option<StoreUrl>,
+    #[command(flatten)]
+    store_settings: StoreSettingsArgs,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Kill -9 a host half-way through N runs of K steps, recover everything with W workers,
+    /// and report recovery wall time, admission→first step and interruption→resumption
+    /// (p50/p99), tool calls re-executed, requests per recovered run by kind, bytes written
+    /// per run and peak memory.
+    CrashRecover {
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        /// How the runs come back: `takeover` (an operator declares the outage, as
+        /// `recover --all --takeover`), `lease` (the coordinator waits out the host's lease
+        /// TTL), or `both`.
+        #[arg(long, default_value = "both", value_parser = ["takeover", "lease", "both"])]
+        mode: String,
+    },
+    /// Run a coordinator and workers with nothing to do at the binaries' default pacing,
+    /// count their requests, and print what that costs a month at S3 list prices.
+    Idle {
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        /// Minutes to measure (after a minute's warm-up).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        minutes: u64,
+        /// Seconds of warm-up not counted (registration, first scans).
+        #[arg(long, default_value_t = 60)]
+        warmup_s: u64,
+    },
+    /// The crash-recover workload (takeover) with 1, 2, 4 and 8 workers: recovered steps
+    /// per second and efficiency against one worker. Add --latency-ms 20 --jitter-ms 10 for
+    /// S3-like latency.
+    Scale {
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        /// Worker counts to measure, comma-separated.
+        #[arg(long, default_value = "1,2,4,8", value_delimiter = ',')]
+        counts: Vec<usize>,
+    },
+    /// The host side of crash-recover (started and killed by it).
+    #[command(hide = true)]
+    Host {
+        #[arg(long)]
+        store: StoreUrl,
+        #[command(flatten)]
+        store_settings: StoreSettingsArgs,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        prefix: String,
+        #[arg(long)]
+        runs: usize,
+        #[arg(long)]
+        steps: usize,
+        #[arg(long)]
+        step_ms: u64,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
+        #[arg(long, default_value_t = 0)]
+        jitter_ms: u64,
     },
 }
 
@@ -372,6 +474,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             facts,
             json,
         } => block_on(commands::bench_store(store, steps, facts, json)),
+        Command::Bench(command) => block_on(bench(command)),
     }
 }
 
@@ -382,4 +485,115 @@ fn block_on(future: impl std::future::Future<Output = anyhow::Result<()>>) -> an
         .build()
         .context("start the async runtime")?
         .block_on(future)
+}
+
+fn workload(args: WorkloadArgs) -> anyhow::Result<rekindle::fleet::bench::Workload> {
+    use std::time::Duration;
+    Ok(rekindle::fleet::bench::Workload {
+        runs: args.runs,
+        steps: args.steps,
+        workers: args.workers,
+        concurrency: args.concurrency,
+        step_time: Duration::from_millis(args.step_ms),
+        ttl: Duration::from_millis(args.ttl_ms),
+        store: args.store,
+        store_settings: args.store_settings.settings(false)?,
+        latency: Duration::from_millis(args.latency_ms),
+        jitter: Duration::from_millis(args.jitter_ms),
+        exe: std::env::current_exe().context("find the rekindle executable")?,
+    })
+}
+
+async fn bench(command: BenchCommand) -> anyhow::Result<()> {
+    use rekindle::fleet::bench::{self, Mode};
+    use std::time::Duration;
+    let print = |value: &dyn erased::Json| println!("{}", value.json());
+    match command {
+        BenchCommand::CrashRecover { workload: args, mode } => {
+            let workload = workload(args)?;
+            let modes: &[Mode] = match mode.as_str() {
+                "takeover" => &[Mode::Takeover],
+                "lease" => &[Mode::Lease],
+                _ => &[Mode::Takeover, Mode::Lease],
+            };
+            for mode in modes {
+                print(&bench::crash_recover(&workload, *mode).await?);
+            }
+        }
+        BenchCommand::Idle {
+            workload: args,
+            minutes,
+            warmup_s,
+        } => {
+            let mut workload = workload(args)?;
+            // The idle fleet of the issue: one coordinator and ten workers, unless asked.
+            if workload.workers == 4 {
+                workload.workers = 10;
+            }
+            let report = bench::idle(
+                &workload,
+                Duration::from_secs(minutes * 60),
+                Duration::from_secs(warmup_s),
+            )
+            .await?;
+            print(&report);
+        }
+        BenchCommand::Scale {
+            workload: args,
+            counts,
+        } => {
+            let workload = workload(args)?;
+            for row in bench::scale(&workload, &counts).await? {
+                print(&row);
+            }
+        }
+        BenchCommand::Host {
+            store,
+            store_settings,
+            dir,
+            prefix,
+            runs,
+            steps,
+            step_ms,
+            ttl_ms,
+            latency_ms,
+            jitter_ms,
+        } => {
+            let settings = bench::host_settings(
+                &store_settings.settings(false)?,
+                Duration::from_millis(latency_ms),
+                Duration::from_millis(jitter_ms),
+            );
+            let store = rekindle::store::Store::open(
+                &store,
+                &settings,
+                rekindle::clock::SystemClock::shared(),
+            )
+            .await?;
+            bench::host(
+                store,
+                &dir,
+                &prefix,
+                runs,
+                steps,
+                Duration::from_millis(step_ms),
+                Duration::from_millis(ttl_ms),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// One JSON line for any report.
+mod erased {
+    pub(crate) trait Json {
+        fn json(&self) -> String;
+    }
+
+    impl<T: serde::Serialize> Json for T {
+        fn json(&self) -> String {
+            serde_json::to_string(self).unwrap_or_default()
+        }
+    }
 }

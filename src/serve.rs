@@ -2,7 +2,8 @@
 //!
 //! `/healthz` answers 200 while the process runs; `/readyz` answers 200 once it has opened
 //! the store and registered (503 before, and again while stopping); `/metrics` renders the
-//! store's request counters and the component's own counters in the Prometheus text format.
+//! store's request counters and the component's own counters in the Prometheus text format;
+//! `POST /wake` cuts the process's wait for work short (see `fleet::wake`).
 
 use std::fmt::Write;
 use std::net::SocketAddr;
@@ -67,13 +68,23 @@ pub fn render(
     out
 }
 
-/// Serves the endpoints until the process ends.
+/// Binds `listen` now, so an address in use is an error at startup, not a process running
+/// without its endpoints.
+pub async fn bind(listen: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(listen).await.map_err(|error| {
+        std::io::Error::new(error.kind(), format!("cannot listen on {listen}: {error}"))
+    })
+}
+
+/// Serves the endpoints on a bound listener until the process ends, with `POST /wake`
+/// waking `wake` (see `fleet::wake`).
 pub async fn serve(
-    listen: SocketAddr,
+    listener: tokio::net::TcpListener,
     store: Store,
     component: &'static str,
     ready: Arc<AtomicBool>,
     extra: Extra,
+    wake: Option<crate::fleet::wake::Wakeup>,
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -97,7 +108,11 @@ pub async fn serve(
                 async move { text }
             }),
         );
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    tracing::info!(%listen, "serving /healthz, /readyz and /metrics");
+    let app = match wake {
+        Some(wake) => app.merge(crate::fleet::wake::route(wake)),
+        None => app,
+    };
+    let listen: SocketAddr = listener.local_addr()?;
+    tracing::info!(%listen, "serving /healthz, /readyz, /metrics and /wake");
     axum::serve(listener, app).await
 }

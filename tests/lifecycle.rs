@@ -510,6 +510,8 @@ impl Harness {
             poll_interval: Duration::from_millis(100),
             shutdown_deadline: Duration::from_secs(5),
             crash: None,
+            idle_ttl: None,
+            wake: None,
         }
     }
 
@@ -542,6 +544,8 @@ impl Harness {
             id: id.into(),
             ttl,
             scan_interval: Duration::from_millis(200),
+            idle_scan_interval: Duration::from_millis(200),
+            wake: None,
             max_attempts,
         };
         let store = store.clone();
@@ -882,6 +886,8 @@ async fn a_refused_start_writes_nothing() {
         id: "c".into(),
         ttl: TTL,
         scan_interval: Duration::from_millis(100),
+        idle_scan_interval: Duration::from_millis(100),
+        wake: None,
         max_attempts: 5,
     };
     let actions = coordinator::tick_once(&store, &coordinator, &options)

@@ -954,6 +954,8 @@ fn coordinator_options(id: &str, ttl: Duration) -> CoordinatorOptions {
         id: id.to_owned(),
         ttl,
         scan_interval: Duration::from_millis(400),
+        idle_scan_interval: Duration::from_millis(400),
+        wake: None,
         max_attempts: rekindle::core::placement::DEFAULT_MAX_ATTEMPTS,
     }
 }
@@ -966,6 +968,8 @@ fn worker_options(id: &str, ttl: Duration, crash: Arc<AtomicBool>) -> WorkerOpti
         poll_interval: Duration::from_millis(300),
         shutdown_deadline: Duration::from_secs(5),
         crash: Some(crash),
+        idle_ttl: None,
+        wake: None,
     }
 }
 

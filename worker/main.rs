@@ -39,9 +39,14 @@ struct Args {
     /// and hands its recoveries to others (at least 1).
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     lease_ttl_ms: u64,
-    /// How often the worker reads its inbox.
-    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
-    poll_interval_ms: u64,
+    /// How often the worker reads its inbox when nothing wakes it (default: 30 000 with a
+    /// wake-up address, since the coordinator wakes it for each assignment; 2 000 without).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    poll_interval_ms: Option<u64>,
+    /// While it runs no recovery, the worker beats only every third of this TTL (and the
+    /// fleet judges it by it): an idle fleet costs little. 0 keeps the full rate.
+    #[arg(long, default_value_t = 600_000)]
+    idle_ttl_ms: u64,
     /// On SIGTERM, how long running recoveries get to finish their step and commit.
     #[arg(long, default_value_t = 60_000)]
     shutdown_deadline_ms: u64,
@@ -51,9 +56,14 @@ struct Args {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
-    /// Serve /healthz, /readyz and /metrics (Prometheus) on this address, e.g. 0.0.0.0:9090.
+    /// Serve /healthz, /readyz, /metrics (Prometheus) and /wake on this address, e.g.
+    /// 0.0.0.0:9090. Without it, /wake is served on an ephemeral loopback port.
     #[arg(long, env = "REKINDLE_LISTEN")]
     listen: Option<std::net::SocketAddr>,
+    /// The address the coordinator reaches /wake at: a URL, or a host (with the --listen
+    /// port), e.g. the pod IP. Default: the --listen address when it names a host.
+    #[arg(long, env = "REKINDLE_ADVERTISE")]
+    advertise: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -69,46 +79,49 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let store = args.store.open(false).await.context("open the store")?;
     let logs =
         LogDir::open(shared::state_dir(args.state_dir)?).context("open the state directory")?;
+    let stats = Arc::new(WorkerStats::default());
+    let counters = Arc::clone(&stats);
+    let extra: rekindle::serve::Extra = Arc::new(move || {
+        use std::sync::atomic::Ordering::Relaxed;
+        vec![
+            (
+                "rekindle_recoveries_started",
+                "Recovery attempts started.",
+                counters.started.load(Relaxed) as f64,
+            ),
+            (
+                "rekindle_recoveries_finished",
+                "Recoveries finished.",
+                counters.finished.load(Relaxed) as f64,
+            ),
+            (
+                "rekindle_recoveries_failed",
+                "Recovery attempts that failed.",
+                counters.failed.load(Relaxed) as f64,
+            ),
+        ]
+    });
+    let (wakeup, url) = shared::wake_endpoint(
+        args.listen,
+        args.advertise.as_deref(),
+        &store,
+        "worker",
+        extra,
+    )
+    .await?;
+    let poll = args
+        .poll_interval_ms
+        .unwrap_or(if url.is_some() { 30_000 } else { 2_000 });
     let options = WorkerOptions {
         id: args.id.unwrap_or_else(|| shared::default_id("worker")),
         concurrency: args.concurrency.max(1),
         ttl: Duration::from_millis(args.lease_ttl_ms),
-        poll_interval: Duration::from_millis(args.poll_interval_ms),
+        poll_interval: Duration::from_millis(poll),
         shutdown_deadline: Duration::from_millis(args.shutdown_deadline_ms),
         crash: None,
+        idle_ttl: (args.idle_ttl_ms > 0).then(|| Duration::from_millis(args.idle_ttl_ms)),
+        wake: Some((wakeup, url)),
     };
-    let stats = Arc::new(WorkerStats::default());
-    if let Some(listen) = args.listen {
-        let ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let counters = Arc::clone(&stats);
-        let extra: rekindle::serve::Extra = Arc::new(move || {
-            use std::sync::atomic::Ordering::Relaxed;
-            vec![
-                (
-                    "rekindle_recoveries_started",
-                    "Recovery attempts started.",
-                    counters.started.load(Relaxed) as f64,
-                ),
-                (
-                    "rekindle_recoveries_finished",
-                    "Recoveries finished.",
-                    counters.finished.load(Relaxed) as f64,
-                ),
-                (
-                    "rekindle_recoveries_failed",
-                    "Recovery attempts that failed.",
-                    counters.failed.load(Relaxed) as f64,
-                ),
-            ]
-        });
-        let server = store.clone();
-        tokio::spawn(async move {
-            if let Err(error) = rekindle::serve::serve(listen, server, "worker", ready, extra).await
-            {
-                tracing::error!(%listen, %error, "cannot serve health and metrics");
-            }
-        });
-    }
     worker::run(store, agent, logs, options, stop, stats)
         .await
         .context("run the worker")

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use futures::StreamExt;
 use rekindle::core::assignment::Registration;
 use rekindle::core::fact::{CallId, QuestionId, RecoveryId, RunId, SessionId};
 use rekindle::core::fold;
@@ -29,6 +30,9 @@ use super::render;
 use super::shared::{self, StoreArgs, StoreSettingsArgs};
 
 const CLI_TTL: Duration = Duration::from_secs(10);
+
+/// Admissions `recover --all` runs at once.
+const ADMISSION_CONCURRENCY: usize = 16;
 
 pub(crate) async fn run(
     store: StoreArgs,
@@ -193,24 +197,45 @@ pub(crate) async fn recover_all(
         watch.finish(&store).await?
     };
     let holder = Holder::new(&store, shared::default_id("cli"), CLI_TTL);
-    let mut admitted = Vec::new();
-    let mut alive = 0;
-    let mut failed = 0;
-    for (entry, judgement) in judged {
-        if judgement == Liveness::Running {
-            alive += 1;
-            continue;
-        }
-        match fleet::recover_interrupted(&store, &holder, &entry.run_id, force).await {
-            Ok(record) => {
+    let alive = judged
+        .iter()
+        .filter(|(_, judgement)| *judgement == Liveness::Running)
+        .count();
+    // Admissions go side by side; the coordinator is woken after each, so the first
+    // recoveries run while the rest are still being admitted.
+    let waker = rekindle::fleet::wake::CoordinatorWaker::new(&store);
+    let outcomes: Vec<(RunId, anyhow::Result<RecoveryId>)> = futures::stream::iter(
+        judged
+            .into_iter()
+            .filter(|(_, judgement)| *judgement != Liveness::Running),
+    )
+    .map(|(entry, _)| {
+        let (store, holder, waker) = (&store, &holder, &waker);
+        async move {
+            let admitted = fleet::recover_interrupted(store, holder, &entry.run_id, force).await;
+            if admitted.is_ok() {
+                waker.wake().await;
+            }
+            let admitted = admitted.map(|record| {
                 println!(
                     "recovery {} of run {}: pinned to generation {}",
                     record.recovery_id, entry.run_id, record.source_generation
                 );
-                admitted.push(record.recovery_id);
-            }
+                record.recovery_id
+            });
+            (entry.run_id, admitted.map_err(anyhow::Error::from))
+        }
+    })
+    .buffer_unordered(ADMISSION_CONCURRENCY)
+    .collect()
+    .await;
+    let mut admitted = Vec::new();
+    let mut failed = 0;
+    for (run, outcome) in outcomes {
+        match outcome {
+            Ok(id) => admitted.push(id),
             Err(error) => {
-                eprintln!("run {}: {error:#}", entry.run_id);
+                eprintln!("run {run}: {error:#}");
                 failed += 1;
             }
         }
@@ -490,7 +515,7 @@ pub(crate) async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
         );
         let assigned = coordinator::read_inbox(&store, &registration.worker)
             .await?
-            .len();
+            .recoveries.len();
         workers.push(serde_json::json!({
             "worker": registration.worker, "alive": alive, "capacity": registration.capacity, "assigned": assigned,
         }));

@@ -184,3 +184,38 @@ pub(crate) fn run_async<E: std::fmt::Display>(
         }
     }
 }
+
+/// Where a fleet process takes wake-ups: the `--listen` server (bound now, so an address in
+/// use is a startup error) advertised as `advertise` (or the listen address when it names a
+/// host), else an ephemeral loopback endpoint, which reaches processes on this machine.
+pub(crate) async fn wake_endpoint(
+    listen: Option<std::net::SocketAddr>,
+    advertise: Option<&str>,
+    store: &rekindle::store::Store,
+    component: &'static str,
+    extra: rekindle::serve::Extra,
+) -> anyhow::Result<(rekindle::fleet::wake::Wakeup, Option<String>)> {
+    let wakeup: rekindle::fleet::wake::Wakeup = Arc::new(tokio::sync::Notify::new());
+    let Some(listen) = listen else {
+        let url = rekindle::fleet::wake::serve_loopback(Arc::clone(&wakeup))
+            .await
+            .context("serve the wake-up endpoint")?;
+        return Ok((wakeup, Some(url)));
+    };
+    let listener = rekindle::serve::bind(listen).await?;
+    let ready = Arc::new(AtomicBool::new(true));
+    let server = store.clone();
+    let wake = Arc::clone(&wakeup);
+    tokio::spawn(async move {
+        if let Err(error) =
+            rekindle::serve::serve(listener, server, component, ready, extra, Some(wake)).await
+        {
+            tracing::error!(%listen, %error, "the health, metrics and wake-up server stopped");
+        }
+    });
+    let url = rekindle::fleet::wake::advertised(listen, advertise);
+    if url.is_none() {
+        tracing::warn!(%listen, "no address to advertise for wake-ups (give --advertise, e.g. the pod IP); work reaches this process at its poll interval");
+    }
+    Ok((wakeup, url))
+}

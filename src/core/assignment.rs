@@ -35,6 +35,14 @@ pub struct Registration {
     /// The lease TTL the worker declared: it is judged dead only after this long silent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
+    /// The longer TTL the worker declares while it runs no recovery (it beats less often
+    /// then); while it runs one, `ttl_ms` holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_ttl_ms: Option<u64>,
+    /// Where the worker takes wake-ups (`http://host:port`), so an assignment reaches it at
+    /// once instead of at its next inbox poll.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<String>,
 }
 
 impl Registration {
@@ -48,6 +56,8 @@ impl Registration {
             capacity,
             fingerprint_sha256,
             ttl_ms: None,
+            idle_ttl_ms: None,
+            wake: None,
         }
     }
 }
@@ -63,4 +73,8 @@ pub struct Inbox {
     pub worker: String,
     /// The recoveries assigned to the worker, by ID.
     pub recoveries: Vec<RecoveryId>,
+    /// Where the leading coordinator takes wake-ups, so the worker can tell it at once when
+    /// a slot frees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator_wake: Option<String>,
 }

@@ -104,6 +104,11 @@ pub struct Judge {
 }
 
 impl Judge {
+    /// Forgets what was seen of `key`, so its next sighting starts a fresh TTL.
+    pub fn forget(&mut self, key: &str) {
+        self.watch.forget(key);
+    }
+
     /// Judges `sighting` of what `key` names (a run, or a heartbeat key shared by a holder's
     /// runs), seen at `now` on this process's monotonic clock. A beating holder is interrupted
     /// only once this judge has seen its heartbeat at the same version for its whole TTL.

@@ -20,6 +20,10 @@ pub struct WorkerView {
     pub registration: Registration,
     /// Whether the worker's heartbeat was judged alive this tick.
     pub alive: bool,
+    /// Whether it may be offered recoveries: false while it does not answer wake-ups. A
+    /// recovery it runs is left to it (only a silent heartbeat hands that back), but one
+    /// offered and not started moves to another worker.
+    pub offer: bool,
 }
 
 /// A run being tracked, with its recovery record if it has one (and it was read this tick).
@@ -169,11 +173,17 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
                     });
                     continue;
                 }
-                if assigned_alive {
+                let offered_alive = record.assigned_to.as_deref().is_some_and(|name| {
+                    workers
+                        .iter()
+                        .any(|w| w.alive && w.offer && w.registration.worker == name)
+                });
+                if offered_alive {
                     continue;
                 }
                 let eligible = workers.iter().filter(|w| {
                     w.alive
+                        && w.offer
                         && (record.force
                             || w.registration.fingerprint_sha256 == run.entry.fingerprint_sha256)
                 });
@@ -218,6 +228,7 @@ mod tests {
                 fingerprint.into(),
             ),
             alive,
+            offer: true,
         }
     }
 

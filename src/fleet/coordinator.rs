@@ -18,6 +18,8 @@ use crate::fleet::admission;
 use crate::fleet::admission::Takeover;
 use crate::fleet::lifecycle;
 use crate::fleet::lifecycle::LifecycleError;
+use crate::fleet::wake::Wakeup;
+use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,14 +37,15 @@ use crate::store::lease::{Attempt, Held, Holder};
 use crate::store::recovery::{self, RecoveryError};
 use crate::store::{ETag, Store, StoreError};
 
-/// The recoveries assigned to `worker`, as its inbox lists them (none if it has no inbox).
-pub async fn read_inbox(store: &Store, worker: &str) -> Result<Vec<RecoveryId>, StoreError> {
+/// The inbox of `worker`: the recoveries assigned to it and where the leading coordinator
+/// takes wake-ups (empty if it has no inbox, or an unreadable one).
+pub async fn read_inbox(store: &Store, worker: &str) -> Result<Inbox, StoreError> {
     let key = layout::inbox(worker);
     Ok(match store.read(&key).await? {
-        Some(object) => layout::decode_object::<Inbox>(&key, "inbox", &object.bytes)
-            .map(|inbox| inbox.recoveries)
-            .unwrap_or_default(),
-        None => Vec::new(),
+        Some(object) => {
+            layout::decode_object::<Inbox>(&key, "inbox", &object.bytes).unwrap_or_default()
+        }
+        None => Inbox::default(),
     })
 }
 
@@ -59,6 +62,42 @@ pub struct CoordinatorOptions {
     /// Failed attempts (errors, or workers that died mid-attempt) before a recovery is
     /// dead-lettered. Yields, parks and graceful hand-backs do not count.
     pub max_attempts: u32,
+    /// How long it waits between ticks while the last one found no run to watch (an idle
+    /// fleet); a wake-up (a new run, an admission) cuts the wait short.
+    pub idle_scan_interval: Duration,
+    /// Wake-ups that cut a wait between ticks short (see `fleet::wake`), and the address
+    /// that reaches them, advertised in its heartbeat and in the workers' inboxes.
+    pub wake: Option<(Wakeup, Option<String>)>,
+}
+
+impl CoordinatorOptions {
+    /// Options with the defaults of `rekindle-coordinator`, no wake-ups.
+    pub fn new(id: impl Into<String>, ttl: Duration) -> Self {
+        CoordinatorOptions {
+            id: id.into(),
+            ttl,
+            scan_interval: Duration::from_secs(10),
+            max_attempts: placement::DEFAULT_MAX_ATTEMPTS,
+            idle_scan_interval: Duration::from_secs(60),
+            wake: None,
+        }
+    }
+
+    fn wake_url(&self) -> Option<String> {
+        self.wake.as_ref().and_then(|(_, url)| url.clone())
+    }
+}
+
+/// What one tick saw and did, for the loop's pacing.
+#[derive(Debug, Default)]
+pub struct TickReport {
+    /// The actions decided.
+    pub actions: Vec<Action>,
+    /// Whether any run is being watched or recovered (the fleet is not idle).
+    pub busy: bool,
+    /// Something changed that another tick should act on now (an admission to assign, a
+    /// hand-back to re-offer, a worker that did not answer its wake-up).
+    pub again: bool,
 }
 
 /// The coordinator's memory between ticks: caches and liveness observations.
@@ -70,6 +109,12 @@ struct Observer {
     registrations: BTreeMap<String, (Option<ETag>, Registration)>,
     liveness: Judge,
     inboxes: BTreeMap<String, Vec<RecoveryId>>,
+    /// Workers that did not answer a wake-up, with the heartbeat version they had then: not
+    /// offered new recoveries until their heartbeat changes (a worker that died while idle
+    /// is judged by its long idle TTL, and must not hold up a recovery that long).
+    unreachable: BTreeMap<String, ETag>,
+    /// Workers judged with their full-rate TTL last tick (they ran a recovery).
+    judged_busy: std::collections::BTreeSet<String>,
     /// The heartbeat keys seen last tick, and ticks since registrations were last listed.
     holders: std::collections::BTreeSet<String>,
     ticks_since_registrations: u32,
@@ -85,12 +130,16 @@ pub async fn run(
     stop: Arc<AtomicBool>,
 ) -> crate::Result<()> {
     let holder = Holder::with_role(&store, options.id.clone(), options.ttl, "coordinator");
+    holder.set_wake(options.wake_url());
     let beating = holder.spawn_heartbeat(Arc::clone(&stop));
     let lease_run = RunId::new(layout::COORDINATOR_LEASE_RUN);
     let mut observer = Observer::default();
     let mut leading: Option<Held> = None;
     // Kept across ticks: a standby judges the leader dead only after a whole TTL of silence.
     let mut standby = ExpiryWatch::default();
+    // One tick may follow another at once (an admission to assign); never two in a row, so
+    // an action that keeps failing cannot spin.
+    let mut followed_up = false;
     while !stop.load(Ordering::SeqCst) {
         if leading.is_none() {
             match holder
@@ -107,17 +156,26 @@ pub async fn run(
                 Err(error) => tracing::warn!(%error, "cannot take the coordinator lease"),
             }
         }
+        let mut pause = options.scan_interval;
         if let Some(held) = &leading {
             if let Err(error) = holder.check(held).await {
                 tracing::info!(coordinator = %options.id, %error, "no longer leading");
                 leading = None;
                 continue;
             }
-            if let Err(error) = tick(&store, &holder, &options, &mut observer).await {
-                tracing::warn!(%error, "coordinator tick failed");
+            match tick(&store, &holder, &options, &mut observer).await {
+                Ok(report) if report.again && !followed_up => {
+                    followed_up = true;
+                    continue;
+                }
+                Ok(report) if !report.busy => pause = options.idle_scan_interval,
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "coordinator tick failed"),
             }
         }
-        crate::clock::sleep(options.scan_interval).await;
+        let wakeup = options.wake.as_ref().map(|(wakeup, _)| wakeup.as_ref());
+        followed_up = false;
+        crate::clock::sleep_unless(pause, &stop, wakeup).await;
     }
     if let Some(held) = &leading {
         let _ = holder.release(held).await;
@@ -134,7 +192,7 @@ pub async fn tick_once(
     options: &CoordinatorOptions,
 ) -> crate::Result<Vec<Action>> {
     let mut observer = Observer::default();
-    Ok(tick(store, holder, options, &mut observer).await?)
+    Ok(tick(store, holder, options, &mut observer).await?.actions)
 }
 
 async fn tick(
@@ -142,7 +200,7 @@ async fn tick(
     holder: &Arc<Holder>,
     options: &CoordinatorOptions,
     observer: &mut Observer,
-) -> Result<Vec<Action>, StoreError> {
+) -> Result<TickReport, StoreError> {
     // The index is read before the heartbeats: a host beats before it writes its entry, so
     // every holder named by an entry seen here is in the heartbeat listing that follows, and
     // a missing heartbeat really means the holder is gone.
@@ -158,24 +216,90 @@ async fn tick(
         // Rewrite them all now and then (one PUT per worker per sweep).
         observer.inboxes.clear();
     }
-    let alive = judge_liveness(store, options, observer, &entries, heartbeats);
-    let workers: Vec<WorkerView> = observer
+    let versions: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
+    // Records first: which workers run a recovery decides the TTL they are judged by.
+    let runs = observe_runs(store, observer, entries).await;
+    let alive = judge_liveness(store, options, observer, &runs, heartbeats);
+    let still: BTreeMap<String, ETag> = observer
+        .unreachable
+        .iter()
+        .filter(|(worker, etag)| registration_beat(observer, worker, &versions).as_ref() == Some(*etag))
+        .map(|(worker, etag)| (worker.clone(), etag.clone()))
+        .collect();
+    observer.unreachable = still;
+    let mut workers: Vec<WorkerView> = observer
         .registrations
         .values()
         .map(|(_, registration)| WorkerView {
             alive: alive.get(&registration.heartbeat).copied().unwrap_or(false),
+            offer: !observer.unreachable.contains_key(&registration.worker),
             registration: registration.clone(),
         })
         .collect();
-    let runs = observe_runs(store, observer, entries, &alive).await;
-    let actions = placement::decide(&workers, &runs, options.max_attempts);
-    for action in &actions {
-        if let Err(error) = execute(store, holder, options, action, &runs).await {
-            tracing::warn!(?action, %error, "coordinator action failed");
+    // Wake-ups are a hint: if no live worker answers them (a wrong advertised address, a
+    // network between), offer to all alike, and they find work at their poll interval.
+    if !workers.iter().any(|w| w.alive && w.offer) {
+        for worker in &mut workers {
+            worker.offer = true;
         }
     }
-    write_inboxes(store, observer, &workers, &runs, &actions).await?;
-    Ok(actions)
+    let runs: Vec<RunView> = runs
+        .into_iter()
+        .map(|mut run| {
+            run.holder_alive = run
+                .entry
+                .holder
+                .as_ref()
+                .is_some_and(|key| alive.get(key).copied().unwrap_or(false));
+            run
+        })
+        .collect();
+    let actions = placement::decide(&workers, &runs, options.max_attempts);
+    // Each action is one lifecycle event on its own recovery: run them side by side (an
+    // admission fences and loads its source, which takes several round trips).
+    let observed = &runs;
+    futures::stream::iter(&actions)
+        .for_each_concurrent(ACTION_CONCURRENCY, |action| async move {
+            if let Err(error) = execute(store, holder, options, action, observed).await {
+                tracing::warn!(?action, %error, "coordinator action failed");
+            }
+        })
+        .await;
+    let unanswered = write_inboxes(store, observer, options, &workers, &runs, &actions).await?;
+    let newly_unreachable = !unanswered.is_empty();
+    for worker in unanswered {
+        if let Some(etag) = registration_beat(observer, &worker, &versions) {
+            observer.unreachable.insert(worker, etag);
+        }
+    }
+    let again = newly_unreachable
+        || actions.iter().any(|action| {
+            matches!(
+                action,
+                Action::Admit { .. } | Action::Abandon { .. } | Action::Answered { .. }
+            )
+        });
+    Ok(TickReport {
+        busy: !runs.is_empty(),
+        again,
+        actions,
+    })
+}
+
+/// Actions (admissions, lifecycle events) executed at once per tick.
+const ACTION_CONCURRENCY: usize = 16;
+
+/// The listed version of `worker`'s heartbeat, if it is registered and beating.
+fn registration_beat(
+    observer: &Observer,
+    worker: &str,
+    versions: &BTreeMap<String, ETag>,
+) -> Option<ETag> {
+    observer
+        .registrations
+        .values()
+        .find(|(_, r)| r.worker == worker)
+        .and_then(|(_, r)| versions.get(&r.heartbeat).cloned())
 }
 
 /// Every heartbeat key with its listed ETag.
@@ -238,95 +362,118 @@ async fn refresh_registrations(
 }
 
 /// Liveness of every listed heartbeat, judged by [`liveness::judge_heartbeats`] with the TTL
-/// each holder declared in its index entry or registration.
+/// each holder declared in its index entry or registration. A worker running a recovery is
+/// judged by its full-rate TTL, an idle one by its idle TTL; when a worker turns busy its
+/// watch starts over (its last idle beat may be older than the full-rate TTL, and it beat
+/// at once when it turned busy, which this observation may not show yet).
 fn judge_liveness(
     store: &Store,
     options: &CoordinatorOptions,
     observer: &mut Observer,
-    entries: &[IndexEntry],
+    runs: &[RunView],
     heartbeats: Vec<(String, ETag)>,
 ) -> HashMap<String, bool> {
-    let holders = entries
+    let running: std::collections::BTreeSet<&str> = runs
         .iter()
-        .filter_map(|e| Some((e.holder.as_deref()?, e.holder_ttl_ms?)));
-    let workers = observer
-        .registrations
-        .values()
-        .filter_map(|(_, r)| Some((r.heartbeat.as_str(), r.ttl_ms?)));
+        .filter_map(|run| run.recovery.as_ref())
+        .filter(|record| record.state == RecoveryState::Running)
+        .filter_map(|record| record.assigned_to.as_deref())
+        .collect();
+    let mut busy = std::collections::BTreeSet::new();
+    let mut declared: Vec<(String, u64)> = runs
+        .iter()
+        .filter_map(|run| Some((run.entry.holder.clone()?, run.entry.holder_ttl_ms?)))
+        .collect();
+    for (_, registration) in observer.registrations.values() {
+        let is_busy = running.contains(registration.worker.as_str());
+        let ttl = if is_busy {
+            busy.insert(registration.worker.clone());
+            if !observer.judged_busy.contains(&registration.worker) {
+                observer.liveness.forget(&registration.heartbeat);
+            }
+            registration.ttl_ms
+        } else {
+            registration.idle_ttl_ms.or(registration.ttl_ms)
+        };
+        if let Some(ttl) = ttl {
+            declared.push((registration.heartbeat.clone(), ttl));
+        }
+    }
+    observer.judged_busy = busy;
     liveness::judge_heartbeats(
         &mut observer.liveness,
         options.ttl,
-        holders.chain(workers),
+        declared.iter().map(|(key, ttl)| (key.as_str(), *ttl)),
         heartbeats,
         store.clock().monotonic(),
     )
 }
 
-/// Pairs each entry with its holder's liveness and, where it has a recovery, the record.
-/// Records of recovering runs are read every tick; those of parked runs only every
-/// [`REGISTRATIONS_REFRESH_TICKS`] ticks (a crash between an answer's record and index
-/// writes is repaired then); dead-lettered records never change.
-async fn observe_runs(
-    store: &Store,
-    observer: &Observer,
-    entries: Vec<IndexEntry>,
-    alive: &HashMap<String, bool>,
-) -> Vec<RunView> {
+/// Pairs each entry with, where it has a recovery, the record (the holder's liveness is
+/// filled in once heartbeats are judged). Records of recovering runs are read every tick;
+/// those of parked runs only every [`REGISTRATIONS_REFRESH_TICKS`] ticks (a crash between an
+/// answer's record and index writes is repaired then); dead-lettered records never change.
+/// The reads go side by side.
+async fn observe_runs(store: &Store, observer: &Observer, entries: Vec<IndexEntry>) -> Vec<RunView> {
     let sweep = observer.ticks_since_registrations == 0;
-    let mut runs = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let holder_alive = entry
-            .holder
-            .as_ref()
-            .is_some_and(|key| alive.get(key).copied().unwrap_or(false));
-        let read_record = match entry.phase {
-            Phase::Recovering => true,
-            Phase::Parked => sweep,
-            Phase::Running | Phase::Dead => false,
-        };
-        let recovery = match &entry.recovery_id {
-            Some(id) if read_record => match recovery::read(store, id).await {
-                Ok(record) => record.map(|(r, _)| r),
-                Err(error) => {
-                    tracing::warn!(recovery_id = %id, %error, "cannot read the recovery record");
-                    continue;
-                }
-            },
-            _ => None,
-        };
-        // One HEAD per parked recovery per sweep: the slot after the generation it parked at.
-        let answered = match &recovery {
-            Some(record) if record.state == RecoveryState::Parked => match record.parked_at {
-                Some(parked_at) => {
-                    let chain = crate::store::generation::Chain::new(
-                        store,
-                        layout::run_base(record.recovery_id.as_str()),
-                    );
-                    matches!(store.head(&chain.key(parked_at + 1)).await, Ok(Some(_)))
-                }
-                None => false,
-            },
-            _ => false,
-        };
-        runs.push(RunView {
-            entry,
-            holder_alive,
-            recovery,
-            answered,
-        });
-    }
-    runs
+    let observed = futures::stream::iter(entries)
+        .map(|entry| observe_run(store, sweep, entry))
+        .buffered(ACTION_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    observed.into_iter().flatten().collect()
+}
+
+/// One run's view; `None` if its record cannot be read now (the next tick tries again).
+async fn observe_run(store: &Store, sweep: bool, entry: IndexEntry) -> Option<RunView> {
+    let read_record = match entry.phase {
+        Phase::Recovering => true,
+        Phase::Parked => sweep,
+        Phase::Running | Phase::Dead => false,
+    };
+    let recovery = match &entry.recovery_id {
+        Some(id) if read_record => match recovery::read(store, id).await {
+            Ok(record) => record.map(|(r, _)| r),
+            Err(error) => {
+                tracing::warn!(recovery_id = %id, %error, "cannot read the recovery record");
+                return None;
+            }
+        },
+        _ => None,
+    };
+    // One HEAD per parked recovery per sweep: the slot after the generation it parked at.
+    let answered = match &recovery {
+        Some(record) if record.state == RecoveryState::Parked => match record.parked_at {
+            Some(parked_at) => {
+                let chain = crate::store::generation::Chain::new(
+                    store,
+                    layout::run_base(record.recovery_id.as_str()),
+                );
+                matches!(store.head(&chain.key(parked_at + 1)).await, Ok(Some(_)))
+            }
+            None => false,
+        },
+        _ => false,
+    };
+    Some(RunView {
+        entry,
+        holder_alive: false,
+        recovery,
+        answered,
+    })
 }
 
 /// Each live worker's inbox: the recoveries assigned to it and not yet finished. Written
-/// only when it changed.
+/// only when it changed (side by side); a worker whose inbox gained a recovery is woken.
+/// Returns the workers that did not answer their wake-up.
 async fn write_inboxes(
     store: &Store,
     observer: &mut Observer,
+    options: &CoordinatorOptions,
     workers: &[WorkerView],
     runs: &[RunView],
     actions: &[Action],
-) -> Result<(), StoreError> {
+) -> Result<Vec<String>, StoreError> {
     let mut inboxes: BTreeMap<String, Vec<RecoveryId>> = workers
         .iter()
         .map(|w| (w.registration.worker.clone(), Vec::new()))
@@ -346,22 +493,62 @@ async fn write_inboxes(
             list.push(recovery.clone());
         }
     }
-    for (worker, recoveries) in inboxes {
-        if observer.inboxes.get(&worker) == Some(&recoveries) {
-            continue;
+    let changed: Vec<(String, Vec<RecoveryId>, Option<String>)> = inboxes
+        .into_iter()
+        .filter(|(worker, recoveries)| observer.inboxes.get(worker) != Some(recoveries))
+        .map(|(worker, recoveries)| {
+            let before = observer.inboxes.get(&worker);
+            let gained = recoveries
+                .iter()
+                .any(|id| !before.is_some_and(|list| list.contains(id)));
+            let wake = workers
+                .iter()
+                .find(|w| w.registration.worker == worker)
+                .and_then(|w| w.registration.wake.clone())
+                .filter(|_| gained);
+            (worker, recoveries, wake)
+        })
+        .collect();
+    let coordinator_wake = options.wake_url();
+    let written = futures::stream::iter(changed)
+        .map(|(worker, recoveries, wake)| {
+            let coordinator_wake = coordinator_wake.clone();
+            async move {
+                let inbox = Inbox {
+                    format: FORMAT_VERSION,
+                    kind: "inbox".into(),
+                    worker: worker.clone(),
+                    recoveries: recoveries.clone(),
+                    coordinator_wake,
+                };
+                store
+                    .put(&layout::inbox(&worker), layout::encode_object(&inbox))
+                    .await?;
+                let answered = match &wake {
+                    Some(url) => match crate::fleet::wake::poke(url).await {
+                        Ok(()) => true,
+                        Err(error) => {
+                            tracing::info!(worker_id = %worker, %error, "worker did not answer its wake-up; offering its new recoveries elsewhere");
+                            false
+                        }
+                    },
+                    None => true,
+                };
+                Ok::<_, StoreError>((worker, recoveries, answered))
+            }
+        })
+        .buffer_unordered(ACTION_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    let mut unanswered = Vec::new();
+    for result in written {
+        let (worker, recoveries, answered) = result?;
+        observer.inboxes.insert(worker.clone(), recoveries);
+        if !answered {
+            unanswered.push(worker);
         }
-        let inbox = Inbox {
-            format: FORMAT_VERSION,
-            kind: "inbox".into(),
-            worker: worker.clone(),
-            recoveries: recoveries.clone(),
-        };
-        store
-            .put(&layout::inbox(&worker), layout::encode_object(&inbox))
-            .await?;
-        observer.inboxes.insert(worker, recoveries);
     }
-    Ok(())
+    Ok(unanswered)
 }
 
 /// Whether the run's index entry is still the one the decision was made on. A tick can take

@@ -209,6 +209,8 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
             ttl,
             scan_interval: Duration::from_millis(150),
             max_attempts: crate::core::placement::DEFAULT_MAX_ATTEMPTS,
+            idle_scan_interval: Duration::from_millis(150),
+            wake: None,
         },
         Arc::clone(&stop),
     ));
@@ -230,6 +232,8 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
                 poll_interval: Duration::from_millis(100),
                 shutdown_deadline: Duration::from_secs(30),
                 crash: Some(Arc::clone(crash)),
+                idle_ttl: None,
+                wake: None,
             },
             Arc::clone(&stop),
             Arc::clone(&stats),

@@ -68,12 +68,14 @@
 //! ```
 
 pub mod admission;
+pub mod bench;
 pub mod coordinator;
 pub mod demo;
 pub mod lifecycle;
 pub mod liveness;
 pub mod removal;
 pub mod runner;
+pub mod wake;
 pub mod worker;
 pub mod workflow;
 
@@ -338,6 +340,9 @@ impl Node {
         let facts = opening_facts(run, session.clone(), &self.agent, prompt, now);
         let entry = self.entry(run, session, Phase::Running);
         let written = lifecycle::host_started(&self.store, &entry).await?;
+        // A coordinator idling between slow scans starts watching this run now.
+        let store = self.store.clone();
+        tokio::spawn(async move { wake::wake_coordinator(&store).await });
         self.logs.remove_log(run.as_str())?;
         let (mut log, _) = self.logs.open_log(run.as_str())?;
         log.append_all(&facts)?;
@@ -516,7 +521,8 @@ pub fn opening_facts(
 /// again), admits the recovery pinned to the source's newest generation, and marks the run
 /// in the index so the fleet executes it. Idempotent: the same ID again returns the
 /// existing recovery; another ID for the same source is refused naming the first. A source
-/// whose holder is alive is refused unless `takeover` is [`Takeover::Now`].
+/// whose holder is alive is refused unless `takeover` is [`Takeover::Now`]. The leading
+/// coordinator is woken, so the recovery is assigned now rather than at its next scan.
 #[tracing::instrument(name = "admission", skip_all, fields(run_id = %source, recovery_id = %recovery_id))]
 pub async fn spawn_recovery(
     store: &Store,
@@ -526,16 +532,18 @@ pub async fn spawn_recovery(
     force: bool,
     takeover: Takeover,
 ) -> Result<RecoveryRecord> {
-    Ok(
-        admission::admit(store, holder, source, recovery_id, force, takeover)
-            .await?
-            .record,
-    )
+    let record = admission::admit(store, holder, source, recovery_id, force, takeover)
+        .await?
+        .record;
+    wake::wake_coordinator(store).await;
+    Ok(record)
 }
 
 /// Admits the recovery of a run already judged interrupted (`liveness`), under its
 /// deterministic ID (`recovery-of-<run>`, as the coordinator names it), fencing the run now:
-/// the judgement already waited out its holder, so admission does not wait again.
+/// the judgement already waited out its holder, so admission does not wait again. It wakes
+/// nobody: a batch wakes the coordinator through one [`wake::CoordinatorWaker`].
+#[tracing::instrument(name = "admission", skip_all, fields(run_id = %run))]
 pub async fn recover_interrupted(
     store: &Store,
     holder: &Arc<Holder>,
@@ -543,7 +551,11 @@ pub async fn recover_interrupted(
     force: bool,
 ) -> Result<RecoveryRecord> {
     let recovery_id = crate::core::assignment::recovery_id_for(run);
-    spawn_recovery(store, holder, run, &recovery_id, force, Takeover::Now).await
+    Ok(
+        admission::admit(store, holder, run, &recovery_id, force, Takeover::Now)
+            .await?
+            .record,
+    )
 }
 
 /// Answers a parked run as a short-lived process does (`rekindle answer`): [`answer_run`]

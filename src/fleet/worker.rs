@@ -26,6 +26,7 @@ use crate::core::lifecycle::Event;
 use crate::error::{ErrorKind, Result};
 use crate::fleet::coordinator::read_inbox;
 use crate::fleet::runner::Stopped;
+use crate::fleet::wake::Wakeup;
 use crate::fleet::{Agent, Node};
 use crate::store::Store;
 use crate::store::lease::Holder;
@@ -50,6 +51,30 @@ pub struct WorkerOptions {
     /// When set, the worker dies on the spot, as if killed -9: its recoveries are abandoned
     /// mid-step, nothing is released, heartbeats just stop. For the demo and tests.
     pub crash: Option<Arc<AtomicBool>>,
+    /// While it runs no recovery, the worker beats every third of this instead of `ttl`
+    /// (and is judged by it); `None` keeps the full rate. Idle processes need not prove
+    /// liveness as often: a dead idle worker delays nothing, since an offer it does not
+    /// answer moves to another worker.
+    pub idle_ttl: Option<Duration>,
+    /// Wake-ups that cut the wait between inbox reads short (see `fleet::wake`), and the
+    /// address that reaches them, advertised in the registration and heartbeat.
+    pub wake: Option<(Wakeup, Option<String>)>,
+}
+
+impl WorkerOptions {
+    /// Options with the defaults of `rekindle-worker`, no wake-ups and no idle pace.
+    pub fn new(id: impl Into<String>, concurrency: u32, ttl: Duration) -> Self {
+        WorkerOptions {
+            id: id.into(),
+            concurrency,
+            ttl,
+            poll_interval: Duration::from_secs(2),
+            shutdown_deadline: Duration::from_secs(60),
+            crash: None,
+            idle_ttl: None,
+            wake: None,
+        }
+    }
 }
 
 /// Counts of what a worker did, for the demo and tests.
@@ -75,6 +100,12 @@ pub async fn run(
     stats: Arc<WorkerStats>,
 ) -> Result<()> {
     let holder = Holder::with_role(&store, options.id.clone(), options.ttl, "worker");
+    let wake_url = options.wake.as_ref().and_then(|(_, url)| url.clone());
+    let wakeup = options.wake.as_ref().map(|(wakeup, _)| Arc::clone(wakeup));
+    holder.set_wake(wake_url.clone());
+    if let Some(idle) = options.idle_ttl {
+        holder.set_idle_ttl(idle);
+    }
     holder.claim_identity().await?;
     // Heartbeats stop only after the running recoveries are done and released.
     let beating_stop = Arc::new(AtomicBool::new(false));
@@ -87,6 +118,11 @@ pub async fn run(
         agent.fingerprint_sha256(),
     );
     registration.ttl_ms = Some(options.ttl.as_millis() as u64);
+    registration.idle_ttl_ms = options
+        .idle_ttl
+        .filter(|idle| *idle > options.ttl)
+        .map(|idle| idle.as_millis() as u64);
+    registration.wake = wake_url;
     store
         .put(
             &layout::worker(&options.id),
@@ -103,6 +139,8 @@ pub async fn run(
     };
     // Ordered, so aborts and shutdown waits happen in the same order on every replay.
     let mut running: BTreeMap<RecoveryId, tokio::task::JoinHandle<()>> = BTreeMap::new();
+    // Where the leading coordinator takes wake-ups, as the last inbox said.
+    let mut coordinator: Option<String> = None;
     while !stop.load(Ordering::SeqCst) {
         if options
             .crash
@@ -116,10 +154,22 @@ pub async fn run(
             tracing::info!(worker_id = %options.id, "worker crashed (simulated)");
             return Ok(());
         }
+        let before = running.len();
         running.retain(|_, task| !task.is_finished());
+        if running.len() < before
+            && let Some(url) = coordinator.clone()
+        {
+            // A slot freed: the coordinator may have recoveries waiting for one.
+            tokio::spawn(async move {
+                if let Err(error) = crate::fleet::wake::poke(&url).await {
+                    tracing::debug!(%error, "cannot wake the coordinator");
+                }
+            });
+        }
         match read_inbox(&store, &options.id).await {
-            Ok(assigned) => {
-                for id in assigned {
+            Ok(inbox) => {
+                coordinator = inbox.coordinator_wake;
+                for id in inbox.recoveries {
                     if running.len() >= options.concurrency as usize || running.contains_key(&id) {
                         continue;
                     }
@@ -127,17 +177,25 @@ pub async fn run(
                     let stats = Arc::clone(&stats);
                     let worker = options.id.clone();
                     let task_id = id.clone();
+                    // Beats at the full rate from before the attempt starts until it ends.
+                    let busy = holder.busy();
+                    let done = wakeup.clone();
                     running.insert(
                         id,
-                        tokio::spawn(
-                            async move { attempt(&node, &worker, &task_id, &stats).await },
-                        ),
+                        tokio::spawn(async move {
+                            attempt(&node, &worker, &task_id, &stats).await;
+                            drop(busy);
+                            // Back to the loop at once, to take the next assignment.
+                            if let Some(done) = done {
+                                done.notify_one();
+                            }
+                        }),
                     );
                 }
             }
             Err(error) => tracing::warn!(worker_id = %options.id, %error, "cannot read the inbox"),
         }
-        crate::clock::sleep(options.poll_interval).await;
+        crate::clock::sleep_unless(options.poll_interval, &stop, wakeup.as_deref()).await;
     }
     let deadline = crate::clock::Stopwatch::start().deadline(options.shutdown_deadline);
     for (id, mut task) in running {

@@ -40,6 +40,9 @@ pub struct FaultPlan {
     pub stall: Duration,
     /// Latency added to every request.
     pub latency: Duration,
+    /// Up to this much more (uniform, per request) on top of `latency`, as a real store's
+    /// latency varies.
+    pub jitter: Duration,
     /// A conditional create is refused with 409 ConditionalRequestConflict (surfacing as
     /// "already exists") although nothing was written.
     pub conflict_409_per_mille: u32,
@@ -108,11 +111,12 @@ impl FaultSettings {
                 "stall" => plan.stall_per_mille = per_mille(),
                 "stall_ms" => plan.stall = Duration::from_millis(value),
                 "latency_ms" => plan.latency = Duration::from_millis(value),
+                "jitter_ms" => plan.jitter = Duration::from_millis(value),
                 "conflict" => plan.conflict_409_per_mille = per_mille(),
                 "update_conflict" => plan.update_conflict_409_per_mille = per_mille(),
                 _ => {
                     return Err(refuse(
-                        "unknown (expected seed, error, lost, stall, stall_ms, latency_ms, conflict or update_conflict)",
+                        "unknown (expected seed, error, lost, stall, stall_ms, latency_ms, jitter_ms, conflict or update_conflict)",
                     ));
                 }
             }
@@ -283,8 +287,17 @@ impl FaultyStore {
     /// Decides this request's fault and applies latency and stalls.
     async fn before(&self, is_write: bool) -> Result<Fault> {
         let plan = self.plan();
-        if !plan.latency.is_zero() {
-            crate::clock::sleep(plan.latency).await;
+        let jitter = match plan.jitter.as_micros() as u64 {
+            0 => 0,
+            range => self
+                .random
+                .lock()
+                .map(|mut r| r.next_u64() % range)
+                .unwrap_or(0),
+        };
+        let delay = plan.latency + Duration::from_micros(jitter);
+        if !delay.is_zero() {
+            crate::clock::sleep(delay).await;
         }
         if self.is_partitioned() {
             self.counts.partitioned.fetch_add(1, Ordering::Relaxed);

@@ -76,11 +76,15 @@ pub struct Heartbeat {
     /// What the process is: "host", "worker" or "coordinator".
     #[serde(default)]
     pub role: String,
-    /// The TTL the process declared, which a newcomer claiming the same ID watches for.
+    /// The TTL the process declared, which a newcomer claiming the same ID watches for. A
+    /// process that holds no lease may declare a longer one (see [`Holder::set_idle_ttl`]).
     pub ttl_ms: u64,
     /// Wall-clock time of the beat, in milliseconds since the Unix epoch; for people, never
     /// compared across machines.
     pub at_ms: u64,
+    /// Where the process takes wake-ups (`http://host:port`, see `fleet::wake`), if anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<String>,
 }
 
 /// A lease as read, with its version.
@@ -228,6 +232,24 @@ pub struct Holder {
     ttl: Duration,
     beats: AtomicU64,
     role: String,
+    /// Beat pacing while no work is held, if longer than `ttl` (see [`Holder::set_idle_ttl`]).
+    idle_ttl: std::sync::Mutex<Option<Duration>>,
+    /// Work in hand that makes the holder beat at its full rate (see [`Holder::busy`]).
+    busy: AtomicU64,
+    /// Told when the holder becomes busy, so the heartbeat loop beats at once.
+    pace: tokio::sync::Notify,
+    wake: std::sync::Mutex<Option<String>>,
+}
+
+/// Work in hand on a [`Holder`]: while any guard lives, the holder beats every third of its
+/// TTL; dropped, it may fall back to its idle pace.
+#[derive(Debug)]
+pub struct Busy(Arc<Holder>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Holder {
@@ -250,7 +272,44 @@ impl Holder {
             ttl,
             beats: AtomicU64::new(0),
             role: role.to_owned(),
+            idle_ttl: std::sync::Mutex::new(None),
+            busy: AtomicU64::new(0),
+            pace: tokio::sync::Notify::new(),
+            wake: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Lets this process prove liveness less often while it holds no work: with no [`Busy`]
+    /// guard alive, it beats every third of `idle_ttl` and declares `idle_ttl` in its
+    /// heartbeat. Only for a process whose leases are all taken under a guard (a worker): its
+    /// leases always carry the full-rate `ttl`, and whoever judges it idle must use
+    /// `idle_ttl` (a worker's registration declares both).
+    pub fn set_idle_ttl(&self, idle_ttl: Duration) {
+        let mut slot = self.idle_ttl.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = (idle_ttl > self.ttl).then_some(idle_ttl);
+    }
+
+    /// Marks work in hand until the guard drops: the heartbeat returns to its full rate at
+    /// once (one beat now if it was idle), before any lease is taken under the guard.
+    pub fn busy(self: &Arc<Self>) -> Busy {
+        if self.busy.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.pace.notify_one();
+        }
+        Busy(Arc::clone(self))
+    }
+
+    /// The TTL this holder declares now: its full TTL while busy or without an idle pace.
+    pub fn declared_ttl(&self) -> Duration {
+        let idle = *self.idle_ttl.lock().unwrap_or_else(|e| e.into_inner());
+        match idle {
+            Some(idle) if self.busy.load(Ordering::SeqCst) == 0 => idle,
+            _ => self.ttl,
+        }
+    }
+
+    /// Advertises where this process takes wake-ups; written into every later heartbeat.
+    pub fn set_wake(&self, url: Option<String>) {
+        *self.wake.lock().unwrap_or_else(|e| e.into_inner()) = url;
     }
 
     /// Beats every third of the TTL until `stop` is set; the task ends with the process.
@@ -260,12 +319,14 @@ impl Holder {
     ) -> tokio::task::JoinHandle<()> {
         let holder = Arc::clone(self);
         tokio::spawn(async move {
-            let interval = holder.ttl / 3;
             while !stop.load(Ordering::SeqCst) {
                 if let Err(error) = holder.beat().await {
                     tracing::warn!(holder_id = %holder.id, %error, "heartbeat failed");
                 }
-                crate::clock::sleep(interval).await;
+                // Every third of the TTL declared in that beat; becoming busy cuts an idle
+                // wait short, and a stop ends it at once.
+                let interval = holder.declared_ttl() / 3;
+                crate::clock::sleep_unless(interval, &stop, Some(&holder.pace)).await;
             }
         })
     }
@@ -315,8 +376,9 @@ impl Holder {
             holder_nonce: self.nonce.clone(),
             beat: self.beats.fetch_add(1, Ordering::SeqCst) + 1,
             role: self.role.clone(),
-            ttl_ms: self.ttl.as_millis() as u64,
+            ttl_ms: self.declared_ttl().as_millis() as u64,
             at_ms: self.store.clock().wall_ms(),
+            wake: self.wake.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         };
         let bytes = layout::encode_object(&beat);
         self.store.put(&self.heartbeat_key(), bytes).await?;

@@ -1,0 +1,794 @@
+//! `rekindle bench`: the crash-recover workload, an idle fleet's request bill, and scaling
+//! across workers. Each prints figures; none asserts a timing (the machines are shared).
+//!
+//! The workload: N runs of K steps, each step a scripted model turn that calls one tool,
+//! which appends `<run> <step> <epoch> <wall ms>` to a side-effect ledger and sleeps. A host
+//! process (`rekindle bench host`, a real child process) starts every run and is killed -9
+//! once about half of all steps are in the ledger; a coordinator and W workers in this
+//! process (with their wake-up endpoints on loopback, as separate processes would have)
+//! recover everything, either at once (`takeover`, an operator-declared outage, as
+//! `rekindle recover --all --takeover`) or once the host's lease expires (`lease`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde::Serialize;
+
+use crate::clock::{Stopwatch, SystemClock};
+use crate::core::fact::{RunId, ToolCall};
+use crate::core::record::Phase;
+use crate::error::Result;
+use crate::fleet::coordinator::{self, CoordinatorOptions};
+use crate::fleet::runner::Stopped;
+use crate::fleet::wake::{self, CoordinatorWaker, Wakeup};
+use crate::fleet::worker::{self, WorkerOptions, WorkerStats};
+use crate::fleet::{Agent, Node};
+use crate::host::config::Config;
+use crate::host::{CommandTools, ToolContext, ToolDefinition, ToolOutput, Tools};
+use crate::store::faults::FaultSettings;
+use crate::store::index::IndexScan;
+use crate::store::lease::Holder;
+use crate::store::log::LogDir;
+use crate::store::{MetricsSnapshot, Store, StoreSettings, StoreUrl};
+
+/// S3 Standard request prices (us-east-1), dollars per 1 000 requests: PUT, COPY, POST and
+/// LIST; GET, HEAD and the rest. DELETE is free.
+pub const PUT_LIST_PRICE: f64 = 0.005;
+/// See [`PUT_LIST_PRICE`].
+pub const GET_PRICE: f64 = 0.0004;
+
+/// What one run of the workload looks like, and the fleet that recovers it.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Runs the host starts.
+    pub runs: usize,
+    /// Steps (model turn + one tool call) per run.
+    pub steps: usize,
+    /// Workers recovering.
+    pub workers: usize,
+    /// Recoveries each worker runs at once.
+    pub concurrency: u32,
+    /// How long each tool call sleeps.
+    pub step_time: Duration,
+    /// The lease TTL of the host, the workers and the coordinator.
+    pub ttl: Duration,
+    /// The store; a fresh temporary directory when `None`.
+    pub store: Option<StoreUrl>,
+    /// How the store is opened.
+    pub store_settings: StoreSettings,
+    /// Latency added to every store request, with up to `jitter` more.
+    pub latency: Duration,
+    /// See `latency`.
+    pub jitter: Duration,
+    /// The `rekindle` executable that runs the host (`rekindle bench host`).
+    pub exe: PathBuf,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload {
+            runs: 200,
+            steps: 10,
+            workers: 4,
+            concurrency: 16,
+            step_time: Duration::from_millis(5),
+            ttl: Duration::from_secs(30),
+            store: None,
+            store_settings: StoreSettings::default(),
+            latency: Duration::ZERO,
+            jitter: Duration::ZERO,
+            exe: PathBuf::from("rekindle"),
+        }
+    }
+}
+
+/// How the interrupted runs come back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// An operator declares the outage: every interrupted run is admitted at once, in
+    /// parallel, as `rekindle recover --all --takeover` does.
+    Takeover,
+    /// Nobody intervenes: the coordinator admits each run once its host's lease expired.
+    Lease,
+}
+
+/// Requests by kind.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Requests {
+    /// GETs.
+    pub get: f64,
+    /// HEADs.
+    pub head: f64,
+    /// Unconditional PUTs.
+    pub put: f64,
+    /// Conditional PUTs (creates and compare-and-swaps).
+    pub conditional_put: f64,
+    /// LIST pages.
+    pub list: f64,
+    /// DELETEs.
+    pub delete: f64,
+    /// All of them.
+    pub total: f64,
+}
+
+impl Requests {
+    fn per(metrics: &MetricsSnapshot, divisor: f64) -> Self {
+        let d = divisor.max(1.0);
+        Requests {
+            get: metrics.get as f64 / d,
+            head: metrics.head as f64 / d,
+            put: metrics.put as f64 / d,
+            conditional_put: metrics.conditional_put as f64 / d,
+            list: metrics.list as f64 / d,
+            delete: metrics.delete as f64 / d,
+            total: metrics.requests() as f64 / d,
+        }
+    }
+
+    /// What these requests cost at S3 list prices, in dollars.
+    pub fn dollars(&self) -> f64 {
+        (self.put + self.conditional_put + self.list) * PUT_LIST_PRICE / 1000.0
+            + (self.get + self.head) * GET_PRICE / 1000.0
+    }
+}
+
+/// Milliseconds at the median and the 99th percentile.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Percentiles {
+    /// How many samples.
+    pub n: usize,
+    /// The median.
+    pub p50_ms: f64,
+    /// The 99th percentile.
+    pub p99_ms: f64,
+    /// The largest.
+    pub max_ms: f64,
+}
+
+impl Percentiles {
+    fn of(mut samples: Vec<f64>) -> Self {
+        if samples.is_empty() {
+            return Percentiles::default();
+        }
+        samples.sort_by(f64::total_cmp);
+        let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+        Percentiles {
+            n: samples.len(),
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            max_ms: samples[samples.len() - 1],
+        }
+    }
+}
+
+/// What one crash-recover run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct CrashRecoverReport {
+    /// `crash-recover`.
+    pub bench: &'static str,
+    /// How the runs came back.
+    pub mode: Mode,
+    /// Runs started.
+    pub runs: usize,
+    /// Steps per run.
+    pub steps: usize,
+    /// Workers.
+    pub workers: usize,
+    /// Recoveries per worker at once.
+    pub concurrency: u32,
+    /// Latency added per store request, and its jitter, in ms.
+    pub latency_ms: [u64; 2],
+    /// Steps in the ledger when the host was killed.
+    pub steps_at_kill: usize,
+    /// Runs the host had finished by then.
+    pub finished_by_host: usize,
+    /// Runs recovered (each by one recovery).
+    pub recovered: usize,
+    /// Steps the recoveries had left to do.
+    pub steps_left: usize,
+    /// Runs that ended, on their own chain or their recovery's: must equal `runs`.
+    pub completed: usize,
+    /// From the kill to the last recovery finished, in seconds.
+    pub recovery_wall_s: f64,
+    /// Recovered steps per second over `recovery_wall_s`.
+    pub steps_per_s: f64,
+    /// From each recovery's admission to its first tool call.
+    pub admission_to_first_step: Percentiles,
+    /// From the kill to each recovery's first tool call.
+    pub interruption_to_resumption: Percentiles,
+    /// Ledger lines that repeat a step already recorded for the same run.
+    pub tool_calls_reexecuted: usize,
+    /// Runs whose steps ran more than twice, or are missing: must be 0.
+    pub ledger_violations: usize,
+    /// Store requests by the fleet (coordinator, workers and the operator's admissions)
+    /// from the kill to the end, per recovered run.
+    pub requests_per_recovered_run: Requests,
+    /// The bound the issue sets: 2 × steps left per run + 8.
+    pub request_budget_per_run: f64,
+    /// Bytes the fleet wrote per recovered run.
+    pub bytes_written_per_run: f64,
+    /// Peak resident memory of this process (the fleet), in MiB.
+    pub peak_rss_mib: f64,
+}
+
+/// Runs the crash-recover workload once in `mode`.
+pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecoverReport> {
+    let dir = WorkDir::new("bench")?;
+    let store_url = workload.store.clone().unwrap_or_else(|| StoreUrl::Local {
+        root: dir.path().join("store"),
+    });
+    let settings = with_latency(workload, &workload.store_settings);
+    let store = Store::open(&store_url, &settings, SystemClock::shared()).await?;
+    let prefix = format!("bench-{}", &store.clock().nonce()[..8]);
+    let config = write_config(dir.path(), workload.steps)?;
+    let ledger = dir.path().join("ledger");
+    std::fs::write(&ledger, b"").map_err(setup("create the ledger"))?;
+    let agent = bench_agent(&config, &ledger, workload.step_time)?;
+
+    // The fleet, idle and registered before the outage.
+    let fleet_store = store.with_fresh_metrics();
+    let fleet = Fleet::start(&fleet_store, &agent, dir.path(), workload, &prefix).await?;
+
+    // The host: a real process, killed -9 half-way.
+    let mut host = tokio::process::Command::new(&workload.exe)
+        .args(["bench", "host", "--store"])
+        .arg(store_url.to_string())
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--prefix", &prefix])
+        .args(["--runs", &workload.runs.to_string()])
+        .args(["--steps", &workload.steps.to_string()])
+        .args(["--step-ms", &workload.step_time.as_millis().to_string()])
+        .args(["--ttl-ms", &workload.ttl.as_millis().to_string()])
+        .args(["--latency-ms", &workload.latency.as_millis().to_string()])
+        .args(["--jitter-ms", &workload.jitter.as_millis().to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(setup("start the host process"))?;
+    let half = workload.runs * workload.steps / 2;
+    let wait = Stopwatch::start();
+    loop {
+        if count_lines(&ledger) >= half {
+            break;
+        }
+        if let Ok(Some(status)) = host.try_wait() {
+            return Err(BenchError::Host(format!("the host exited early ({status})")).into());
+        }
+        if wait.elapsed() > Duration::from_secs(600) {
+            return Err(BenchError::Host("the host made no progress for 600 s".into()).into());
+        }
+        crate::clock::sleep(Duration::from_millis(1)).await;
+    }
+    let _ = host.start_kill();
+    let _ = host.wait().await;
+    let killed_ms = store.clock().wall_ms();
+    let killed = Stopwatch::start();
+    let steps_at_kill = count_lines(&ledger);
+    let before = fleet_store.metrics();
+
+    let (entries, _) = IndexScan::default().scan(&store).await?;
+    let interrupted: Vec<RunId> = entries
+        .into_iter()
+        .filter(|e| e.run_id.as_str().starts_with(&prefix) && e.phase == Phase::Running)
+        .map(|e| e.run_id)
+        .collect();
+    if mode == Mode::Takeover {
+        let operator = Holder::new(&fleet_store, format!("{prefix}-operator"), workload.ttl);
+        let waker = CoordinatorWaker::new(&fleet_store);
+        futures::stream::iter(&interrupted)
+            .for_each_concurrent(16, |run| {
+                let (store, operator, waker) = (&fleet_store, &operator, &waker);
+                async move {
+                    match crate::fleet::recover_interrupted(store, operator, run, false).await {
+                        Ok(_) => waker.wake().await,
+                        Err(error) => tracing::warn!(run_id = %run, %error, "not admitted"),
+                    }
+                }
+            })
+            .await;
+    }
+    // Done when no run of this bench is left in the index (finished recoveries leave it).
+    let mut scan = IndexScan::default();
+    loop {
+        let (entries, _) = scan.scan(&store).await?;
+        if !entries.iter().any(|e| e.run_id.as_str().starts_with(&prefix)) {
+            break;
+        }
+        if killed.elapsed() > workload.ttl * 4 + Duration::from_secs(600) {
+            return Err(BenchError::Host("the fleet did not finish within the bench's timeout".into()).into());
+        }
+        crate::clock::sleep(Duration::from_millis(20)).await;
+    }
+    let wall = killed.elapsed();
+    let spent = fleet_store.metrics().since(&before);
+    fleet.stop().await;
+
+    // What the bucket and the ledger say.
+    let lines = read_ledger(&ledger);
+    let mut completed = 0;
+    let mut admission_to_first = Vec::new();
+    let mut resumption = Vec::new();
+    let mut recovered = 0;
+    let mut finished_by_host = 0;
+    for i in 0..workload.runs {
+        let run = RunId::new(format!("{prefix}-run-{i:04}"));
+        let recovery_id = crate::core::assignment::recovery_id_for(&run);
+        let record = crate::store::recovery::read(&store, &recovery_id).await?;
+        let chain = if record.is_some() {
+            RunId::new(recovery_id.as_str())
+        } else {
+            run.clone()
+        };
+        if let Ok(loaded) = crate::store::generation::load(&store, &chain, None).await
+            && loaded.state.terminal().is_some()
+        {
+            completed += 1;
+        }
+        let Some((record, _)) = record else {
+            finished_by_host += 1;
+            continue;
+        };
+        recovered += 1;
+        // The recovery's first tool call: the first ledger line of the run at an epoch
+        // above the source's.
+        if let Some(first) = lines
+            .iter()
+            .filter(|l| l.run == run.as_str() && l.epoch > record.source_epoch.0)
+            .map(|l| l.at_ms)
+            .min()
+        {
+            admission_to_first.push(first.saturating_sub(record.admitted_at_ms) as f64);
+            resumption.push(first.saturating_sub(killed_ms) as f64);
+        }
+    }
+    let (reexecuted, violations) = audit(&lines, &prefix, workload.runs, workload.steps);
+    let steps_left = workload.runs * workload.steps - steps_at_kill.min(workload.runs * workload.steps);
+    Ok(CrashRecoverReport {
+        bench: "crash-recover",
+        mode,
+        runs: workload.runs,
+        steps: workload.steps,
+        workers: workload.workers,
+        concurrency: workload.concurrency,
+        latency_ms: [
+            workload.latency.as_millis() as u64,
+            workload.jitter.as_millis() as u64,
+        ],
+        steps_at_kill,
+        finished_by_host,
+        recovered,
+        steps_left,
+        completed,
+        recovery_wall_s: wall.as_secs_f64(),
+        steps_per_s: steps_left as f64 / wall.as_secs_f64().max(1e-9),
+        admission_to_first_step: Percentiles::of(admission_to_first),
+        interruption_to_resumption: Percentiles::of(resumption),
+        tool_calls_reexecuted: reexecuted,
+        ledger_violations: violations,
+        requests_per_recovered_run: Requests::per(&spent, recovered as f64),
+        request_budget_per_run: 2.0 * steps_left as f64 / (recovered.max(1) as f64) + 8.0,
+        bytes_written_per_run: spent.bytes_written as f64 / recovered.max(1) as f64,
+        peak_rss_mib: peak_rss_mib(),
+    })
+}
+
+/// What an idle fleet cost over the measured window.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdleReport {
+    /// `idle`.
+    pub bench: &'static str,
+    /// Workers in the fleet (plus one coordinator).
+    pub workers: usize,
+    /// The window measured, in seconds.
+    pub seconds: f64,
+    /// Requests made in the window, by kind.
+    pub requests: Requests,
+    /// Those requests extrapolated to 30 days, at S3 list prices.
+    pub dollars_per_month: f64,
+}
+
+/// Runs a coordinator and `workers` workers with the binaries' default pacing and nothing to
+/// do, and counts their requests for `duration` (after a minute's warm-up is excluded:
+/// registration and the first scans are not the steady state).
+pub async fn idle(workload: &Workload, duration: Duration, warmup: Duration) -> Result<IdleReport> {
+    let dir = WorkDir::new("bench-idle")?;
+    let store_url = workload.store.clone().unwrap_or_else(|| StoreUrl::Local {
+        root: dir.path().join("store"),
+    });
+    let store = Store::open(&store_url, &workload.store_settings, SystemClock::shared()).await?;
+    let config = write_config(dir.path(), workload.steps)?;
+    let agent = bench_agent(&config, &dir.path().join("ledger"), workload.step_time)?;
+    let prefix = format!("idle-{}", &store.clock().nonce()[..8]);
+    let fleet_store = store.with_fresh_metrics();
+    let fleet = Fleet::start(&fleet_store, &agent, dir.path(), workload, &prefix).await?;
+    crate::clock::sleep(warmup).await;
+    let before = fleet_store.metrics();
+    let window = Stopwatch::start();
+    crate::clock::sleep(duration).await;
+    let seconds = window.elapsed().as_secs_f64();
+    let spent = fleet_store.metrics().since(&before);
+    fleet.stop().await;
+    let requests = Requests::per(&spent, 1.0);
+    let month = 30.0 * 24.0 * 3600.0;
+    Ok(IdleReport {
+        bench: "idle",
+        workers: workload.workers,
+        seconds,
+        dollars_per_month: requests.dollars() * month / seconds,
+        requests,
+    })
+}
+
+/// One row of the scaling bench.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScaleRow {
+    /// Workers.
+    pub workers: usize,
+    /// Recovered steps per second.
+    pub steps_per_s: f64,
+    /// `steps_per_s` over `workers` times the one-worker figure.
+    pub efficiency: f64,
+    /// The crash-recover run behind the row.
+    pub run: CrashRecoverReport,
+}
+
+/// Runs the crash-recover workload (takeover) with 1, 2, 4 and 8 workers.
+pub async fn scale(workload: &Workload, counts: &[usize]) -> Result<Vec<ScaleRow>> {
+    let mut rows: Vec<ScaleRow> = Vec::new();
+    for &workers in counts {
+        let run = crash_recover(
+            &Workload {
+                workers,
+                ..workload.clone()
+            },
+            Mode::Takeover,
+        )
+        .await?;
+        let base = rows
+            .first()
+            .map(|row| row.steps_per_s / row.workers as f64)
+            .unwrap_or(run.steps_per_s / workers as f64);
+        rows.push(ScaleRow {
+            workers,
+            steps_per_s: run.steps_per_s,
+            efficiency: run.steps_per_s / (workers as f64 * base),
+            run,
+        });
+    }
+    Ok(rows)
+}
+
+/// The host side of the workload (`rekindle bench host`): starts every run at once under one
+/// process identity and drives them until killed.
+pub async fn host(
+    store: Store,
+    dir: &Path,
+    prefix: &str,
+    runs: usize,
+    steps: usize,
+    step_time: Duration,
+    ttl: Duration,
+) -> Result<()> {
+    let config = write_config(dir, steps)?;
+    let agent = bench_agent(&config, &dir.join("ledger"), step_time)?;
+    let holder = Holder::new(&store, format!("{prefix}-host"), ttl);
+    let node = Node {
+        store: store.clone(),
+        agent,
+        logs: LogDir::open(dir.join("host"))?,
+        holder: Arc::clone(&holder),
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let node = &node;
+    holder
+        .while_beating(
+            futures::stream::iter(0..runs).for_each_concurrent(None, |i| async move {
+                let run = RunId::new(format!("{prefix}-run-{i:04}"));
+                match node.start_run(&run, None, "Record every step.").await {
+                    Ok(Stopped::Finished(_)) => {}
+                    Ok(other) => tracing::warn!(run_id = %run, ?other, "stopped early"),
+                    Err(error) => tracing::warn!(run_id = %run, %error, "failed"),
+                }
+            }),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A coordinator and workers in this process, each with its own wake-up endpoint.
+struct Fleet {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Fleet {
+    async fn start(
+        store: &Store,
+        agent: &Agent,
+        dir: &Path,
+        workload: &Workload,
+        prefix: &str,
+    ) -> Result<Fleet> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        let endpoint = || async {
+            let wakeup: Wakeup = Arc::new(tokio::sync::Notify::new());
+            let url = wake::serve_loopback(Arc::clone(&wakeup))
+                .await
+                .map_err(setup("serve a wake-up endpoint"))?;
+            Ok::<_, crate::Error>((wakeup, Some(url)))
+        };
+        let mut options = CoordinatorOptions::new(format!("{prefix}-coordinator"), workload.ttl);
+        options.wake = Some(endpoint().await?);
+        let (task_store, task_stop) = (store.clone(), Arc::clone(&stop));
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) = coordinator::run(task_store, options, task_stop).await {
+                tracing::error!(%error, "the coordinator stopped");
+            }
+        }));
+        for i in 0..workload.workers {
+            let mut options =
+                WorkerOptions::new(format!("{prefix}-worker-{i}"), workload.concurrency, workload.ttl);
+            options.poll_interval = Duration::from_secs(30);
+            options.idle_ttl = Some(Duration::from_secs(600));
+            options.wake = Some(endpoint().await?);
+            let logs = LogDir::open(dir.join(format!("worker-{i}")))?;
+            let (task_store, task_stop, agent) = (store.clone(), Arc::clone(&stop), agent.clone());
+            tasks.push(tokio::spawn(async move {
+                let stats = Arc::new(WorkerStats::default());
+                if let Err(error) = worker::run(task_store, agent, logs, options, task_stop, stats).await {
+                    tracing::error!(%error, "a worker stopped");
+                }
+            }));
+        }
+        // Registered and led before the workload starts.
+        crate::clock::sleep(Duration::from_millis(500)).await;
+        Ok(Fleet { stop, tasks })
+    }
+
+    async fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Why a bench could not run (the store, configuration and logs fail with their own errors).
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The bench's own files or processes.
+    #[error("bench setup: cannot {action}: {error}")]
+    Setup {
+        /// What the bench was doing.
+        action: &'static str,
+        /// The underlying I/O failure.
+        error: std::io::Error,
+    },
+    /// The host process or the fleet did not behave.
+    #[error("bench: {0}")]
+    Host(String),
+}
+
+fn setup(action: &'static str) -> impl Fn(std::io::Error) -> crate::Error {
+    move |error| BenchError::Setup { action, error }.into()
+}
+
+fn with_latency(workload: &Workload, settings: &StoreSettings) -> StoreSettings {
+    let mut settings = settings.clone();
+    if !workload.latency.is_zero() || !workload.jitter.is_zero() {
+        let mut faults = settings.faults.clone().unwrap_or_else(FaultSettings::default);
+        faults.plan.latency = workload.latency;
+        faults.plan.jitter = workload.jitter;
+        settings.faults = Some(faults);
+    }
+    settings
+}
+
+/// The store settings of the host process: `settings` with the workload's latency.
+pub fn host_settings(
+    settings: &StoreSettings,
+    latency: Duration,
+    jitter: Duration,
+) -> StoreSettings {
+    with_latency(
+        &Workload {
+            latency,
+            jitter,
+            ..Workload::default()
+        },
+        settings,
+    )
+}
+
+fn write_config(dir: &Path, steps: usize) -> Result<PathBuf> {
+    let turns: Vec<serde_json::Value> = (1..=steps)
+        .map(|i| {
+            serde_json::json!({
+                "content": format!("Step {i}."),
+                "tool_calls": [{"name": "ledger", "arguments": {"step": i}}]
+            })
+        })
+        .chain(std::iter::once(serde_json::json!({"content": "Done."})))
+        .collect();
+    let script = serde_json::to_vec(&turns).unwrap_or_default();
+    std::fs::write(dir.join("bench-script.json"), script).map_err(setup("write the script"))?;
+    let config = format!(
+        r#"system_prompt = "Record every step once."
+
+[model]
+kind = "scripted"
+name = "bench-scripted"
+script = "bench-script.json"
+
+[budgets]
+max_iterations = {iterations}
+steps_per_resume = {iterations}
+
+# Run in-process by the bench (see src/fleet/bench.rs); the command is never started.
+[[tools]]
+name = "ledger"
+description = "Append the step to the side-effect ledger"
+schema = {{ type = "object", properties = {{ step = {{ type = "integer" }} }} }}
+command = ["true"]
+"#,
+        iterations = steps * 2 + 4
+    );
+    let path = dir.join("bench.toml");
+    std::fs::write(&path, config).map_err(setup("write the configuration"))?;
+    Ok(path)
+}
+
+fn bench_agent(config: &Path, ledger: &Path, step_time: Duration) -> Result<Agent> {
+    let mut agent = Agent::from_config(Config::load(config)?)?;
+    agent.tools = Arc::new(LedgerTool {
+        definitions: CommandTools::new(agent.config.tools.clone()),
+        ledger: ledger.to_owned(),
+        step_time,
+    });
+    Ok(agent)
+}
+
+/// The workload's tool: appends `<run> <step> <epoch> <wall ms>` to the ledger, then sleeps.
+struct LedgerTool {
+    definitions: CommandTools,
+    ledger: PathBuf,
+    step_time: Duration,
+}
+
+#[async_trait]
+impl Tools for LedgerTool {
+    fn definitions(&self) -> Vec<ToolDefinition> {
+        self.definitions.definitions()
+    }
+
+    fn needs_confirmation(&self, _name: &str) -> bool {
+        false
+    }
+
+    async fn call(&self, call: &ToolCall, context: &ToolContext) -> ToolOutput {
+        let step = serde_json::from_str::<serde_json::Value>(&call.arguments)
+            .ok()
+            .and_then(|args| args.get("step").and_then(serde_json::Value::as_u64))
+            .unwrap_or(0);
+        let at_ms = SystemClock::shared().wall_ms();
+        let line = format!("{} {step} {} {at_ms}\n", context.run_id, context.epoch.0);
+        // One write of a short line to a file opened for appending lands whole, between
+        // processes too.
+        let written = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.ledger)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        crate::clock::sleep(self.step_time).await;
+        ToolOutput {
+            output: format!("recorded step {step}"),
+            is_error: written.is_err(),
+            duration_ms: self.step_time.as_millis() as u64,
+        }
+    }
+}
+
+struct LedgerLine {
+    run: String,
+    step: u64,
+    epoch: u64,
+    at_ms: u64,
+}
+
+fn read_ledger(path: &Path) -> Vec<LedgerLine> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split(' ');
+            Some(LedgerLine {
+                run: parts.next()?.to_owned(),
+                step: parts.next()?.parse().ok()?,
+                epoch: parts.next()?.parse().ok()?,
+                at_ms: parts.next()?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+fn count_lines(path: &Path) -> usize {
+    std::fs::read(path)
+        .map(|bytes| bytes.iter().filter(|b| **b == b'\n').count())
+        .unwrap_or(0)
+}
+
+/// Repeats, and runs whose steps are missing or ran more than twice (one interruption
+/// allows one repeat of the step in flight).
+fn audit(lines: &[LedgerLine], prefix: &str, runs: usize, steps: usize) -> (usize, usize) {
+    let mut counts: BTreeMap<(&str, u64), usize> = BTreeMap::new();
+    for line in lines {
+        *counts.entry((line.run.as_str(), line.step)).or_default() += 1;
+    }
+    let repeats = counts.values().map(|n| n - 1).sum();
+    let mut bad = BTreeSet::new();
+    for i in 0..runs {
+        let run = format!("{prefix}-run-{i:04}");
+        let mut repeated = 0;
+        for step in 1..=steps as u64 {
+            match counts.get(&(run.as_str(), step)).copied().unwrap_or(0) {
+                0 => {
+                    bad.insert(run.clone());
+                }
+                1 => {}
+                n => repeated += n - 1,
+            }
+        }
+        if repeated > 1 {
+            bad.insert(run);
+        }
+    }
+    (repeats, bad.len())
+}
+
+/// Peak resident memory of this process, in MiB (0 where /proc is not available).
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// A temporary working directory, removed on drop.
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn new(name: &str) -> Result<WorkDir> {
+        let path = std::env::temp_dir().join(format!(
+            "rekindle-{name}-{}-{}",
+            std::process::id(),
+            &SystemClock::shared().nonce()[..8]
+        ));
+        std::fs::create_dir_all(&path).map_err(setup("create the work directory"))?;
+        Ok(WorkDir(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

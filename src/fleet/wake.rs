@@ -1,0 +1,149 @@
+//! Wake-ups: how work moves at once instead of at the next timer.
+//!
+//! The bucket stays the only source of truth; a wake-up carries no data, it only cuts a
+//! process's wait short so it reads the bucket now. Each worker and coordinator serves
+//! `POST /wake` and advertises the address (a worker in its registration, every process in
+//! its heartbeat, the leading coordinator in each worker's inbox). An admission wakes the
+//! leading coordinator, which assigns at once and wakes the workers whose inboxes changed; a
+//! worker whose recovery ends wakes the coordinator, which fills the freed slot.
+//!
+//! A lost wake-up costs only time: every loop still polls the bucket at its interval, so a
+//! process that cannot be reached (another network, a firewall, a crash) is served as before.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::core::fact::RunId;
+use crate::core::layout;
+use crate::store::Store;
+use crate::store::lease;
+
+/// How long a wake-up may take before it is given up (it is only a hint).
+const POKE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The receiving end of wake-ups: a loop waits on it beside its poll timer.
+pub type Wakeup = Arc<Notify>;
+
+/// The route that wakes `wakeup`, to merge into a process's HTTP server.
+pub fn route(wakeup: Wakeup) -> axum::Router {
+    axum::Router::new().route(
+        "/wake",
+        axum::routing::post(move || {
+            wakeup.notify_one();
+            async { "woken" }
+        }),
+    )
+}
+
+/// Serves only `POST /wake` on an ephemeral loopback port (for a process started without
+/// `--listen`, and for in-process fleets); returns the address to advertise.
+pub async fn serve_loopback(wakeup: Wakeup) -> std::io::Result<String> {
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, route(wakeup)).await {
+            tracing::warn!(%error, "the wake-up endpoint stopped");
+        }
+    });
+    Ok(url)
+}
+
+/// The URL to advertise for a server on `listen`: `advertise` if given, else the listen
+/// address itself when it names one host (`0.0.0.0` and `[::]` do not: give `advertise`,
+/// e.g. the pod IP, or wake-ups to this process fall back to polling).
+pub fn advertised(listen: SocketAddr, advertise: Option<&str>) -> Option<String> {
+    match advertise {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+            Some(url.trim_end_matches('/').to_owned())
+        }
+        Some(host) => Some(format!("http://{host}:{}", listen.port())),
+        None if listen.ip().is_unspecified() => None,
+        None => Some(format!("http://{listen}")),
+    }
+}
+
+fn client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .timeout(POKE_TIMEOUT)
+            .connect_timeout(POKE_TIMEOUT)
+            .build()
+            .unwrap_or_default()
+    })
+}
+
+/// Wakes the process at `url`. An error means it did not answer (gone, unreachable, slow);
+/// the caller may treat it as a hint that the process is not there, never as proof.
+pub async fn poke(url: &str) -> Result<(), String> {
+    let response = client()
+        .post(format!("{url}/wake"))
+        .send()
+        .await
+        .map_err(|error| format!("{url}: {error}"))?;
+    if response.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("{url}: {}", response.status()))
+    }
+}
+
+/// Where the leading coordinator takes wake-ups, if one leads and advertises one: its lease
+/// names its heartbeat, which carries the address (two GETs).
+pub async fn coordinator_url(store: &Store) -> Option<String> {
+    let run = RunId::new(layout::COORDINATOR_LEASE_RUN);
+    let view = lease::read_lease(store, &run).await.ok()??;
+    if view.lease.released {
+        return None;
+    }
+    let (beat, _) = lease::read_heartbeat(store, &view.lease.heartbeat)
+        .await
+        .ok()??;
+    (beat.holder_nonce == view.lease.holder_nonce)
+        .then_some(beat.wake)
+        .flatten()
+}
+
+/// Wakes the leading coordinator, if one can be found; best effort (it also scans on its
+/// timer).
+pub async fn wake_coordinator(store: &Store) {
+    if let Some(url) = coordinator_url(store).await
+        && let Err(error) = poke(&url).await
+    {
+        tracing::debug!(%error, "cannot wake the coordinator; it finds the work at its next scan");
+    }
+}
+
+/// Wakes the leading coordinator after each of many admissions, looking its address up once
+/// (a batch such as `rekindle recover --all` should not pay two GETs per run).
+#[derive(Debug)]
+pub struct CoordinatorWaker {
+    store: Store,
+    url: tokio::sync::OnceCell<Option<String>>,
+}
+
+impl CoordinatorWaker {
+    /// A waker for the coordinator leading on `store`, looked up at the first wake-up.
+    pub fn new(store: &Store) -> Self {
+        CoordinatorWaker {
+            store: store.clone(),
+            url: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// Wakes the coordinator, if one leads and advertises an address; best effort.
+    pub async fn wake(&self) {
+        let url = self
+            .url
+            .get_or_init(|| coordinator_url(&self.store))
+            .await;
+        if let Some(url) = url
+            && let Err(error) = poke(url).await
+        {
+            tracing::debug!(%error, "cannot wake the coordinator; it finds the work at its next scan");
+        }
+    }
+}
