@@ -9,7 +9,7 @@ use crate::core::liveness::{ExpiryWatch, Verdict};
 use crate::core::record::RecoveryRecord;
 use crate::error::Error;
 use crate::fleet::lifecycle::{LifecycleError, sync_index};
-use crate::store::generation::{GenerationError, RunWriter, SnapshotPolicy};
+use crate::store::generation::{GenerationError, Loaded, RunWriter, SnapshotPolicy};
 use crate::store::lease::{self, Holder};
 use crate::store::recovery::{self, RecoveryError};
 use crate::store::{ETag, Store};
@@ -103,7 +103,9 @@ pub async fn admit(
         }
         .into());
     }
-    refuse_unrecoverable(store, source).await?;
+    // The source as loaded here is handed to the fence, which only reloads it if a commit
+    // landed since (one load per admission, not three).
+    let loaded = refuse_unrecoverable(store, source).await?;
     // The lease version judged free or silent: without a takeover, only that version may be
     // taken over (a holder that took the lease since is alive, not judged).
     let judged = match takeover {
@@ -124,7 +126,7 @@ pub async fn admit(
         });
     }
     let admitted = async {
-        fence(store, holder, source, judged.as_ref())
+        let fenced = fence(store, holder, source, judged.as_ref(), loaded)
             .await
             .map_err(|error| match error {
                 alive @ LifecycleError::HolderAlive { .. } => alive,
@@ -133,7 +135,23 @@ pub async fn admit(
                     error: Box::new(error),
                 },
             })?;
-        Ok::<_, Error>(recovery::admit(store, source, recovery_id, force).await?)
+        // Pinned to the fence generation the fence itself wrote: nothing can follow it (the
+        // claim stops later writers, the epoch earlier ones). Without its digest (a lost
+        // acknowledgement adopted) or a writer (a retired run), load it again.
+        let admission = match fenced.as_ref().and_then(|w| Some((w, w.newest_digest()?))) {
+            Some((writer, digest)) => {
+                let pin = recovery::Pin {
+                    generation: writer.generation(),
+                    digest: digest.to_owned(),
+                    epoch: writer.epoch(),
+                    state: writer.state(),
+                };
+                recovery::create_pinned(store, source, recovery_id, force, pin, claimed_now)
+                    .await?
+            }
+            None => recovery::admit(store, source, recovery_id, force).await?,
+        };
+        Ok::<_, Error>(admission)
     }
     .await;
     let admission = match admitted {
@@ -167,7 +185,10 @@ pub async fn admit(
 /// run behind). A run that has a lease but no generation yet (its host died before its first
 /// commit, or is slow) goes on: the fence then takes its first slot. The pin after the fence
 /// checks all of this again.
-async fn refuse_unrecoverable(store: &Store, source: &RunId) -> Result<(), LifecycleError> {
+async fn refuse_unrecoverable(
+    store: &Store,
+    source: &RunId,
+) -> Result<Option<Loaded>, LifecycleError> {
     let source_error = |error: GenerationError| RecoveryError::Source {
         source_run: source.clone(),
         error,
@@ -187,7 +208,7 @@ async fn refuse_unrecoverable(store: &Store, source: &RunId) -> Result<(), Lifec
                 }
                 .into());
             }
-            Ok(())
+            Ok(Some(loaded))
         }
         Err(GenerationError::Retired {
             outcome: Some(outcome),
@@ -199,7 +220,7 @@ async fn refuse_unrecoverable(store: &Store, source: &RunId) -> Result<(), Lifec
         .into()),
         Err(error @ GenerationError::NotFound { .. }) => {
             if lease::read_lease(store, source).await?.is_some() {
-                Ok(())
+                Ok(None)
             } else {
                 Err(source_error(error).into())
             }
@@ -216,19 +237,23 @@ pub async fn fence_source(
     holder: &Arc<Holder>,
     source: &RunId,
 ) -> crate::Result<()> {
-    Ok(fence(store, holder, source, None).await?)
+    fence(store, holder, source, None, None).await?;
+    Ok(())
 }
 
 /// [`fence_source`]; with `judged` (the lease version [`wait_until_silent`] judged free or
 /// silent, `None` if there was no lease), a lease held under any other version belongs to a
 /// holder nobody judged: refuse ([`LifecycleError::HolderAlive`]) instead of taking it over.
 /// The takeover is a compare-and-swap on the version checked here, so the check holds.
+/// `loaded` is the caller's load of the source, if it has one. Returns the writer that wrote
+/// the fence (`None` for a retired run, which has no writer left to fence).
 async fn fence(
     store: &Store,
     holder: &Arc<Holder>,
     source: &RunId,
     judged: Option<&Option<ETag>>,
-) -> Result<(), LifecycleError> {
+    loaded: Option<Loaded>,
+) -> Result<Option<RunWriter>, LifecycleError> {
     let held = match lease::read_lease(store, source).await? {
         Some(view) if !view.lease.released => {
             if let Some(judged) = judged
@@ -246,28 +271,27 @@ async fn fence(
         _ => holder.acquire(source).await?,
     };
     let policy = SnapshotPolicy::default();
-    let fenced = match RunWriter::resume(store, source, held.epoch, policy).await {
+    let fenced = match RunWriter::resume_from(store, source, held.epoch, policy, loaded).await {
         // Nothing committed yet: a host judged dead may only be slow. Take its first slot
         // with an empty generation at the fence epoch, so its first commit fails instead of
         // starting a run nobody would recover.
         Err(GenerationError::NotFound { .. }) => {
             match RunWriter::create_as(store, source.clone(), Vec::new(), held.epoch, policy).await
             {
-                Ok(_) => Ok(()),
+                Ok(writer) => Ok(writer),
                 Err(GenerationError::AlreadyExists { .. }) => {
-                    RunWriter::resume(store, source, held.epoch, policy)
-                        .await
-                        .map(|_| ())
+                    RunWriter::resume(store, source, held.epoch, policy).await
                 }
                 Err(other) => Err(other),
             }
         }
-        other => other.map(|_| ()),
+        other => other,
     };
     holder.release(&held).await?;
     match fenced {
+        Ok(writer) => Ok(Some(writer)),
         // A retired run has no writer left to fence (see `tombstone.rs`); admission refuses it.
-        Ok(()) | Err(GenerationError::Retired { .. }) => Ok(()),
+        Err(GenerationError::Retired { .. }) => Ok(None),
         Err(other) => Err(other.into()),
     }
 }

@@ -210,6 +210,8 @@ pub struct CrashRecoverReport {
     /// Store requests by the fleet (coordinator, workers and the operator's admissions)
     /// from the kill to the end, per recovered run.
     pub requests_per_recovered_run: Requests,
+    /// Of those, by who made them (the coordinator, the workers, the operator's admissions).
+    pub requests_per_recovered_run_by_role: BTreeMap<&'static str, f64>,
     /// The bound the issue sets: 2 × steps left per run + 8.
     pub request_budget_per_run: f64,
     /// Bytes the fleet wrote per recovered run.
@@ -232,9 +234,9 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
     std::fs::write(&ledger, b"").map_err(setup("create the ledger"))?;
     let agent = bench_agent(&config, &ledger, workload.step_time)?;
 
-    // The fleet, idle and registered before the outage.
+    // The fleet, idle and registered before the outage; each role counts its own requests.
+    let fleet = Fleet::start(&store, &agent, dir.path(), workload, &prefix).await?;
     let fleet_store = store.with_fresh_metrics();
-    let fleet = Fleet::start(&fleet_store, &agent, dir.path(), workload, &prefix).await?;
 
     // The host: a real process, killed -9 half-way.
     let mut host = tokio::process::Command::new(&workload.exe)
@@ -273,7 +275,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
     let killed_ms = store.clock().wall_ms();
     let killed = Stopwatch::start();
     let steps_at_kill = count_lines(&ledger);
-    let before = fleet_store.metrics();
+    let before = fleet.metrics();
 
     let (entries, _) = IndexScan::default().scan(&store).await?;
     let interrupted: Vec<RunId> = entries
@@ -309,8 +311,11 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         crate::clock::sleep(Duration::from_millis(20)).await;
     }
     let wall = killed.elapsed();
-    let spent = fleet_store.metrics().since(&before);
+    let after = fleet.metrics();
+    let operator = fleet_store.metrics();
     fleet.stop().await;
+    let by_role = |role: usize| after[role].since(&before[role]);
+    let spent = add(&add(&by_role(0), &by_role(1)), &operator);
 
     // What the bucket and the ledger say.
     let lines = read_ledger(&ledger);
@@ -375,6 +380,14 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         tool_calls_reexecuted: reexecuted,
         ledger_violations: violations,
         requests_per_recovered_run: Requests::per(&spent, recovered as f64),
+        requests_per_recovered_run_by_role: [
+            ("coordinator", Requests::per(&by_role(0), recovered as f64)),
+            ("workers", Requests::per(&by_role(1), recovered as f64)),
+            ("operator", Requests::per(&operator, recovered as f64)),
+        ]
+        .into_iter()
+        .map(|(role, requests)| (role, requests.total))
+        .collect(),
         request_budget_per_run: 2.0 * steps_left as f64 / (recovered.max(1) as f64) + 8.0,
         bytes_written_per_run: spent.bytes_written as f64 / recovered.max(1) as f64,
         peak_rss_mib: peak_rss_mib(),
@@ -408,15 +421,15 @@ pub async fn idle(workload: &Workload, duration: Duration, warmup: Duration) -> 
     let config = write_config(dir.path(), workload.steps)?;
     let agent = bench_agent(&config, &dir.path().join("ledger"), workload.step_time)?;
     let prefix = format!("idle-{}", &store.clock().nonce()[..8]);
-    let fleet_store = store.with_fresh_metrics();
-    let fleet = Fleet::start(&fleet_store, &agent, dir.path(), workload, &prefix).await?;
+    let fleet = Fleet::start(&store, &agent, dir.path(), workload, &prefix).await?;
     crate::clock::sleep(warmup).await;
-    let before = fleet_store.metrics();
+    let before = fleet.metrics();
     let window = Stopwatch::start();
     crate::clock::sleep(duration).await;
     let seconds = window.elapsed().as_secs_f64();
-    let spent = fleet_store.metrics().since(&before);
+    let after = fleet.metrics();
     fleet.stop().await;
+    let spent = add(&after[0].since(&before[0]), &after[1].since(&before[1]));
     let requests = Requests::per(&spent, 1.0);
     let month = 30.0 * 24.0 * 3600.0;
     Ok(IdleReport {
@@ -508,6 +521,8 @@ pub async fn host(
 struct Fleet {
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The coordinator's store handle and the workers' (each counts its own requests).
+    stores: [Store; 2],
 }
 
 impl Fleet {
@@ -520,6 +535,7 @@ impl Fleet {
     ) -> Result<Fleet> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
+        let stores = [store.with_fresh_metrics(), store.with_fresh_metrics()];
         let endpoint = || async {
             let wakeup: Wakeup = Arc::new(tokio::sync::Notify::new());
             let url = wake::serve_loopback(Arc::clone(&wakeup))
@@ -529,7 +545,7 @@ impl Fleet {
         };
         let mut options = CoordinatorOptions::new(format!("{prefix}-coordinator"), workload.ttl);
         options.wake = Some(endpoint().await?);
-        let (task_store, task_stop) = (store.clone(), Arc::clone(&stop));
+        let (task_store, task_stop) = (stores[0].clone(), Arc::clone(&stop));
         tasks.push(tokio::spawn(async move {
             if let Err(error) = coordinator::run(task_store, options, task_stop).await {
                 tracing::error!(%error, "the coordinator stopped");
@@ -542,7 +558,8 @@ impl Fleet {
             options.idle_ttl = Some(Duration::from_secs(600));
             options.wake = Some(endpoint().await?);
             let logs = LogDir::open(dir.join(format!("worker-{i}")))?;
-            let (task_store, task_stop, agent) = (store.clone(), Arc::clone(&stop), agent.clone());
+            let (task_store, task_stop, agent) =
+                (stores[1].clone(), Arc::clone(&stop), agent.clone());
             tasks.push(tokio::spawn(async move {
                 let stats = Arc::new(WorkerStats::default());
                 if let Err(error) = worker::run(task_store, agent, logs, options, task_stop, stats).await {
@@ -552,7 +569,15 @@ impl Fleet {
         }
         // Registered and led before the workload starts.
         crate::clock::sleep(Duration::from_millis(500)).await;
-        Ok(Fleet { stop, tasks })
+        Ok(Fleet {
+            stop,
+            tasks,
+            stores,
+        })
+    }
+
+    fn metrics(&self) -> [MetricsSnapshot; 2] {
+        [self.stores[0].metrics(), self.stores[1].metrics()]
     }
 
     async fn stop(self) {
@@ -581,6 +606,19 @@ pub enum BenchError {
 
 fn setup(action: &'static str) -> impl Fn(std::io::Error) -> crate::Error {
     move |error| BenchError::Setup { action, error }.into()
+}
+
+fn add(a: &MetricsSnapshot, b: &MetricsSnapshot) -> MetricsSnapshot {
+    MetricsSnapshot {
+        get: a.get + b.get,
+        head: a.head + b.head,
+        put: a.put + b.put,
+        conditional_put: a.conditional_put + b.conditional_put,
+        list: a.list + b.list,
+        delete: a.delete + b.delete,
+        bytes_written: a.bytes_written + b.bytes_written,
+        bytes_read: a.bytes_read + b.bytes_read,
+    }
 }
 
 fn with_latency(workload: &Workload, settings: &StoreSettings) -> StoreSettings {

@@ -254,6 +254,7 @@ impl Node {
             steps_per_resume: self.agent.config.steps_per_resume(),
             clock: Arc::clone(self.clock()),
             lease: Some((Arc::clone(&self.holder), held)),
+            committed_at: None,
             stop: Arc::clone(&self.stop),
             lease_suspect,
         }
@@ -415,8 +416,15 @@ impl Node {
             )
             .await?;
         let policy = SnapshotPolicy::default();
-        // Continue the recovery run if an earlier attempt started it, else seed it.
-        let writer = match RunWriter::resume(&self.store, &run, held.epoch, policy).await {
+        // Continue the recovery run if an earlier attempt started it, else seed it. The first
+        // attempt (the lifecycle counts every start) cannot find one, so it seeds at once; a
+        // run that exists anyway makes the seed's create fail, and it is resumed.
+        let earlier = if record.attempts > 1 {
+            RunWriter::resume(&self.store, &run, held.epoch, policy).await
+        } else {
+            Err(GenerationError::NotFound { run: run.clone() })
+        };
+        let writer = match earlier {
             Ok(writer) => writer,
             // An earlier attempt ended the run and died before recording it; gc has since
             // retired the run. It ended: report that, do not fail.

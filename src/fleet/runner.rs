@@ -73,9 +73,16 @@ pub struct Runner {
     pub steps_per_resume: u32,
     /// Stamps each fact with its wall-clock time.
     pub clock: Arc<dyn Clock>,
-    /// The lease, checked (one GET) before each tool call so a holder that lost the run does
-    /// not start side effects; commits are fenced regardless.
+    /// The lease, checked (one GET) before a tool call unless a commit succeeded within the
+    /// last third of its TTL, so a holder that lost the run does not start side effects;
+    /// commits are fenced regardless.
     pub lease: Option<(Arc<Holder>, Held)>,
+    /// When this runner's last commit succeeded. A tool call always follows the commit that
+    /// recorded it: if that commit succeeded, no takeover had fenced the run yet, and one that
+    /// comes after it makes this the call in flight, the one call a recovery may repeat. So a
+    /// recent commit stands in for the lease check (one GET per step saved); an old one (a
+    /// slow model, a paused process) does not.
+    pub committed_at: Option<crate::clock::Stopwatch>,
     /// Set to ask for a graceful stop after the current step.
     pub stop: Arc<AtomicBool>,
     /// Set by a background lease watcher when the lease may be lost; the next step then
@@ -145,7 +152,11 @@ impl Runner {
                             duration_ms: 0,
                         }),
                         _ => {
-                            if let Some((holder, held)) = &self.lease {
+                            if let Some((holder, held)) = &self.lease
+                                && !self
+                                    .committed_at
+                                    .is_some_and(|at| at.elapsed() < holder.ttl() / 3)
+                            {
                                 holder.check(held).await?;
                             }
                             // The run's original ID (from its meta) stays the same across
@@ -183,6 +194,7 @@ impl Runner {
         };
         self.log.append(&fact)?;
         self.writer.commit(vec![fact]).await?;
+        self.committed_at = Some(crate::clock::Stopwatch::start());
         Ok(())
     }
 }

@@ -540,6 +540,7 @@ impl Store {
         let attempts = AtomicU64::new(0);
         let result = (|| {
             attempts.fetch_add(1, Ordering::Relaxed);
+            tracing::trace!(op, key, "store request");
             let future = attempt();
             async move {
                 match tokio::time::timeout(timeout, future).await {

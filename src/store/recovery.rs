@@ -271,29 +271,73 @@ pub async fn admit(
                 error,
             },
         })?;
-    if let Some(terminal) = loaded.state.terminal() {
+    // Refused before the claim is written: an ended or never-started source keeps no claim.
+    check_recoverable(source, &loaded.state)?;
+    let claimed_now = claim(store, source, recovery_id).await?;
+    let pin = Pin {
+        generation: loaded.generation,
+        digest: loaded.digest.clone(),
+        epoch: loaded.epoch,
+        state: &loaded.state,
+    };
+    create_pinned(store, source, recovery_id, force, pin, claimed_now).await
+}
+
+/// Refuses a source that ended (nothing to recover) or never started (nothing was
+/// acknowledged).
+fn check_recoverable(
+    source: &RunId,
+    state: &crate::core::fold::RunState,
+) -> Result<(), RecoveryError> {
+    if let Some(terminal) = state.terminal() {
         return Err(RecoveryError::NothingToRecover {
             source_run: source.clone(),
             outcome: terminal.outcome,
         });
     }
-    if loaded.state.meta().is_none() {
+    if state.meta().is_none() {
         return Err(RecoveryError::NeverStarted {
             source_run: source.clone(),
         });
     }
+    Ok(())
+}
 
-    let claimed_now = claim(store, source, recovery_id).await?;
+/// The source generation a recovery is pinned to, and the source's state there.
+#[derive(Debug)]
+pub struct Pin<'a> {
+    /// The source's newest generation when the recovery was admitted (after its fence).
+    pub generation: u64,
+    /// SHA-256 of that generation object's bytes.
+    pub digest: String,
+    /// The epoch that generation was written at.
+    pub epoch: crate::core::epoch::Epoch,
+    /// The source's state as of that generation.
+    pub state: &'a crate::core::fold::RunState,
+}
 
+/// Creates the record of a recovery of `source` pinned at `pin`, for a caller that has
+/// already refused a taken ID and claimed the source (`claimed_now`: by this call, so the
+/// claim is given back if the ID turns out to be another source's). Refuses a source that
+/// ended or never started, writing nothing. A replay returns the existing record.
+pub async fn create_pinned(
+    store: &Store,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+    force: bool,
+    pin: Pin<'_>,
+    claimed_now: bool,
+) -> Result<Admission, RecoveryError> {
+    check_recoverable(source, pin.state)?;
     let now = store.clock().wall_ms();
     let record = RecoveryRecord {
         format: FORMAT_VERSION,
         kind: RECORD_KIND.into(),
         recovery_id: recovery_id.clone(),
         source_run: source.clone(),
-        source_generation: loaded.generation,
-        source_digest: loaded.digest,
-        source_epoch: loaded.epoch,
+        source_generation: pin.generation,
+        source_digest: pin.digest,
+        source_epoch: pin.epoch,
         state: RecoveryState::Admitted,
         force,
         attempts: 0,
@@ -301,8 +345,8 @@ pub async fn admit(
         last_error: None,
         assigned_to: None,
         result: None,
-        session_id: loaded.state.session_id().cloned(),
-        fingerprint_sha256: loaded
+        session_id: pin.state.session_id().cloned(),
+        fingerprint_sha256: pin
             .state
             .meta()
             .map(|meta| meta.fingerprint.sha256())
@@ -330,12 +374,22 @@ pub async fn admit(
                         key: key.clone(),
                         reason: "reported existing, then missing".into(),
                     })?;
-            let result = replay(existing, etag);
-            if result.is_err() && claimed_now {
+            if existing.source_run == *source {
+                return Ok(Admission {
+                    record: existing,
+                    etag,
+                    created: false,
+                });
+            }
+            if claimed_now {
                 // The ID went to another source in the meantime: give the claim back.
                 release_claim(store, source, recovery_id).await?;
             }
-            result
+            Err(RecoveryError::IdInUse {
+                recovery_id: recovery_id.clone(),
+                existing_source: existing.source_run,
+                requested_source: source.clone(),
+            })
         }
         Err(other) => Err(other.into()),
     }

@@ -34,6 +34,9 @@ pub struct RunWriter {
     delta_count: u32,
     delta_bytes: u64,
     policy: SnapshotPolicy,
+    /// SHA-256 of the newest generation object's bytes, when this writer wrote or loaded it
+    /// (not after adopting a generation whose response was lost).
+    newest_digest: Option<String>,
 }
 
 impl RunWriter {
@@ -83,6 +86,7 @@ impl RunWriter {
             delta_count: 0,
             delta_bytes: 0,
             policy,
+            newest_digest: None,
         };
         let facts = state.into_facts();
         match writer.commit_facts(facts, true).await {
@@ -109,9 +113,27 @@ impl RunWriter {
         epoch: Epoch,
         policy: SnapshotPolicy,
     ) -> Result<RunWriter, GenerationError> {
+        Self::resume_from(store, run, epoch, policy, None).await
+    }
+
+    /// [`Self::resume`], starting from `loaded` (the caller's recent load of the run) instead
+    /// of loading it again. Safe however old `loaded` is: the fence is a create-if-absent in
+    /// the slot after it, so a commit that landed since makes the fence fail and the run is
+    /// loaded afresh.
+    pub async fn resume_from(
+        store: &Store,
+        run: &RunId,
+        epoch: Epoch,
+        policy: SnapshotPolicy,
+        loaded: Option<super::load::Loaded>,
+    ) -> Result<RunWriter, GenerationError> {
         let mut last_error = None;
+        let mut preloaded = loaded;
         for _ in 0..FENCE_ATTEMPTS {
-            let loaded = load(store, run, None).await?;
+            let loaded = match preloaded.take() {
+                Some(loaded) => loaded,
+                None => load(store, run, None).await?,
+            };
             if loaded.epoch > epoch {
                 return Err(GenerationError::Fenced {
                     run: run.clone(),
@@ -134,6 +156,7 @@ impl RunWriter {
                 delta_count: loaded.delta_count,
                 delta_bytes: loaded.delta_bytes,
                 policy,
+                newest_digest: Some(loaded.digest),
             };
             if loaded.epoch == epoch {
                 // Our own epoch already fenced this run (a restart of the same holding).
@@ -184,6 +207,12 @@ impl RunWriter {
     /// The newest generation this writer committed or saw.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// SHA-256 of the newest generation object's bytes (what a recovery pins), when this
+    /// writer wrote or loaded that generation itself.
+    pub fn newest_digest(&self) -> Option<&str> {
+        self.newest_digest.as_deref()
     }
 
     /// The snapshot generation the newest generation builds on (equal to it for a snapshot).
@@ -338,14 +367,17 @@ impl RunWriter {
             );
         let size = bytes.len() as u64;
         let key = self.chain.key(n);
+        let object_digest = crate::core::digest::sha256_hex(&bytes);
         match self.chain.store().create(&key, bytes).await {
             Ok(_) => {}
             Err(StoreError::AlreadyExists { .. }) => {
                 let (ours, size) = self.occupied(n, &key).await?;
+                self.newest_digest = None;
                 return self.adopt(n, &key, ours, size).await.map(Some);
             }
             Err(other) => return Err(other.into()),
         }
+        self.newest_digest = Some(object_digest);
         self.landed(n, snapshot, size, epoch_starts).await;
         Ok(None)
     }
