@@ -34,6 +34,12 @@ struct Args {
     /// admission wakes it at once when it can reach the coordinator's /wake.
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     idle_scan_interval_ms: u64,
+    /// While processes hold runs, how often it lists the heartbeats between scans (and it
+    /// looks again exactly when a silent holder's TTL runs out), so a killed host's or
+    /// worker's runs resume within their TTL plus this. One LIST each; set it to the scan
+    /// interval to turn the watch off.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    watch_interval_ms: u64,
     /// Failed attempts (errors, or a worker dying mid-attempt) before a recovery is
     /// dead-lettered. Step-cap yields, parks and graceful hand-backs do not count.
     #[arg(long, default_value_t = rekindle::core::placement::DEFAULT_MAX_ATTEMPTS)]
@@ -75,6 +81,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         scan_interval: Duration::from_millis(args.scan_interval_ms),
         max_attempts: args.max_attempts,
         idle_scan_interval: Duration::from_millis(args.idle_scan_interval_ms),
+        watch_interval: Duration::from_millis(args.watch_interval_ms),
         wake: Some(wake),
     };
     coordinator::run(store, options, stop)

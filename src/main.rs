@@ -509,7 +509,10 @@ async fn bench(command: BenchCommand) -> anyhow::Result<()> {
     use std::time::Duration;
     let print = |value: &dyn erased::Json| println!("{}", value.json());
     match command {
-        BenchCommand::CrashRecover { workload: args, mode } => {
+        BenchCommand::CrashRecover {
+            workload: args,
+            mode,
+        } => {
             let workload = workload(args)?;
             let modes: &[Mode] = match mode.as_str() {
                 "takeover" => &[Mode::Takeover],

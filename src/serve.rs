@@ -71,9 +71,11 @@ pub fn render(
 /// Binds `listen` now, so an address in use is an error at startup, not a process running
 /// without its endpoints.
 pub async fn bind(listen: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(listen).await.map_err(|error| {
-        std::io::Error::new(error.kind(), format!("cannot listen on {listen}: {error}"))
-    })
+    tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|error| {
+            std::io::Error::new(error.kind(), format!("cannot listen on {listen}: {error}"))
+        })
 }
 
 /// Serves the endpoints on a bound listener until the process ends, with `POST /wake`

@@ -65,6 +65,7 @@ fn fresh_record() -> RecoveryRecord {
         admitted_at_ms: 0,
         updated_at_ms: 0,
         parked_at: None,
+        abandoned_by: None,
     }
 }
 
@@ -545,6 +546,7 @@ impl Harness {
             ttl,
             scan_interval: Duration::from_millis(200),
             idle_scan_interval: Duration::from_millis(200),
+            watch_interval: Duration::from_millis(200),
             wake: None,
             max_attempts,
         };
@@ -887,6 +889,7 @@ async fn a_refused_start_writes_nothing() {
         ttl: TTL,
         scan_interval: Duration::from_millis(100),
         idle_scan_interval: Duration::from_millis(100),
+        watch_interval: Duration::from_millis(100),
         wake: None,
         max_attempts: 5,
     };

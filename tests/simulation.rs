@@ -955,6 +955,7 @@ fn coordinator_options(id: &str, ttl: Duration) -> CoordinatorOptions {
         ttl,
         scan_interval: Duration::from_millis(400),
         idle_scan_interval: Duration::from_millis(400),
+        watch_interval: Duration::from_millis(400),
         wake: None,
         max_attempts: rekindle::core::placement::DEFAULT_MAX_ATTEMPTS,
     }

@@ -515,7 +515,8 @@ pub(crate) async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
         );
         let assigned = coordinator::read_inbox(&store, &registration.worker)
             .await?
-            .recoveries.len();
+            .recoveries
+            .len();
         workers.push(serde_json::json!({
             "worker": registration.worker, "alive": alive, "capacity": registration.capacity, "assigned": assigned,
         }));

@@ -169,6 +169,13 @@ pub fn apply(
     };
     let mut next = record.clone();
     next.updated_at_ms = now_ms;
+    // An attempt that ends any other way than abandoned leaves nobody judged gone behind.
+    if matches!(
+        event,
+        Event::Yield { .. } | Event::Park { .. } | Event::Fail { .. } | Event::Finish { .. }
+    ) {
+        next.abandoned_by = None;
+    }
     match event {
         Event::Assign { worker } => {
             if record.state != RecoveryState::Admitted {
@@ -236,6 +243,7 @@ pub fn apply(
             }
             next.state = RecoveryState::Admitted;
             next.assigned_to = None;
+            next.abandoned_by = Some(worker.clone());
             next.failures = record.failures.saturating_add(1);
             next.last_error = Some(format!(
                 "worker '{worker}' stopped heartbeating during attempt {}",

@@ -24,6 +24,8 @@ struct Observation {
     lease: ETag,
     heartbeat: Option<ETag>,
     since: Duration,
+    /// The TTL it was last judged by.
+    ttl: Duration,
 }
 
 /// Judges lease expiry from observations on this process's monotonic clock alone: a lease
@@ -51,14 +53,17 @@ impl ExpiryWatch {
                 lease: lease.clone(),
                 heartbeat: heartbeat.cloned(),
                 since: now,
+                ttl,
             });
         if entry.lease != *lease || entry.heartbeat.as_ref() != heartbeat {
             *entry = Observation {
                 lease: lease.clone(),
                 heartbeat: heartbeat.cloned(),
                 since: now,
+                ttl,
             };
         }
+        entry.ttl = ttl;
         if now.saturating_sub(entry.since) >= ttl {
             Verdict::Expired
         } else {
@@ -69,6 +74,18 @@ impl ExpiryWatch {
     /// Stops watching `key`, so its next reading starts a fresh TTL.
     pub fn forget(&mut self, key: &str) {
         self.observed.remove(key);
+    }
+
+    /// Forgets every key `keep` rejects (holders that are gone), so the watch holds only
+    /// what is still observed.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.observed.retain(|key, _| keep(key));
+    }
+
+    /// The earliest time (on the observer's clock) at which a key still unchanged then would
+    /// be judged expired: when to look next to judge it without delay.
+    pub fn next_expiry(&self) -> Option<Duration> {
+        self.observed.values().map(|o| o.since + o.ttl).min()
     }
 }
 
@@ -107,6 +124,16 @@ impl Judge {
     /// Forgets what was seen of `key`, so its next sighting starts a fresh TTL.
     pub fn forget(&mut self, key: &str) {
         self.watch.forget(key);
+    }
+
+    /// Forgets every key `keep` rejects; see [`ExpiryWatch::retain`].
+    pub fn retain(&mut self, keep: impl FnMut(&str) -> bool) {
+        self.watch.retain(keep);
+    }
+
+    /// When the next sighting could turn a holder silent; see [`ExpiryWatch::next_expiry`].
+    pub fn next_expiry(&self) -> Option<Duration> {
+        self.watch.next_expiry()
     }
 
     /// Judges `sighting` of what `key` names (a run, or a heartbeat key shared by a holder's

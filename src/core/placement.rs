@@ -274,6 +274,7 @@ mod tests {
             admitted_at_ms: 0,
             updated_at_ms: 0,
             parked_at: None,
+            abandoned_by: None,
         }
     }
 

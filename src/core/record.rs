@@ -109,6 +109,11 @@ pub struct RecoveryRecord {
     /// it means an answer was committed (its `Answer` transition may have been lost).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parked_at: Option<u64>,
+    /// The worker whose attempt was the last to end, if the coordinator abandoned it after
+    /// judging the worker gone: the next attempt takes the recovery run's lease over from it
+    /// at once instead of watching it for another TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned_by: Option<String>,
 }
 
 /// Where the index says a run not yet done stands.

@@ -146,8 +146,7 @@ pub async fn admit(
                     epoch: writer.epoch(),
                     state: writer.state(),
                 };
-                recovery::create_pinned(store, source, recovery_id, force, pin, claimed_now)
-                    .await?
+                recovery::create_pinned(store, source, recovery_id, force, pin, claimed_now).await?
             }
             None => recovery::admit(store, source, recovery_id, force).await?,
         };

@@ -302,11 +302,17 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
     let mut scan = IndexScan::default();
     loop {
         let (entries, _) = scan.scan(&store).await?;
-        if !entries.iter().any(|e| e.run_id.as_str().starts_with(&prefix)) {
+        if !entries
+            .iter()
+            .any(|e| e.run_id.as_str().starts_with(&prefix))
+        {
             break;
         }
         if killed.elapsed() > workload.ttl * 4 + Duration::from_secs(600) {
-            return Err(BenchError::Host("the fleet did not finish within the bench's timeout".into()).into());
+            return Err(BenchError::Host(
+                "the fleet did not finish within the bench's timeout".into(),
+            )
+            .into());
         }
         crate::clock::sleep(Duration::from_millis(20)).await;
     }
@@ -356,7 +362,8 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         }
     }
     let (reexecuted, violations) = audit(&lines, &prefix, workload.runs, workload.steps);
-    let steps_left = workload.runs * workload.steps - steps_at_kill.min(workload.runs * workload.steps);
+    let steps_left =
+        workload.runs * workload.steps - steps_at_kill.min(workload.runs * workload.steps);
     Ok(CrashRecoverReport {
         bench: "crash-recover",
         mode,
@@ -552,8 +559,11 @@ impl Fleet {
             }
         }));
         for i in 0..workload.workers {
-            let mut options =
-                WorkerOptions::new(format!("{prefix}-worker-{i}"), workload.concurrency, workload.ttl);
+            let mut options = WorkerOptions::new(
+                format!("{prefix}-worker-{i}"),
+                workload.concurrency,
+                workload.ttl,
+            );
             options.poll_interval = Duration::from_secs(30);
             options.idle_ttl = Some(Duration::from_secs(600));
             options.wake = Some(endpoint().await?);
@@ -562,7 +572,9 @@ impl Fleet {
                 (stores[1].clone(), Arc::clone(&stop), agent.clone());
             tasks.push(tokio::spawn(async move {
                 let stats = Arc::new(WorkerStats::default());
-                if let Err(error) = worker::run(task_store, agent, logs, options, task_stop, stats).await {
+                if let Err(error) =
+                    worker::run(task_store, agent, logs, options, task_stop, stats).await
+                {
                     tracing::error!(%error, "a worker stopped");
                 }
             }));
@@ -624,7 +636,10 @@ fn add(a: &MetricsSnapshot, b: &MetricsSnapshot) -> MetricsSnapshot {
 fn with_latency(workload: &Workload, settings: &StoreSettings) -> StoreSettings {
     let mut settings = settings.clone();
     if !workload.latency.is_zero() || !workload.jitter.is_zero() {
-        let mut faults = settings.faults.clone().unwrap_or_else(FaultSettings::default);
+        let mut faults = settings
+            .faults
+            .clone()
+            .unwrap_or_else(FaultSettings::default);
         faults.plan.latency = workload.latency;
         faults.plan.jitter = workload.jitter;
         settings.faults = Some(faults);

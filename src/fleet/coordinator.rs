@@ -65,6 +65,11 @@ pub struct CoordinatorOptions {
     /// How long it waits between ticks while the last one found no run to watch (an idle
     /// fleet); a wake-up (a new run, an admission) cuts the wait short.
     pub idle_scan_interval: Duration,
+    /// Between ticks, while some live process holds runs, how often it lists only the
+    /// heartbeats to see one fall silent (and exactly when a silent one's TTL runs out), so
+    /// a dead holder's runs are admitted within its TTL plus this interval. At least the
+    /// scan interval turns the watch off.
+    pub watch_interval: Duration,
     /// Wake-ups that cut a wait between ticks short (see `fleet::wake`), and the address
     /// that reaches them, advertised in its heartbeat and in the workers' inboxes.
     pub wake: Option<(Wakeup, Option<String>)>,
@@ -79,6 +84,7 @@ impl CoordinatorOptions {
             scan_interval: Duration::from_secs(10),
             max_attempts: placement::DEFAULT_MAX_ATTEMPTS,
             idle_scan_interval: Duration::from_secs(60),
+            watch_interval: Duration::from_secs(1),
             wake: None,
         }
     }
@@ -95,6 +101,8 @@ pub struct TickReport {
     pub actions: Vec<Action>,
     /// Whether any run is being watched or recovered (the fleet is not idle).
     pub busy: bool,
+    /// Whether some live process holds runs whose silence the coordinator must notice.
+    pub watching: bool,
     /// Something changed that another tick should act on now (an admission to assign, a
     /// hand-back to re-offer, a worker that did not answer its wake-up).
     pub again: bool,
@@ -115,6 +123,11 @@ struct Observer {
     unreachable: BTreeMap<String, ETag>,
     /// Workers judged with their full-rate TTL last tick (they ran a recovery).
     judged_busy: std::collections::BTreeSet<String>,
+    /// The TTLs holders declared as of the last tick, by heartbeat key, for the watch.
+    declared: Vec<(String, u64)>,
+    /// Heartbeats of live processes that held runs at the last tick (hosts of running runs,
+    /// workers running a recovery): if one falls silent, the next tick must come now.
+    watched: std::collections::BTreeSet<String>,
     /// The heartbeat keys seen last tick, and ticks since registrations were last listed.
     holders: std::collections::BTreeSet<String>,
     ticks_since_registrations: u32,
@@ -157,6 +170,7 @@ pub async fn run(
             }
         }
         let mut pause = options.scan_interval;
+        let mut watching = false;
         if let Some(held) = &leading {
             if let Err(error) = holder.check(held).await {
                 tracing::info!(coordinator = %options.id, %error, "no longer leading");
@@ -168,14 +182,17 @@ pub async fn run(
                     followed_up = true;
                     continue;
                 }
-                Ok(report) if !report.busy => pause = options.idle_scan_interval,
-                Ok(_) => {}
+                Ok(report) => {
+                    watching = report.watching;
+                    if !report.busy {
+                        pause = options.idle_scan_interval;
+                    }
+                }
                 Err(error) => tracing::warn!(%error, "coordinator tick failed"),
             }
         }
-        let wakeup = options.wake.as_ref().map(|(wakeup, _)| wakeup.as_ref());
         followed_up = false;
-        crate::clock::sleep_unless(pause, &stop, wakeup).await;
+        wait_for_next_tick(&store, &options, &mut observer, pause, watching, &stop).await;
     }
     if let Some(held) = &leading {
         let _ = holder.release(held).await;
@@ -183,6 +200,74 @@ pub async fn run(
     let _ = beating.await;
     let _ = holder.retire().await;
     Ok(())
+}
+
+/// Waits `pause` for the next tick, cut short by a wake-up or a stop; while `watching`,
+/// lists the heartbeats every watch interval (and when a silent holder's TTL runs out) and
+/// ends the wait as soon as a watched holder is judged gone.
+async fn wait_for_next_tick(
+    store: &Store,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+    pause: Duration,
+    watching: bool,
+    stop: &AtomicBool,
+) {
+    let wakeup = options.wake.as_ref().map(|(wakeup, _)| wakeup.as_ref());
+    let started = crate::clock::Stopwatch::start();
+    loop {
+        let left = pause.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return;
+        }
+        let mut wait = left;
+        if watching && options.watch_interval < options.scan_interval {
+            wait = wait.min(options.watch_interval);
+            let now = store.clock().monotonic();
+            if let Some(due) = observer.liveness.next_expiry() {
+                // A few ms past the expiry, so the look lands after it.
+                let until = due.saturating_sub(now) + Duration::from_millis(5);
+                wait = wait.min(until);
+            }
+        }
+        if crate::clock::sleep_unless(wait, stop, wakeup).await || wait == left {
+            return;
+        }
+        match watch(store, options, observer).await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(error) => tracing::debug!(%error, "cannot list the heartbeats"),
+        }
+    }
+}
+
+/// One look at the heartbeats between ticks: whether a holder that held runs at the last
+/// tick is now judged gone (one LIST).
+async fn watch(
+    store: &Store,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+) -> Result<bool, StoreError> {
+    let heartbeats = list_heartbeats(store).await?;
+    let alive = liveness::judge_heartbeats(
+        &mut observer.liveness,
+        options.ttl,
+        observer
+            .declared
+            .iter()
+            .map(|(key, ttl)| (key.as_str(), *ttl)),
+        heartbeats,
+        store.clock().monotonic(),
+    );
+    let gone = observer
+        .watched
+        .iter()
+        .find(|key| !alive.get(key.as_str()).copied().unwrap_or(false));
+    if let Some(key) = gone {
+        tracing::info!(heartbeat = %key, "a holder fell silent; looking now");
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 /// One observation and its actions. Public so tests and the demo can drive it directly.
@@ -223,7 +308,9 @@ async fn tick(
     let still: BTreeMap<String, ETag> = observer
         .unreachable
         .iter()
-        .filter(|(worker, etag)| registration_beat(observer, worker, &versions).as_ref() == Some(*etag))
+        .filter(|(worker, etag)| {
+            registration_beat(observer, worker, &versions).as_ref() == Some(*etag)
+        })
         .map(|(worker, etag)| (worker.clone(), etag.clone()))
         .collect();
     observer.unreachable = still;
@@ -279,8 +366,22 @@ async fn tick(
                 Action::Admit { .. } | Action::Abandon { .. } | Action::Answered { .. }
             )
         });
+    // The heartbeats whose silence would need action: hosts of running runs and workers
+    // running a recovery, while they live.
+    observer.watched = runs
+        .iter()
+        .filter(|run| run.entry.phase == Phase::Running && run.holder_alive)
+        .filter_map(|run| run.entry.holder.clone())
+        .chain(workers.iter().filter(|w| w.alive).filter_map(|w| {
+            observer
+                .judged_busy
+                .contains(&w.registration.worker)
+                .then(|| w.registration.heartbeat.clone())
+        }))
+        .collect();
     Ok(TickReport {
         busy: !runs.is_empty(),
+        watching: !observer.watched.is_empty(),
         again,
         actions,
     })
@@ -400,13 +501,19 @@ fn judge_liveness(
         }
     }
     observer.judged_busy = busy;
-    liveness::judge_heartbeats(
+    let listed: std::collections::BTreeSet<String> =
+        heartbeats.iter().map(|(key, _)| key.clone()).collect();
+    let alive = liveness::judge_heartbeats(
         &mut observer.liveness,
         options.ttl,
         declared.iter().map(|(key, ttl)| (key.as_str(), *ttl)),
         heartbeats,
         store.clock().monotonic(),
-    )
+    );
+    // A heartbeat that is gone needs no watch (and must not hold memory).
+    observer.liveness.retain(|key| listed.contains(key));
+    observer.declared = declared;
+    alive
 }
 
 /// Pairs each entry with, where it has a recovery, the record (the holder's liveness is
@@ -414,7 +521,11 @@ fn judge_liveness(
 /// those of parked runs only every [`REGISTRATIONS_REFRESH_TICKS`] ticks (a crash between an
 /// answer's record and index writes is repaired then); dead-lettered records never change.
 /// The reads go side by side.
-async fn observe_runs(store: &Store, observer: &Observer, entries: Vec<IndexEntry>) -> Vec<RunView> {
+async fn observe_runs(
+    store: &Store,
+    observer: &Observer,
+    entries: Vec<IndexEntry>,
+) -> Vec<RunView> {
     let sweep = observer.ticks_since_registrations == 0;
     let observed = futures::stream::iter(entries)
         .map(|entry| observe_run(store, sweep, entry))

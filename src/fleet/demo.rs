@@ -210,6 +210,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
             scan_interval: Duration::from_millis(150),
             max_attempts: crate::core::placement::DEFAULT_MAX_ATTEMPTS,
             idle_scan_interval: Duration::from_millis(150),
+            watch_interval: Duration::from_millis(150),
             wake: None,
         },
         Arc::clone(&stop),

@@ -406,15 +406,19 @@ impl Node {
     )]
     pub async fn execute_recovery(&self, record: &RecoveryRecord) -> Result<(Stopped, u64)> {
         let run = RunId::new(record.recovery_id.as_str());
-        let held = self
-            .holder
-            .acquire_or_wait_from(
-                &run,
-                record.source_epoch.next(),
-                self.holder.ttl() / 4,
-                self.holder.ttl() * 3,
-            )
-            .await?;
+        let held = match self.take_from_abandoned(&run, record).await? {
+            Some(held) => held,
+            None => {
+                self.holder
+                    .acquire_or_wait_from(
+                        &run,
+                        record.source_epoch.next(),
+                        self.holder.ttl() / 4,
+                        self.holder.ttl() * 3,
+                    )
+                    .await?
+            }
+        };
         let policy = SnapshotPolicy::default();
         // Continue the recovery run if an earlier attempt started it, else seed it. The first
         // attempt (the lifecycle counts every start) cannot find one, so it seeds at once; a
@@ -493,6 +497,34 @@ impl Node {
             self.holder.release(&held).await?;
         }
         driven
+    }
+}
+
+impl Node {
+    /// The recovery run's lease, taken over at once when the attempt before this one was
+    /// abandoned and its worker still holds the lease: the coordinator judged that worker gone
+    /// (its heartbeat silent for its TTL), so watching it for another TTL would only double
+    /// the wait. `None` when there is no such lease; the caller then acquires as usual.
+    async fn take_from_abandoned(
+        &self,
+        run: &RunId,
+        record: &RecoveryRecord,
+    ) -> Result<Option<Held>> {
+        let Some(gone) = &record.abandoned_by else {
+            return Ok(None);
+        };
+        let Some(view) = crate::store::lease::read_lease(&self.store, run).await? else {
+            return Ok(None);
+        };
+        if view.lease.released || view.lease.holder != *gone || gone == self.holder.id() {
+            return Ok(None);
+        }
+        match self.holder.take_over(&view).await {
+            Ok(held) => Ok(Some(held)),
+            // Someone else moved it meanwhile: acquire as usual.
+            Err(LeaseError::HeldByOther { .. } | LeaseError::Contended { .. }) => Ok(None),
+            Err(other) => Err(other.into()),
+        }
     }
 }
 

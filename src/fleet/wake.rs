@@ -136,10 +136,7 @@ impl CoordinatorWaker {
 
     /// Wakes the coordinator, if one leads and advertises an address; best effort.
     pub async fn wake(&self) {
-        let url = self
-            .url
-            .get_or_init(|| coordinator_url(&self.store))
-            .await;
+        let url = self.url.get_or_init(|| coordinator_url(&self.store)).await;
         if let Some(url) = url
             && let Err(error) = poke(url).await
         {
