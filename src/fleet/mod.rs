@@ -643,6 +643,8 @@ pub async fn answer_run(
                     if refused.state != RecoveryState::Parked && !refused.state.is_terminal() => {}
                 Err(other) => return Err(other.into()),
             }
+            // Admitted again: the coordinator assigns it now, not at its next scan.
+            wake::wake_coordinator(store).await;
         }
         None => {
             if entry.phase != Phase::Parked {
@@ -662,6 +664,8 @@ pub async fn answer_run(
                 Err(other) => return Err(other),
             }
             lifecycle::host_answered(store, &entry).await?;
+            // The run now waits for the fleet to continue it: tell the coordinator.
+            wake::wake_coordinator(store).await;
         }
     }
     Ok(())

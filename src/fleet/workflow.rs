@@ -109,6 +109,11 @@ pub async fn run(
         report.dispatched.push(spec.step.clone());
         waiting.push(spec);
     }
+    if !waiting.is_empty() {
+        // The steps are runs nobody holds: the coordinator admits them now, not at its next
+        // (possibly idle-paced) scan.
+        crate::fleet::wake::wake_coordinator(store).await;
+    }
     while !waiting.is_empty() {
         let mut still = Vec::new();
         for spec in waiting {
