@@ -12,7 +12,7 @@
 //! derived from the source run ([`recovery_id_for`]) and admission is idempotent.
 
 use crate::core::epoch::Epoch;
-use crate::core::record::{IndexEntry, Phase, RecoveryState};
+use crate::core::record::{IndexEntry, Phase, RecoveryRecord, RecoveryState};
 use crate::error::Error;
 use crate::fleet::admission;
 use crate::fleet::admission::Takeover;
@@ -123,6 +123,10 @@ struct Observer {
     unreachable: BTreeMap<String, ETag>,
     /// Workers judged with their full-rate TTL last tick (they ran a recovery).
     judged_busy: std::collections::BTreeSet<String>,
+    /// Recovery records as last read, by source run, with the index entry they were read for
+    /// and when: a record is read again when its entry changed, while it waits for a worker
+    /// (admitted), every [`RUNNING_REFRESH`] while it runs, and on every sweep.
+    records: BTreeMap<RunId, (IndexEntry, RecoveryRecord, crate::clock::Stopwatch)>,
     /// The TTLs holders declared as of the last tick, by heartbeat key, for the watch.
     declared: Vec<(String, u64)>,
     /// Heartbeats of live processes that held runs at the last tick (hosts of running runs,
@@ -150,9 +154,9 @@ pub async fn run(
     let mut leading: Option<Held> = None;
     // Kept across ticks: a standby judges the leader dead only after a whole TTL of silence.
     let mut standby = ExpiryWatch::default();
-    // One tick may follow another at once (an admission to assign); never two in a row, so
-    // an action that keeps failing cannot spin.
-    let mut followed_up = false;
+    // Ticks may follow each other at once while they make progress (admissions to assign),
+    // up to a bound.
+    let mut followed_up = 0;
     while !stop.load(Ordering::SeqCst) {
         if leading.is_none() {
             match holder
@@ -178,8 +182,8 @@ pub async fn run(
                 continue;
             }
             match tick(&store, &holder, &options, &mut observer).await {
-                Ok(report) if report.again && !followed_up => {
-                    followed_up = true;
+                Ok(report) if report.again && followed_up < MAX_IMMEDIATE_TICKS => {
+                    followed_up += 1;
                     continue;
                 }
                 Ok(report) => {
@@ -191,7 +195,7 @@ pub async fn run(
                 Err(error) => tracing::warn!(%error, "coordinator tick failed"),
             }
         }
-        followed_up = false;
+        followed_up = 0;
         wait_for_next_tick(&store, &options, &mut observer, pause, watching, &stop).await;
     }
     if let Some(held) = &leading {
@@ -341,17 +345,38 @@ async fn tick(
             run
         })
         .collect();
-    let actions = placement::decide(&workers, &runs, options.max_attempts);
+    let mut actions = placement::decide(&workers, &runs, options.max_attempts);
+    // Admissions go in batches: after an outage every run needs one, and the first ones are
+    // assigned (by the tick that follows at once) while the rest are still being admitted.
+    let mut admits = 0;
+    let before = actions.len();
+    actions.retain(|action| {
+        let admit = matches!(action, Action::Admit { .. });
+        admits += usize::from(admit);
+        !admit || admits <= ACTION_CONCURRENCY
+    });
+    let deferred = actions.len() < before;
     // Each action is one lifecycle event on its own recovery: run them side by side (an
     // admission fences and loads its source, which takes several round trips).
     let observed = &runs;
-    futures::stream::iter(&actions)
-        .for_each_concurrent(ACTION_CONCURRENCY, |action| async move {
-            if let Err(error) = execute(store, holder, options, action, observed).await {
-                tracing::warn!(?action, %error, "coordinator action failed");
+    let progressed = futures::stream::iter(actions.clone())
+        .map(|action| async move {
+            match execute(store, holder, options, &action, observed).await {
+                Ok(()) => matches!(
+                    action,
+                    Action::Admit { .. } | Action::Abandon { .. } | Action::Answered { .. }
+                ),
+                Err(error) => {
+                    tracing::warn!(?action, %error, "coordinator action failed");
+                    false
+                }
             }
         })
-        .await;
+        .buffer_unordered(ACTION_CONCURRENCY)
+        .collect::<Vec<bool>>()
+        .await
+        .into_iter()
+        .any(|progress| progress);
     let unanswered = write_inboxes(store, observer, options, &workers, &runs, &actions).await?;
     let newly_unreachable = !unanswered.is_empty();
     for worker in unanswered {
@@ -359,13 +384,10 @@ async fn tick(
             observer.unreachable.insert(worker, etag);
         }
     }
-    let again = newly_unreachable
-        || actions.iter().any(|action| {
-            matches!(
-                action,
-                Action::Admit { .. } | Action::Abandon { .. } | Action::Answered { .. }
-            )
-        });
+    // Another tick at once only after progress (an admission, a hand-back, an answer that
+    // made a recovery assignable; a worker to offer around): a failing action cannot spin.
+    let again = newly_unreachable || progressed;
+    let _ = deferred;
     // The heartbeats whose silence would need action: hosts of running runs and workers
     // running a recovery, while they live.
     observer.watched = runs
@@ -386,6 +408,13 @@ async fn tick(
         actions,
     })
 }
+
+/// Ticks that may follow each other without a pause while each makes progress.
+const MAX_IMMEDIATE_TICKS: u32 = 64;
+
+/// How stale a cached record of a running recovery may be: a worker hands one back (a yield,
+/// a failure) without touching the index, and the coordinator sees it within this.
+const RUNNING_REFRESH: Duration = Duration::from_secs(1);
 
 /// Actions (admissions, lifecycle events) executed at once per tick.
 const ACTION_CONCURRENCY: usize = 16;
@@ -523,38 +552,79 @@ fn judge_liveness(
 /// The reads go side by side.
 async fn observe_runs(
     store: &Store,
-    observer: &Observer,
+    observer: &mut Observer,
     entries: Vec<IndexEntry>,
 ) -> Vec<RunView> {
     let sweep = observer.ticks_since_registrations == 0;
+    let cache = &observer.records;
     let observed = futures::stream::iter(entries)
-        .map(|entry| observe_run(store, sweep, entry))
+        .map(|entry| {
+            // A cached record still describes the run unless its entry changed, it waits to
+            // be started (this coordinator assigns it; a worker starts it), or it has been
+            // running for a while (a worker may have handed it back).
+            let cached = cache
+                .get(&entry.run_id)
+                .filter(|(seen, record, read_at)| {
+                    *seen == entry
+                        && !sweep
+                        && match record.state {
+                            RecoveryState::Admitted => false,
+                            RecoveryState::Running => read_at.elapsed() < RUNNING_REFRESH,
+                            _ => true,
+                        }
+                })
+                .map(|(_, record, read_at)| (record.clone(), *read_at));
+            observe_run(store, sweep, entry, cached)
+        })
         .buffered(ACTION_CONCURRENCY)
         .collect::<Vec<_>>()
         .await;
-    observed.into_iter().flatten().collect()
+    let mut records = BTreeMap::new();
+    let mut runs = Vec::with_capacity(observed.len());
+    for (run, read_at) in observed.into_iter().flatten() {
+        if let (Some(record), Some(read_at)) = (&run.recovery, read_at) {
+            records.insert(
+                run.entry.run_id.clone(),
+                (run.entry.clone(), record.clone(), read_at),
+            );
+        }
+        runs.push(run);
+    }
+    // Only runs still in the index are remembered.
+    observer.records = records;
+    runs
 }
 
-/// One run's view; `None` if its record cannot be read now (the next tick tries again).
-async fn observe_run(store: &Store, sweep: bool, entry: IndexEntry) -> Option<RunView> {
+/// One run's view and when its record was read; `None` if its record cannot be read now
+/// (the next tick tries again).
+async fn observe_run(
+    store: &Store,
+    sweep: bool,
+    entry: IndexEntry,
+    cached: Option<(RecoveryRecord, crate::clock::Stopwatch)>,
+) -> Option<(RunView, Option<crate::clock::Stopwatch>)> {
     let read_record = match entry.phase {
         Phase::Recovering => true,
         Phase::Parked => sweep,
         Phase::Running | Phase::Dead => false,
     };
-    let recovery = match &entry.recovery_id {
-        Some(id) if read_record => match recovery::read(store, id).await {
-            Ok(record) => record.map(|(r, _)| r),
+    let (recovery, read_at) = match (&entry.recovery_id, cached) {
+        (Some(_), Some((record, read_at))) => (Some(record), Some(read_at)),
+        (Some(id), None) if read_record => match recovery::read(store, id).await {
+            Ok(record) => (
+                record.map(|(r, _)| r),
+                Some(crate::clock::Stopwatch::start()),
+            ),
             Err(error) => {
                 tracing::warn!(recovery_id = %id, %error, "cannot read the recovery record");
                 return None;
             }
         },
-        _ => None,
+        _ => (None, None),
     };
     // One HEAD per parked recovery per sweep: the slot after the generation it parked at.
     let answered = match &recovery {
-        Some(record) if record.state == RecoveryState::Parked => match record.parked_at {
+        Some(record) if sweep && record.state == RecoveryState::Parked => match record.parked_at {
             Some(parked_at) => {
                 let chain = crate::store::generation::Chain::new(
                     store,
@@ -566,12 +636,15 @@ async fn observe_run(store: &Store, sweep: bool, entry: IndexEntry) -> Option<Ru
         },
         _ => false,
     };
-    Some(RunView {
-        entry,
-        holder_alive: false,
-        recovery,
-        answered,
-    })
+    Some((
+        RunView {
+            entry,
+            holder_alive: false,
+            recovery,
+            answered,
+        },
+        read_at,
+    ))
 }
 
 /// Each live worker's inbox: the recoveries assigned to it and not yet finished. Written

@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use futures::StreamExt;
+
 use crate::core::fact::RunId;
 use crate::core::layout::{self, ObjectError};
 use crate::core::record::{INDEX_ENTRY_KIND, IndexEntry};
@@ -75,6 +77,9 @@ pub struct BadEntry {
     pub error: IndexError,
 }
 
+/// Entries read at once by a scan.
+const SCAN_CONCURRENCY: usize = 16;
+
 /// Incremental scans of the index, caching entries by ETag.
 #[derive(Debug, Default)]
 pub struct IndexScan {
@@ -91,36 +96,48 @@ impl IndexScan {
     ) -> Result<(Vec<IndexEntry>, Vec<BadEntry>), StoreError> {
         let mut seen = HashMap::new();
         let mut bad = Vec::new();
-        for listed in &store.list_all(layout::index_prefix()).await? {
+        let mut fetch = Vec::new();
+        for listed in store.list_all(layout::index_prefix()).await? {
             let cached = self
                 .cache
                 .remove(&listed.key)
                 .filter(|(etag, _)| listed.etag.as_ref() == Some(etag));
-            let entry = match cached {
-                Some(hit) => hit,
-                None => match store.read(&listed.key).await? {
-                    None => continue,
-                    Some(object) => {
-                        match layout::decode_object::<IndexEntry>(
-                            &listed.key,
-                            INDEX_ENTRY_KIND,
-                            &object.bytes,
-                        ) {
-                            // Cached under the listing's ETag, which the next listing
-                            // reports again if the entry is unchanged.
-                            Ok(entry) => (listed.etag.clone().unwrap_or(object.etag), entry),
-                            Err(error) => {
-                                bad.push(BadEntry {
-                                    key: listed.key.clone(),
-                                    error: error.into(),
-                                });
-                                continue;
-                            }
-                        }
-                    }
-                },
+            match cached {
+                Some(hit) => {
+                    seen.insert(listed.key.clone(), hit);
+                }
+                None => fetch.push(listed),
+            }
+        }
+        // New or changed entries are read side by side: after an outage every entry changes
+        // at once, and one GET after another would take a round trip each.
+        let fetched: Vec<_> = futures::stream::iter(fetch)
+            .map(|listed| async move {
+                let object = store.read(&listed.key).await;
+                (listed, object)
+            })
+            .buffered(SCAN_CONCURRENCY)
+            .collect()
+            .await;
+        for (listed, object) in fetched {
+            let Some(object) = object? else {
+                continue;
             };
-            seen.insert(listed.key.clone(), entry);
+            match layout::decode_object::<IndexEntry>(&listed.key, INDEX_ENTRY_KIND, &object.bytes)
+            {
+                // Cached under the listing's ETag, which the next listing reports again if
+                // the entry is unchanged.
+                Ok(entry) => {
+                    seen.insert(
+                        listed.key.clone(),
+                        (listed.etag.clone().unwrap_or(object.etag), entry),
+                    );
+                }
+                Err(error) => bad.push(BadEntry {
+                    key: listed.key.clone(),
+                    error: error.into(),
+                }),
+            }
         }
         self.cache = seen;
         let mut entries: Vec<IndexEntry> = self.cache.values().map(|(_, e)| e.clone()).collect();
