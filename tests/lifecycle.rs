@@ -186,7 +186,8 @@ fn drive_to_end(mut record: RecoveryRecord) -> (RecoveryRecord, usize) {
 }
 
 proptest! {
-    // Proves, over random event sequences: no event leaves a terminal state; `failures`
+    // Proves, over random event sequences: no event leaves a terminal state; `abandoned_by`
+    // names a worker only after an abandoned attempt; `failures`
     // counts exactly the accepted Fail and Abandon events (yields, parks and hand-backs never
     // count); `attempts` counts accepted starts; dead-lettering happens only from Admitted
     // (no live attempt) and only after enough failures; and from every reachable record a
@@ -215,6 +216,17 @@ proptest! {
                     if next.state == RecoveryState::Running {
                         prop_assert!(next.assigned_to.is_some());
                     }
+                    // `abandoned_by` names the worker of the last attempt only if that attempt
+                    // was abandoned; any other end of an attempt clears it.
+                    let expected = match event {
+                        Event::Abandon { worker, .. } => Some(worker.clone()),
+                        Event::Yield { .. }
+                        | Event::Park { .. }
+                        | Event::Fail { .. }
+                        | Event::Finish { .. } => None,
+                        _ => before.abandoned_by.clone(),
+                    };
+                    prop_assert_eq!(&next.abandoned_by, &expected);
                     record = next;
                 }
                 Err(refused) => {
@@ -1632,4 +1644,161 @@ async fn a_recovery_id_never_names_an_existing_run() {
             .is_none(),
         "the refused run took a lease"
     );
+}
+
+// Proves an idle worker, which beats only every third of its idle TTL, is judged by that TTL
+// and offered work, and that it returns to the full rate when an attempt begins: without
+// idle judging it would be silent for many full TTLs and never be offered the recovery.
+#[tokio::test(start_paused = true)]
+async fn an_idle_worker_beating_slowly_is_still_offered_work() {
+    let harness = Harness::new(3, 32, None);
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 5, &stop);
+    let mut options = harness.worker_options("sleepy");
+    options.idle_ttl = Some(Duration::from_secs(600));
+    let worker = harness.spawn_worker(&store, options, &stop);
+    // Idle for many full TTLs: it beats every 200 s now.
+    rekindle::clock::sleep(Duration::from_secs(15)).await;
+    let beat = |key: String| {
+        let store = store.clone();
+        async move {
+            lease::read_heartbeat(&store, &key)
+                .await
+                .unwrap()
+                .unwrap()
+                .0
+        }
+    };
+    let key = layout::heartbeat("sleepy");
+    assert_eq!(
+        beat(key.clone()).await.ttl_ms,
+        600_000,
+        "idle, it declares its idle TTL"
+    );
+    let idle_beats = beat(key.clone()).await.beat;
+    assert!(
+        idle_beats <= 2,
+        "it beat {idle_beats} times in 15 s while idle"
+    );
+
+    harness.crashed_host("idle", 1).await;
+    // Well before its next idle beat (at 200 s): judged by its full TTL it would look dead
+    // until then and be offered nothing.
+    harness
+        .until(
+            Duration::from_secs(30),
+            "the recovery on the idle worker",
+            || async {
+                harness
+                    .record("idle")
+                    .await
+                    .is_some_and(|r| r.state == RecoveryState::Finished)
+            },
+        )
+        .await;
+    harness.audit("idle", 1);
+    let record = harness.record("idle").await.unwrap();
+    assert_eq!(record.failures, 0, "{record:?}");
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+    coordinator.await.unwrap();
+}
+
+// Proves the attempt after an abandoned one resumes within about one TTL of its worker's
+// death: it takes the recovery run's lease over from the worker the coordinator judged gone,
+// instead of watching that lease for a second TTL. Virtual time: the bound is the
+// protocol's, not the machine's.
+#[tokio::test(start_paused = true)]
+async fn the_attempt_after_an_abandoned_one_does_not_wait_a_second_ttl() {
+    let harness = Harness::new(3, 32, None).with_tool_delay(Duration::from_millis(400));
+    harness.crashed_host("handoff", 1).await;
+    let host_epoch = harness
+        .ledger
+        .calls("handoff")
+        .iter()
+        .map(|(_, epoch)| *epoch)
+        .max()
+        .unwrap();
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut options = CoordinatorOptions::new("c", TTL);
+    options.scan_interval = Duration::from_millis(50);
+    options.idle_scan_interval = Duration::from_millis(50);
+    options.watch_interval = Duration::from_millis(50);
+    let coordinator = tokio::spawn(coordinator::run(store.clone(), options, Arc::clone(&stop)));
+    let crash = Arc::new(AtomicBool::new(false));
+    let mut doomed_options = harness.worker_options("doomed");
+    doomed_options.crash = Some(Arc::clone(&crash));
+    let doomed = harness.spawn_worker(&store, doomed_options, &stop);
+    harness
+        .until(
+            Duration::from_secs(30),
+            "the doomed worker's first call",
+            || async {
+                harness
+                    .ledger
+                    .calls("handoff")
+                    .iter()
+                    .any(|(_, epoch)| *epoch > host_epoch)
+            },
+        )
+        .await;
+    let doomed_epoch = harness
+        .ledger
+        .calls("handoff")
+        .iter()
+        .map(|(_, epoch)| *epoch)
+        .max()
+        .unwrap();
+    let rescuer = harness.spawn_worker(&store, harness.worker_options("rescuer"), &stop);
+    rekindle::clock::sleep(Duration::from_millis(100)).await;
+    // Killed mid-call, holding the recovery run's lease.
+    crash.store(true, Ordering::SeqCst);
+    let killed = rekindle::clock::Stopwatch::start();
+    harness
+        .until(
+            Duration::from_secs(30),
+            "the rescuer's first call",
+            || async {
+                harness
+                    .ledger
+                    .calls("handoff")
+                    .iter()
+                    .any(|(_, epoch)| *epoch > doomed_epoch)
+            },
+        )
+        .await;
+    let resumed = killed.elapsed();
+    // Noticed within the worker's poll (100 ms), judged after its TTL (900 ms) plus one
+    // watch (50 ms), reassigned and polled (100 ms): about 1.2 s. Watching the lease for a
+    // second TTL would make it about 2.1 s.
+    assert!(
+        resumed < TTL + TTL * 2 / 3,
+        "resumed {resumed:?} after the worker died (TTL {TTL:?})"
+    );
+    let record = harness.record("handoff").await.unwrap();
+    assert_eq!(record.abandoned_by.as_deref(), Some("doomed"), "{record:?}");
+    harness
+        .until(
+            Duration::from_secs(30),
+            "the recovery to finish",
+            || async {
+                harness
+                    .record("handoff")
+                    .await
+                    .is_some_and(|r| r.state == RecoveryState::Finished)
+            },
+        )
+        .await;
+    let record = harness.record("handoff").await.unwrap();
+    assert_eq!(
+        record.abandoned_by, None,
+        "cleared once the next attempt ended: {record:?}"
+    );
+    harness.audit("handoff", 2);
+    stop.store(true, Ordering::SeqCst);
+    doomed.await.unwrap().unwrap();
+    rescuer.await.unwrap().unwrap();
+    coordinator.await.unwrap().unwrap();
 }

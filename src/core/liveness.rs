@@ -261,4 +261,22 @@ mod tests {
             Liveness::Running
         );
     }
+
+    // Proves the watch says when to look next: the earliest unchanged observation's TTL end,
+    // moved on by a change, and forgotten keys no longer count.
+    #[test]
+    fn next_expiry_is_the_earliest_silent_deadline() {
+        let at = Duration::from_secs;
+        let mut watch = ExpiryWatch::default();
+        assert_eq!(watch.next_expiry(), None);
+        let e = |v: &str| ETag(v.into());
+        watch.observe("a", &e("1"), None, at(10), at(0));
+        watch.observe("b", &e("1"), None, at(30), at(5));
+        assert_eq!(watch.next_expiry(), Some(at(10)));
+        // "a" changed at 8: its deadline moves to 18.
+        watch.observe("a", &e("2"), None, at(10), at(8));
+        assert_eq!(watch.next_expiry(), Some(at(18)));
+        watch.retain(|key| key == "b");
+        assert_eq!(watch.next_expiry(), Some(at(35)));
+    }
 }

@@ -373,4 +373,53 @@ mod tests {
         let actions = decide(&only_other, &runs[4..5], 5);
         assert!(actions.is_empty(), "{actions:?}");
     }
+
+    // Proves offers follow wake-ups: a worker that did not answer one gets no new recovery,
+    // a recovery offered to it and not started moves to a worker that answers, and one it
+    // runs stays with it (only a silent heartbeat hands that back).
+    #[test]
+    fn an_unreachable_worker_keeps_its_attempts_but_gets_no_offers() {
+        let mut deaf = worker("deaf", 9, "fp", true);
+        deaf.offer = false;
+        let workers = [deaf, worker("near", 2, "fp", true)];
+        let runs = [
+            run(
+                "offered",
+                Phase::Recovering,
+                false,
+                Some(record("offered", RecoveryState::Admitted, Some("deaf"), 0)),
+            ),
+            run(
+                "running",
+                Phase::Recovering,
+                false,
+                Some(record("running", RecoveryState::Running, Some("deaf"), 0)),
+            ),
+            run(
+                "new",
+                Phase::Recovering,
+                false,
+                Some(record("new", RecoveryState::Admitted, None, 0)),
+            ),
+        ];
+        let actions = decide(&workers, &runs, DEFAULT_MAX_ATTEMPTS);
+        let assigned: Vec<(&str, &str)> = actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Assign { recovery, worker } => Some((recovery.as_str(), worker.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            assigned,
+            [("recovery-of-offered", "near"), ("recovery-of-new", "near")],
+            "{actions:?}"
+        );
+        assert!(
+            !actions
+                .iter()
+                .any(|action| matches!(action, Action::Abandon { .. })),
+            "{actions:?}"
+        );
+    }
 }

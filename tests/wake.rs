@@ -1,0 +1,205 @@
+//! Wake-ups move work at once. Every timer here is a minute long (coordinator scans, the
+//! watch, worker polls), so a recovery that finishes within seconds was moved by wake-ups:
+//! a host's new run wakes the coordinator, an admission wakes it, it wakes the worker it
+//! assigns to, and a worker that does not answer is passed over for one that does.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rekindle::clock::{Stopwatch, SystemClock};
+use rekindle::core::assignment::{Registration, recovery_id_for};
+use rekindle::core::fact::{RecoveryId, RunId};
+use rekindle::core::layout;
+use rekindle::core::record::RecoveryState;
+use rekindle::fleet::admission::Takeover;
+use rekindle::fleet::coordinator::{self, CoordinatorOptions};
+use rekindle::fleet::runner::Stopped;
+use rekindle::fleet::wake::{self, Wakeup};
+use rekindle::fleet::worker::{self, WorkerOptions, WorkerStats};
+use rekindle::fleet::{self, Agent, Node};
+use rekindle::host::config::Config;
+use rekindle::store::lease::Holder;
+use rekindle::store::log::LogDir;
+use rekindle::store::{Store, recovery};
+
+const TTL: Duration = Duration::from_secs(5);
+const TIMER: Duration = Duration::from_secs(60);
+/// Far below every timer: only wake-ups can move the work this fast.
+const LIMIT: Duration = Duration::from_secs(20);
+
+struct Fleet {
+    dir: tempfile::TempDir,
+    store: Store,
+    agent: Agent,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Fleet {
+    fn new() -> Fleet {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("script.json"),
+            r#"[{"content": "one", "tool_calls": [{"name": "noop", "arguments": {}}]}, {"content": "done"}]"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("rekindle.toml"),
+            "[model]\nkind = \"scripted\"\nname = \"m\"\nscript = \"script.json\"\n[[tools]]\nname = \"noop\"\ncommand = [\"true\"]\n",
+        )
+        .unwrap();
+        let config = Config::load(&dir.path().join("rekindle.toml")).unwrap();
+        Fleet {
+            store: Store::memory(SystemClock::shared()),
+            agent: Agent::from_config(config).unwrap(),
+            dir,
+            stop: Arc::new(AtomicBool::new(false)),
+            tasks: Vec::new(),
+        }
+    }
+
+    async fn endpoint() -> (Wakeup, Option<String>) {
+        let wakeup: Wakeup = Arc::new(tokio::sync::Notify::new());
+        let url = wake::serve_loopback(Arc::clone(&wakeup)).await.unwrap();
+        (wakeup, Some(url))
+    }
+
+    async fn coordinator(&mut self) {
+        let mut options = CoordinatorOptions::new("coordinator", TTL);
+        options.scan_interval = TIMER;
+        options.idle_scan_interval = TIMER;
+        options.watch_interval = TIMER;
+        options.wake = Some(Self::endpoint().await);
+        let (store, stop) = (self.store.clone(), Arc::clone(&self.stop));
+        self.tasks.push(tokio::spawn(async move {
+            coordinator::run(store, options, stop).await.unwrap();
+        }));
+    }
+
+    async fn worker(&mut self, id: &str) {
+        let mut options = WorkerOptions::new(id, 4, TTL);
+        options.poll_interval = TIMER;
+        options.idle_ttl = Some(TIMER * 10);
+        options.wake = Some(Self::endpoint().await);
+        let logs = LogDir::open(self.dir.path().join(id)).unwrap();
+        let (store, stop, agent) = (
+            self.store.clone(),
+            Arc::clone(&self.stop),
+            self.agent.clone(),
+        );
+        self.tasks.push(tokio::spawn(async move {
+            let stats = Arc::new(WorkerStats::default());
+            worker::run(store, agent, logs, options, stop, stats)
+                .await
+                .unwrap();
+        }));
+    }
+
+    /// A host that journals the run's opening and stops before its first model turn, as a
+    /// crash would leave it; `beating` keeps its heartbeat alive (a holder that only seems
+    /// alive), else it is gone.
+    async fn interrupted_run(&self, run: &RunId, beating: bool) -> Arc<Holder> {
+        let holder = Holder::new(&self.store, format!("host-{run}"), TTL);
+        if beating {
+            holder.beat().await.unwrap();
+            holder.spawn_heartbeat(Arc::clone(&self.stop));
+        }
+        let node = Node {
+            store: self.store.clone(),
+            agent: self.agent.clone(),
+            logs: LogDir::open(self.dir.path().join("host")).unwrap(),
+            holder: Arc::clone(&holder),
+            stop: Arc::new(AtomicBool::new(true)),
+        };
+        let stopped = node.start_run(run, None, "go").await.unwrap();
+        assert!(matches!(stopped, Stopped::StopRequested), "{stopped:?}");
+        holder
+    }
+
+    async fn finished_within(&self, id: &RecoveryId, limit: Duration) -> Duration {
+        let waited = Stopwatch::start();
+        loop {
+            let record = recovery::read(&self.store, id)
+                .await
+                .unwrap()
+                .map(|(r, _)| r);
+            if record
+                .as_ref()
+                .is_some_and(|r| r.state == RecoveryState::Finished)
+            {
+                return waited.elapsed();
+            }
+            assert!(
+                waited.elapsed() < limit,
+                "recovery {id} not finished within {limit:?}: {record:?}"
+            );
+            rekindle::clock::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+    }
+}
+
+// Proves a new run wakes an idle coordinator: the host's run, interrupted at once (its
+// holder never beats), is admitted, assigned and finished long before any scan or poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_run_wakes_the_coordinator_and_the_worker() {
+    let mut fleet = Fleet::new();
+    fleet.coordinator().await;
+    fleet.worker("w1").await;
+    // The coordinator's first scan is behind it: it idles for a minute now.
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let run = RunId::new("woken");
+    fleet.interrupted_run(&run, false).await;
+    fleet.finished_within(&recovery_id_for(&run), LIMIT).await;
+    fleet.stop().await;
+}
+
+// Proves an admission wakes the coordinator, and that a worker which does not answer its
+// wake-up (its advertised address is closed) is passed over: the recovery is offered to it
+// first (it has the most free slots), then moved to the worker that answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_is_assigned_at_once_and_skips_a_deaf_worker() {
+    let mut fleet = Fleet::new();
+    // A live worker whose wake-up address answers nobody.
+    let deaf = Holder::with_role(&fleet.store, "deaf", TTL, "worker");
+    deaf.beat().await.unwrap();
+    deaf.spawn_heartbeat(Arc::clone(&fleet.stop));
+    let mut registration = Registration::new(
+        "deaf",
+        deaf.heartbeat_key(),
+        100,
+        fleet.agent.fingerprint_sha256(),
+    );
+    registration.ttl_ms = Some(TTL.as_millis() as u64);
+    registration.wake = Some("http://127.0.0.1:9".into());
+    fleet
+        .store
+        .put(
+            &layout::worker("deaf"),
+            layout::encode_object(&registration),
+        )
+        .await
+        .unwrap();
+    fleet.coordinator().await;
+    fleet.worker("near").await;
+    // The host seems alive (it beats), so only an operator's takeover admits it.
+    let run = RunId::new("declared");
+    fleet.interrupted_run(&run, true).await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let operator = Holder::new(&fleet.store, "operator", TTL);
+    let id = RecoveryId::new("declared-by-hand");
+    fleet::spawn_recovery(&fleet.store, &operator, &run, &id, false, Takeover::Now)
+        .await
+        .unwrap();
+    fleet.finished_within(&id, LIMIT).await;
+    let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
+    assert_eq!(record.failures, 0, "{record:?}");
+    fleet.stop().await;
+}
