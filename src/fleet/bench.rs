@@ -31,7 +31,6 @@ use crate::fleet::worker::{self, WorkerOptions, WorkerStats};
 use crate::fleet::{Agent, Node};
 use crate::host::config::Config;
 use crate::host::{CommandTools, ToolContext, ToolDefinition, ToolOutput, Tools};
-use crate::store::faults::FaultSettings;
 use crate::store::index::IndexScan;
 use crate::store::lease::Holder;
 use crate::store::log::LogDir;
@@ -636,10 +635,7 @@ fn add(a: &MetricsSnapshot, b: &MetricsSnapshot) -> MetricsSnapshot {
 fn with_latency(workload: &Workload, settings: &StoreSettings) -> StoreSettings {
     let mut settings = settings.clone();
     if !workload.latency.is_zero() || !workload.jitter.is_zero() {
-        let mut faults = settings
-            .faults
-            .clone()
-            .unwrap_or_else(FaultSettings::default);
+        let mut faults = settings.faults.clone().unwrap_or_default();
         faults.plan.latency = workload.latency;
         faults.plan.jitter = workload.jitter;
         settings.faults = Some(faults);

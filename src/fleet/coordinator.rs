@@ -394,12 +394,12 @@ async fn tick(
         .iter()
         .filter(|run| run.entry.phase == Phase::Running && run.holder_alive)
         .filter_map(|run| run.entry.holder.clone())
-        .chain(workers.iter().filter(|w| w.alive).filter_map(|w| {
-            observer
-                .judged_busy
-                .contains(&w.registration.worker)
-                .then(|| w.registration.heartbeat.clone())
-        }))
+        .chain(
+            workers
+                .iter()
+                .filter(|w| w.alive && observer.judged_busy.contains(&w.registration.worker))
+                .map(|w| w.registration.heartbeat.clone()),
+        )
         .collect();
     Ok(TickReport {
         busy: !runs.is_empty(),

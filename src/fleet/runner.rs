@@ -153,9 +153,9 @@ impl Runner {
                         }),
                         _ => {
                             if let Some((holder, held)) = &self.lease
-                                && !self
+                                && self
                                     .committed_at
-                                    .is_some_and(|at| at.elapsed() < holder.ttl() / 3)
+                                    .is_none_or(|at| at.elapsed() >= holder.ttl() / 3)
                             {
                                 holder.check(held).await?;
                             }
