@@ -254,7 +254,9 @@ impl Node {
             steps_per_resume: self.agent.config.steps_per_resume(),
             clock: Arc::clone(self.clock()),
             lease: Some((Arc::clone(&self.holder), held)),
-            committed_at: None,
+            // The lease was just taken and the writer just committed (the run's first
+            // generation, a seed or a fence): proof enough for the first tool call.
+            committed_at: Some(crate::clock::Stopwatch::start()),
             stop: Arc::clone(&self.stop),
             lease_suspect,
         }

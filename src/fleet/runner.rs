@@ -77,7 +77,8 @@ pub struct Runner {
     /// last third of its TTL, so a holder that lost the run does not start side effects;
     /// commits are fenced regardless.
     pub lease: Option<(Arc<Holder>, Held)>,
-    /// When this runner's last commit succeeded. A tool call always follows the commit that
+    /// When this runner's last commit succeeded (or, at the start, when its lease was taken
+    /// and its writer's first generation landed). A tool call always follows the commit that
     /// recorded it: if that commit succeeded, no takeover had fenced the run yet, and one that
     /// comes after it makes this the call in flight, the one call a recovery may repeat. So a
     /// recent commit stands in for the lease check (one GET per step saved); an old one (a

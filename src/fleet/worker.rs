@@ -141,6 +141,10 @@ pub async fn run(
     let mut running: BTreeMap<RecoveryId, tokio::task::JoinHandle<()>> = BTreeMap::new();
     // Where the leading coordinator takes wake-ups, as the last inbox said.
     let mut coordinator: Option<String> = None;
+    // Recoveries whose attempt here ended since the last timed poll: a wake-up finds them
+    // still listed until the coordinator rewrites the inbox, and re-reading each record per
+    // wake-up would cost a GET each time for nothing.
+    let mut ended: std::collections::BTreeSet<RecoveryId> = std::collections::BTreeSet::new();
     while !stop.load(Ordering::SeqCst) {
         if options
             .crash
@@ -155,7 +159,13 @@ pub async fn run(
             return Ok(());
         }
         let before = running.len();
-        running.retain(|_, task| !task.is_finished());
+        running.retain(|id, task| {
+            let done = task.is_finished();
+            if done {
+                ended.insert(id.clone());
+            }
+            !done
+        });
         if running.len() < before
             && let Some(url) = coordinator.clone()
         {
@@ -170,7 +180,10 @@ pub async fn run(
             Ok(inbox) => {
                 coordinator = inbox.coordinator_wake;
                 for id in inbox.recoveries {
-                    if running.len() >= options.concurrency as usize || running.contains_key(&id) {
+                    if running.len() >= options.concurrency as usize
+                        || running.contains_key(&id)
+                        || ended.contains(&id)
+                    {
                         continue;
                     }
                     let node = node.clone();
@@ -195,7 +208,11 @@ pub async fn run(
             }
             Err(error) => tracing::warn!(worker_id = %options.id, %error, "cannot read the inbox"),
         }
-        crate::clock::sleep_unless(options.poll_interval, &stop, wakeup.as_deref()).await;
+        if !crate::clock::sleep_unless(options.poll_interval, &stop, wakeup.as_deref()).await {
+            // A poll by the timer looks at every listed recovery again: one whose attempt
+            // ended may have been handed back to this worker since (its inbox unchanged).
+            ended.clear();
+        }
     }
     let deadline = crate::clock::Stopwatch::start().deadline(options.shutdown_deadline);
     for (id, mut task) in running {
@@ -265,13 +282,14 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
         let start = Event::Start {
             worker: worker.to_owned(),
         };
-        let record = match lifecycle::transition(store, id, Some((record, etag)), start).await {
-            Ok((record, _)) => record,
-            Err(error) => {
-                tracing::debug!(recovery_id = %id, %error, "not started");
-                return;
-            }
-        };
+        let (record, started_etag) =
+            match lifecycle::transition(store, id, Some((record, etag)), start).await {
+                Ok(started) => started,
+                Err(error) => {
+                    tracing::debug!(recovery_id = %id, %error, "not started");
+                    return;
+                }
+            };
         stats.started.fetch_add(1, Ordering::Relaxed);
         let attempt = record.attempts;
         let outcome = node.execute_recovery(&record).await;
@@ -341,7 +359,10 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
             }
         };
         let finished = matches!(event, Event::Finish { .. });
-        match lifecycle::transition(store, id, None, event).await {
+        // The record as this attempt's start left it: nobody else changes a running attempt's
+        // record but the coordinator abandoning it, and then the swap fails and is re-read.
+        let started = Some((record, started_etag));
+        match lifecycle::transition(store, id, started, event).await {
             Ok(_) => {}
             Err(LifecycleError::Refused(refused)) => {
                 tracing::info!(recovery_id = %id, %refused, "attempt outcome not recorded");

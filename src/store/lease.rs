@@ -680,7 +680,26 @@ impl Holder {
         watch: &mut ExpiryWatch,
     ) -> Result<Attempt, LeaseError> {
         let view = match read_lease(&self.store, run).await? {
-            None => return self.acquire_from(run, floor).await.map(Attempt::Held),
+            None => {
+                // Seen absent just now: create it without reading again (a racer's create
+                // wins, and the full path below sorts it out).
+                let epoch = floor.max(Epoch(1));
+                let key = layout::lease(run.as_str());
+                match self.store.create(&key, self.lease(run, epoch, false)).await {
+                    Ok(etag) => {
+                        tracing::info!(run_id = %run, epoch = %epoch, holder_id = %self.id, "lease acquired");
+                        return Ok(Attempt::Held(Held {
+                            run: run.clone(),
+                            epoch,
+                            etag,
+                        }));
+                    }
+                    Err(StoreError::AlreadyExists { .. }) => {
+                        return self.acquire_from(run, floor).await.map(Attempt::Held);
+                    }
+                    Err(other) => return Err(other.into()),
+                }
+            }
             Some(view) if view.lease.released || view.lease.holder == self.id => {
                 return self.acquire_from(run, floor).await.map(Attempt::Held);
             }

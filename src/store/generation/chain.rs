@@ -140,6 +140,15 @@ impl Chain {
             retired: false,
         };
         let bytes = layout::encode_object(&hint);
+        if n == 1 {
+            // A new chain has no hint yet: create it without reading first (if one exists
+            // after all, the path below decides).
+            match self.store.create(&key, bytes.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::AlreadyExists { .. }) => {}
+                Err(other) => return Err(other),
+            }
+        }
         match self.read_hint().await? {
             None => match self.store.create(&key, bytes).await {
                 Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
