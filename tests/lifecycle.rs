@@ -8,7 +8,7 @@
 mod common;
 
 use rekindle::core::epoch::Epoch;
-use rekindle::core::record::{Phase, RecoveryRecord, RecoveryResult, RecoveryState};
+use rekindle::core::record::{IndexEntry, Phase, RecoveryRecord, RecoveryResult, RecoveryState};
 use rekindle::fleet::admission;
 use rekindle::fleet::admission::Takeover;
 use rekindle::fleet::lifecycle;
@@ -1801,4 +1801,134 @@ async fn the_attempt_after_an_abandoned_one_does_not_wait_a_second_ttl() {
     doomed.await.unwrap().unwrap();
     rescuer.await.unwrap().unwrap();
     coordinator.await.unwrap().unwrap();
+}
+
+// Proves the watch between ticks does not spin: a heartbeat left behind by a killed process
+// (expired long ago) sits next to a live host's, and the coordinator lists the heartbeats
+// about once per watch interval, not in a loop.
+#[tokio::test(start_paused = true)]
+async fn a_stale_heartbeat_does_not_make_the_watch_spin() {
+    let harness = Harness::new(3, 32, None).with_tool_delay(Duration::from_secs(60));
+    let store = harness.store();
+    // A process killed long ago: its heartbeat stays behind.
+    Holder::new(&store, "long-gone", TTL).beat().await.unwrap();
+    // A live host in the middle of a long tool call: the coordinator watches it.
+    let host = harness.node(&store, "host-live", TTL);
+    host.holder.beat().await.unwrap();
+    let beating = host
+        .holder
+        .spawn_heartbeat(Arc::new(AtomicBool::new(false)));
+    let run = tokio::spawn(async move { host.start_run(&RunId::new("live"), None, "go").await });
+    let measured = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut options = CoordinatorOptions::new("c", TTL);
+    options.scan_interval = Duration::from_secs(2);
+    options.watch_interval = Duration::from_millis(500);
+    let coordinator = tokio::spawn(coordinator::run(
+        measured.clone(),
+        options,
+        Arc::clone(&stop),
+    ));
+    rekindle::clock::sleep(Duration::from_secs(5)).await;
+    let before = measured.metrics().list;
+    rekindle::clock::sleep(Duration::from_secs(10)).await;
+    let lists = measured.metrics().list - before;
+    // Per 10 s: 5 scans of 2 LISTs (index, heartbeats) and up to 20 watch LISTs.
+    assert!(lists <= 40, "{lists} LISTs in 10 s");
+    assert!(
+        lists >= 10,
+        "{lists} LISTs in 10 s: is the live host watched at all?"
+    );
+    stop.store(true, Ordering::SeqCst);
+    coordinator.await.unwrap().unwrap();
+    run.abort();
+    beating.abort();
+}
+
+// Proves sources whose admission keeps failing cannot starve the rest: 17 runs with a
+// corrupt chain sort before a valid interrupted run, more than one batch of admissions, and
+// the valid one is still admitted within a few scans.
+#[tokio::test(start_paused = true)]
+async fn failing_admissions_do_not_starve_the_others() {
+    let harness = Harness::new(3, 32, None);
+    let store = harness.store();
+    for i in 0..17 {
+        let run = RunId::new(format!("a-corrupt-{i:02}"));
+        store
+            .put(
+                &layout::generation(&layout::run_base(run.as_str()), 1),
+                bytes::Bytes::from_static(b"not a generation"),
+            )
+            .await
+            .unwrap();
+        let entry = IndexEntry::new(run, None, Phase::Running, "fp".into(), 1);
+        index::put(&store, &entry).await.unwrap();
+    }
+    harness.crashed_host("z-valid", 1).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 5, &stop);
+    harness
+        .until(
+            Duration::from_secs(30),
+            "the valid run's admission",
+            || async { harness.record("z-valid").await.is_some() },
+        )
+        .await;
+    stop.store(true, Ordering::SeqCst);
+    coordinator.await.unwrap();
+}
+
+// Proves an offer that is never taken moves on: a worker that looks alive (it beats) and has
+// no wake-up address gets the recovery first (it has the most free slots) and never starts
+// it; after its TTL the coordinator offers it to a worker that does.
+#[tokio::test(start_paused = true)]
+async fn an_offer_left_untaken_moves_to_another_worker() {
+    let harness = Harness::new(3, 32, None);
+    let store = harness.store();
+    let ghost = Holder::with_role(&store, "ghost", TTL, "worker");
+    ghost.beat().await.unwrap();
+    let beating = ghost.spawn_heartbeat(Arc::new(AtomicBool::new(false)));
+    let mut registration = rekindle::core::assignment::Registration::new(
+        "ghost",
+        ghost.heartbeat_key(),
+        100,
+        harness.agent.fingerprint_sha256(),
+    );
+    registration.ttl_ms = Some(TTL.as_millis() as u64);
+    store
+        .put(
+            &layout::worker("ghost"),
+            layout::encode_object(&registration),
+        )
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 5, &stop);
+    let worker = harness.spawn_worker(&store, harness.worker_options("real"), &stop);
+    harness.crashed_host("untaken", 1).await;
+    harness
+        .until(Duration::from_secs(5), "the offer to the ghost", || async {
+            harness
+                .record("untaken")
+                .await
+                .is_some_and(|r| r.assigned_to.as_deref() == Some("ghost"))
+        })
+        .await;
+    harness
+        .until(
+            Duration::from_secs(30),
+            "the recovery on the real worker",
+            || async {
+                harness
+                    .record("untaken")
+                    .await
+                    .is_some_and(|r| r.state == RecoveryState::Finished)
+            },
+        )
+        .await;
+    harness.audit("untaken", 1);
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+    coordinator.await.unwrap();
+    beating.abort();
 }

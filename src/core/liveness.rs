@@ -82,10 +82,17 @@ impl ExpiryWatch {
         self.observed.retain(|key, _| keep(key));
     }
 
-    /// The earliest time (on the observer's clock) at which a key still unchanged then would
-    /// be judged expired: when to look next to judge it without delay.
-    pub fn next_expiry(&self) -> Option<Duration> {
-        self.observed.values().map(|o| o.since + o.ttl).min()
+    /// The earliest time after `now` (on the observer's clock) at which one of the keys `of`
+    /// selects, still unchanged then, would be judged expired: when to look next to judge it
+    /// without delay. Deadlines already past are not returned (looking again at once would
+    /// only repeat the same judgement).
+    pub fn next_expiry(&self, mut of: impl FnMut(&str) -> bool, now: Duration) -> Option<Duration> {
+        self.observed
+            .iter()
+            .filter(|(key, _)| of(key))
+            .map(|(_, o)| o.since + o.ttl)
+            .filter(|due| *due > now)
+            .min()
     }
 }
 
@@ -131,9 +138,10 @@ impl Judge {
         self.watch.retain(keep);
     }
 
-    /// When the next sighting could turn a holder silent; see [`ExpiryWatch::next_expiry`].
-    pub fn next_expiry(&self) -> Option<Duration> {
-        self.watch.next_expiry()
+    /// When the next sighting could turn one of the holders `of` selects silent; see
+    /// [`ExpiryWatch::next_expiry`].
+    pub fn next_expiry(&self, of: impl FnMut(&str) -> bool, now: Duration) -> Option<Duration> {
+        self.watch.next_expiry(of, now)
     }
 
     /// Judges `sighting` of what `key` names (a run, or a heartbeat key shared by a holder's
@@ -268,15 +276,21 @@ mod tests {
     fn next_expiry_is_the_earliest_silent_deadline() {
         let at = Duration::from_secs;
         let mut watch = ExpiryWatch::default();
-        assert_eq!(watch.next_expiry(), None);
+        let all = |_: &str| true;
+        assert_eq!(watch.next_expiry(all, at(0)), None);
         let e = |v: &str| ETag(v.into());
         watch.observe("a", &e("1"), None, at(10), at(0));
         watch.observe("b", &e("1"), None, at(30), at(5));
-        assert_eq!(watch.next_expiry(), Some(at(10)));
+        assert_eq!(watch.next_expiry(all, at(0)), Some(at(10)));
         // "a" changed at 8: its deadline moves to 18.
         watch.observe("a", &e("2"), None, at(10), at(8));
-        assert_eq!(watch.next_expiry(), Some(at(18)));
+        assert_eq!(watch.next_expiry(all, at(8)), Some(at(18)));
+        // Only the keys asked about, and only deadlines still ahead: a holder long silent
+        // (a killed process's heartbeat left behind) does not make the watch spin.
+        assert_eq!(watch.next_expiry(|key| key == "b", at(8)), Some(at(35)));
+        assert_eq!(watch.next_expiry(all, at(20)), Some(at(35)));
+        assert_eq!(watch.next_expiry(all, at(40)), None);
         watch.retain(|key| key == "b");
-        assert_eq!(watch.next_expiry(), Some(at(35)));
+        assert_eq!(watch.next_expiry(all, at(8)), Some(at(35)));
     }
 }

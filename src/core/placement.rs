@@ -173,20 +173,26 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
                     });
                     continue;
                 }
+                // Workers that may take it: alive and configured alike. Those that do not
+                // answer wake-ups are passed over, unless no other one may take it (then
+                // they find it at their poll).
+                let matching = |w: &&WorkerView| {
+                    w.alive
+                        && (record.force
+                            || w.registration.fingerprint_sha256 == run.entry.fingerprint_sha256)
+                };
+                let any_offerable = workers.iter().filter(matching).any(|w| w.offer);
+                let offerable = |w: &&WorkerView| matching(w) && (w.offer || !any_offerable);
                 let offered_alive = record.assigned_to.as_deref().is_some_and(|name| {
                     workers
                         .iter()
-                        .any(|w| w.alive && w.offer && w.registration.worker == name)
+                        .filter(offerable)
+                        .any(|w| w.registration.worker == name)
                 });
                 if offered_alive {
                     continue;
                 }
-                let eligible = workers.iter().filter(|w| {
-                    w.alive
-                        && w.offer
-                        && (record.force
-                            || w.registration.fingerprint_sha256 == run.entry.fingerprint_sha256)
-                });
+                let eligible = workers.iter().filter(offerable);
                 let best = eligible
                     .map(|w| {
                         (

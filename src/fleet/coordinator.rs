@@ -123,6 +123,12 @@ struct Observer {
     unreachable: BTreeMap<String, ETag>,
     /// Workers judged with their full-rate TTL last tick (they ran a recovery).
     judged_busy: std::collections::BTreeSet<String>,
+    /// Where the next batch of admissions starts among the runs waiting for one.
+    admit_cursor: usize,
+    /// Recoveries offered to a worker and not started yet: to whom, and since when. An offer
+    /// not taken within the worker's full TTL moves on (the worker answered its wake-up but
+    /// died, or has no wake-up address and died while idle, judged by its long idle TTL).
+    offered: BTreeMap<RecoveryId, (String, crate::clock::Stopwatch)>,
     /// Recovery records as last read, by source run, with the index entry they were read for
     /// and when: a record is read again when its entry changed, while it waits for a worker
     /// (admitted), every [`RUNNING_REFRESH`] while it runs, and on every sweep.
@@ -228,7 +234,11 @@ async fn wait_for_next_tick(
         if watching && options.watch_interval < options.scan_interval {
             wait = wait.min(options.watch_interval);
             let now = store.clock().monotonic();
-            if let Some(due) = observer.liveness.next_expiry() {
+            let watched = &observer.watched;
+            if let Some(due) = observer
+                .liveness
+                .next_expiry(|key| watched.contains(key), now)
+            {
                 // A few ms past the expiry, so the look lands after it.
                 let until = due.saturating_sub(now) + Duration::from_millis(5);
                 wait = wait.min(until);
@@ -309,6 +319,7 @@ async fn tick(
     // Records first: which workers run a recovery decides the TTL they are judged by.
     let runs = observe_runs(store, observer, entries).await;
     let alive = judge_liveness(store, options, observer, &runs, heartbeats);
+    pass_over_untaken_offers(observer, &runs, &versions, options.ttl);
     let still: BTreeMap<String, ETag> = observer
         .unreachable
         .iter()
@@ -318,7 +329,7 @@ async fn tick(
         .map(|(worker, etag)| (worker.clone(), etag.clone()))
         .collect();
     observer.unreachable = still;
-    let mut workers: Vec<WorkerView> = observer
+    let workers: Vec<WorkerView> = observer
         .registrations
         .values()
         .map(|(_, registration)| WorkerView {
@@ -327,13 +338,7 @@ async fn tick(
             registration: registration.clone(),
         })
         .collect();
-    // Wake-ups are a hint: if no live worker answers them (a wrong advertised address, a
-    // network between), offer to all alike, and they find work at their poll interval.
-    if !workers.iter().any(|w| w.alive && w.offer) {
-        for worker in &mut workers {
-            worker.offer = true;
-        }
-    }
+
     let runs: Vec<RunView> = runs
         .into_iter()
         .map(|mut run| {
@@ -348,24 +353,32 @@ async fn tick(
     let mut actions = placement::decide(&workers, &runs, options.max_attempts);
     // Admissions go in batches: after an outage every run needs one, and the first ones are
     // assigned (by the tick that follows at once) while the rest are still being admitted.
-    let mut admits = 0;
-    let before = actions.len();
-    actions.retain(|action| {
-        let admit = matches!(action, Action::Admit { .. });
-        admits += usize::from(admit);
-        !admit || admits <= ACTION_CONCURRENCY
-    });
-    let deferred = actions.len() < before;
+    // The window moves on every tick, so sources whose admission keeps failing (a corrupt
+    // chain, a newer format) cannot hold the batch and starve the rest.
+    let total = actions
+        .iter()
+        .filter(|action| matches!(action, Action::Admit { .. }))
+        .count();
+    if total > ACTION_CONCURRENCY {
+        let start = observer.admit_cursor % total;
+        let mut nth = 0;
+        actions.retain(|action| {
+            if !matches!(action, Action::Admit { .. }) {
+                return true;
+            }
+            let keep = (nth + total - start) % total < ACTION_CONCURRENCY;
+            nth += 1;
+            keep
+        });
+        observer.admit_cursor = observer.admit_cursor.wrapping_add(ACTION_CONCURRENCY);
+    }
     // Each action is one lifecycle event on its own recovery: run them side by side (an
     // admission fences and loads its source, which takes several round trips).
     let observed = &runs;
     let progressed = futures::stream::iter(actions.clone())
         .map(|action| async move {
             match execute(store, holder, options, &action, observed).await {
-                Ok(()) => matches!(
-                    action,
-                    Action::Admit { .. } | Action::Abandon { .. } | Action::Answered { .. }
-                ),
+                Ok(progress) => progress,
                 Err(error) => {
                     tracing::warn!(?action, %error, "coordinator action failed");
                     false
@@ -387,7 +400,12 @@ async fn tick(
     // Another tick at once only after progress (an admission, a hand-back, an answer that
     // made a recovery assignable; a worker to offer around): a failing action cannot spin.
     let again = newly_unreachable || progressed;
-    let _ = deferred;
+    // A record this tick acted on is read afresh next tick.
+    for action in &actions {
+        if let Some(source) = action_source(action, &runs) {
+            observer.records.remove(source);
+        }
+    }
     // The heartbeats whose silence would need action: hosts of running runs and workers
     // running a recovery, while they live.
     observer.watched = runs
@@ -407,6 +425,67 @@ async fn tick(
         again,
         actions,
     })
+}
+
+/// Marks as not answering a worker that left an offer untaken for its full TTL (it answered
+/// its wake-up, or has no wake-up address, but never started the recovery: it died, maybe
+/// while idle and judged by its long idle TTL), so the offer moves to another worker.
+fn pass_over_untaken_offers(
+    observer: &mut Observer,
+    runs: &[RunView],
+    versions: &BTreeMap<String, ETag>,
+    own_ttl: Duration,
+) {
+    let offers: BTreeMap<&RecoveryId, &str> = runs
+        .iter()
+        .filter_map(|run| run.recovery.as_ref())
+        .filter(|record| record.state == RecoveryState::Admitted)
+        .filter_map(|record| Some((&record.recovery_id, record.assigned_to.as_deref()?)))
+        .collect();
+    observer
+        .offered
+        .retain(|id, (worker, _)| offers.get(id) == Some(&worker.as_str()));
+    for (id, worker) in &offers {
+        observer
+            .offered
+            .entry((*id).clone())
+            .or_insert_with(|| ((*worker).to_owned(), crate::clock::Stopwatch::start()));
+    }
+    let mut untaken = Vec::new();
+    for (worker, since) in observer.offered.values() {
+        let ttl = observer
+            .registrations
+            .values()
+            .find(|(_, r)| r.worker == *worker)
+            .and_then(|(_, r)| r.ttl_ms)
+            .map_or(own_ttl, Duration::from_millis);
+        if since.elapsed() > ttl.max(own_ttl) {
+            untaken.push(worker.clone());
+        }
+    }
+    for worker in untaken {
+        if let Some(etag) = registration_beat(observer, &worker, versions)
+            && !observer.unreachable.contains_key(&worker)
+        {
+            tracing::warn!(worker_id = %worker, "an offer stayed untaken for the worker's TTL; offering its recoveries elsewhere");
+            observer.unreachable.insert(worker, etag);
+        }
+    }
+}
+
+/// The source run an action is about.
+fn action_source<'a>(action: &'a Action, runs: &'a [RunView]) -> Option<&'a RunId> {
+    match action {
+        Action::Admit { source }
+        | Action::DeadLetter { source, .. }
+        | Action::Reconcile { source, .. } => Some(source),
+        Action::Assign { recovery, .. }
+        | Action::Abandon { recovery, .. }
+        | Action::Answered { recovery } => runs
+            .iter()
+            .find(|run| run.entry.recovery_id.as_ref() == Some(recovery))
+            .map(|run| &run.entry.run_id),
+    }
 }
 
 /// Ticks that may follow each other without a pause while each makes progress.
@@ -568,7 +647,8 @@ async fn observe_runs(
                     *seen == entry
                         && !sweep
                         && match record.state {
-                            RecoveryState::Admitted => false,
+                            // Only the coordinator offers it; a worker starts an offered one.
+                            RecoveryState::Admitted => record.assigned_to.is_none(),
                             RecoveryState::Running => read_at.elapsed() < RUNNING_REFRESH,
                             _ => true,
                         }
@@ -759,13 +839,13 @@ async fn admit_interrupted(
     store: &Store,
     holder: &Arc<Holder>,
     source: &RunId,
-) -> crate::Result<()> {
+) -> crate::Result<bool> {
     let mut id = recovery_id_for(source);
     for _ in 0..2 {
         match admission::admit(store, holder, source, &id, false, Takeover::Now).await {
             Ok(admitted) => {
                 tracing::info!(source_run = %source, recovery_id = %id, created = admitted.created, "interrupted run admitted");
-                return Ok(());
+                return Ok(true);
             }
             Err(Error::Recovery(RecoveryError::AlreadyRecovered { existing, .. })) => {
                 id = existing;
@@ -773,7 +853,7 @@ async fn admit_interrupted(
             Err(Error::Recovery(RecoveryError::NothingToRecover { .. })) => {
                 // The host committed the end of its run, then died before leaving the index.
                 lifecycle::host_finished(store, source).await?;
-                return Ok(());
+                return Ok(false);
             }
             Err(Error::Recovery(
                 RecoveryError::NeverStarted { .. }
@@ -786,21 +866,24 @@ async fn admit_interrupted(
                 // run was retired: there is nothing to recover.
                 tracing::warn!(source_run = %source, "interrupted before its first commit; forgetting it");
                 lifecycle::host_finished(store, source).await?;
-                return Ok(());
+                return Ok(false);
             }
             Err(other) => return Err(other),
         }
     }
-    Ok(())
+    Ok(false)
 }
 
+/// Executes one action; returns whether it changed something another tick should act on
+/// at once (an admission, a hand-back, an answer recorded). A refused, stale or no-op action
+/// returns false, so ticks that change nothing never follow each other without a pause.
 async fn execute(
     store: &Store,
     holder: &Arc<Holder>,
     options: &CoordinatorOptions,
     action: &Action,
     runs: &[RunView],
-) -> crate::Result<()> {
+) -> crate::Result<bool> {
     let event = |recovery: &RecoveryId, event: Event| {
         let recovery = recovery.clone();
         async move {
@@ -815,11 +898,13 @@ async fn execute(
             }
         }
     };
-    match action {
+    Ok(match action {
         Action::Admit { source } => {
             let observed = runs.iter().find(|r| r.entry.run_id == *source);
             if still_as_observed(store, source, observed.map(|r| &r.entry)).await? {
-                admit_interrupted(store, holder, source).await?;
+                admit_interrupted(store, holder, source).await?
+            } else {
+                false
             }
         }
         Action::Assign { recovery, worker } => {
@@ -830,23 +915,25 @@ async fn execute(
                 },
             )
             .await?;
+            false
         }
         Action::Abandon {
             recovery,
             worker,
             attempt,
         } => {
-            if let Some(record) = event(
+            let record = event(
                 recovery,
                 Event::Abandon {
                     worker: worker.clone(),
                     attempt: *attempt,
                 },
             )
-            .await?
-            {
+            .await?;
+            if let Some(record) = &record {
                 tracing::warn!(recovery_id = %recovery, worker_id = %worker, failures = record.failures, "worker died mid-attempt; recovery handed back");
             }
+            record.is_some()
         }
         Action::DeadLetter { source, recovery } => {
             if let Some(record) = event(
@@ -859,17 +946,20 @@ async fn execute(
             {
                 tracing::error!(source_run = %source, recovery_id = %recovery, failures = record.failures, last_error = record.last_error.as_deref().unwrap_or(""), "recovery dead-lettered");
             }
+            false
         }
         Action::Answered { recovery } => {
-            if event(recovery, Event::Answer).await?.is_some() {
+            let answered = event(recovery, Event::Answer).await?.is_some();
+            if answered {
                 tracing::warn!(recovery_id = %recovery, "an answer was committed but not recorded; the recovery continues");
             }
+            answered
         }
         Action::Reconcile { recovery, .. } => {
             if let Some((record, _)) = recovery::read(store, recovery).await? {
                 lifecycle::sync_index(store, &record).await?;
             }
+            false
         }
-    }
-    Ok(())
+    })
 }

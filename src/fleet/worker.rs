@@ -141,10 +141,11 @@ pub async fn run(
     let mut running: BTreeMap<RecoveryId, tokio::task::JoinHandle<()>> = BTreeMap::new();
     // Where the leading coordinator takes wake-ups, as the last inbox said.
     let mut coordinator: Option<String> = None;
-    // Recoveries whose attempt here ended since the last timed poll: a wake-up finds them
-    // still listed until the coordinator rewrites the inbox, and re-reading each record per
-    // wake-up would cost a GET each time for nothing.
-    let mut ended: std::collections::BTreeSet<RecoveryId> = std::collections::BTreeSet::new();
+    // Recoveries that ended for good (finished or dead-lettered): the inbox may still list
+    // them until the coordinator rewrites it, and re-reading each record per wake-up would
+    // cost a GET each time for nothing. Nothing else is remembered: a recovery handed back
+    // (a failure, a yield) may be offered to this worker again under the same inbox.
+    let ended: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>> = Arc::default();
     while !stop.load(Ordering::SeqCst) {
         if options
             .crash
@@ -159,13 +160,7 @@ pub async fn run(
             return Ok(());
         }
         let before = running.len();
-        running.retain(|id, task| {
-            let done = task.is_finished();
-            if done {
-                ended.insert(id.clone());
-            }
-            !done
-        });
+        running.retain(|_, task| !task.is_finished());
         if running.len() < before
             && let Some(url) = coordinator.clone()
         {
@@ -179,10 +174,15 @@ pub async fn run(
         match read_inbox(&store, &options.id).await {
             Ok(inbox) => {
                 coordinator = inbox.coordinator_wake;
+                let mut done = ended.lock().unwrap_or_else(|e| e.into_inner());
+                // Only what the inbox still lists needs remembering.
+                done.retain(|id| inbox.recoveries.contains(id));
+                let skip: Vec<RecoveryId> = done.iter().cloned().collect();
+                drop(done);
                 for id in inbox.recoveries {
                     if running.len() >= options.concurrency as usize
                         || running.contains_key(&id)
-                        || ended.contains(&id)
+                        || skip.contains(&id)
                     {
                         continue;
                     }
@@ -193,10 +193,16 @@ pub async fn run(
                     // Beats at the full rate from before the attempt starts until it ends.
                     let busy = holder.busy();
                     let done = wakeup.clone();
+                    let ended = Arc::clone(&ended);
                     running.insert(
                         id,
                         tokio::spawn(async move {
-                            attempt(&node, &worker, &task_id, &stats).await;
+                            if attempt(&node, &worker, &task_id, &stats).await {
+                                ended
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .insert(task_id);
+                            }
                             drop(busy);
                             // Back to the loop at once, to take the next assignment.
                             if let Some(done) = done {
@@ -208,11 +214,7 @@ pub async fn run(
             }
             Err(error) => tracing::warn!(worker_id = %options.id, %error, "cannot read the inbox"),
         }
-        if !crate::clock::sleep_unless(options.poll_interval, &stop, wakeup.as_deref()).await {
-            // A poll by the timer looks at every listed recovery again: one whose attempt
-            // ended may have been handed back to this worker since (its inbox unchanged).
-            ended.clear();
-        }
+        crate::clock::sleep_unless(options.poll_interval, &stop, wakeup.as_deref()).await;
     }
     let deadline = crate::clock::Stopwatch::start().deadline(options.shutdown_deadline);
     for (id, mut task) in running {
@@ -249,15 +251,19 @@ pub async fn run(
 }
 
 /// Attempts at one recovery offered to this worker: start, execute, report how it ended.
+/// Returns whether the recovery has ended for good (nothing to offer this worker again).
 /// At the step cap the recovery is yielded and, still offered to this worker, started again
 /// at once (each resume is bounded; none counts as a failure).
 #[tracing::instrument(name = "worker_attempt", skip_all, fields(worker_id = %worker, recovery_id = %id))]
-async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats) {
+async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats) -> bool {
     let store = &node.store;
     loop {
         let Ok(Some((record, etag))) = recovery::read(store, id).await else {
-            return;
+            return false;
         };
+        if record.state.is_terminal() {
+            return true;
+        }
         // Running on this worker ID but not in this process: an earlier incarnation of this
         // worker died mid-attempt (its ID is ours now, so the coordinator still sees it
         // alive). Hand it back as the coordinator would; it is then offered again.
@@ -271,13 +277,13 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
             {
                 tracing::debug!(recovery_id = %id, %error, "cannot hand back an earlier incarnation's attempt");
             }
-            return;
+            return false;
         }
         // Only a recovery offered to this worker and waiting for an attempt: a stale inbox
         // also lists parked and finished ones, which must not run again.
         if record.state != RecoveryState::Admitted || record.assigned_to.as_deref() != Some(worker)
         {
-            return;
+            return false;
         }
         let start = Event::Start {
             worker: worker.to_owned(),
@@ -287,7 +293,7 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
                 Ok(started) => started,
                 Err(error) => {
                     tracing::debug!(recovery_id = %id, %error, "not started");
-                    return;
+                    return false;
                 }
             };
         stats.started.fetch_add(1, Ordering::Relaxed);
@@ -366,21 +372,21 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
             Ok(_) => {}
             Err(LifecycleError::Refused(refused)) => {
                 tracing::info!(recovery_id = %id, %refused, "attempt outcome not recorded");
-                return;
+                return false;
             }
             Err(error) => {
                 // The record stays Running on this worker; while it lives the next scan leaves
                 // it alone, so report it loudly.
                 tracing::error!(recovery_id = %id, %error, "cannot record the attempt's outcome");
-                return;
+                return false;
             }
         }
         if finished {
             recovery_finished(node, id, stats);
-            return;
+            return true;
         }
         if !again {
-            return;
+            return false;
         }
     }
 }
