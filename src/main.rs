@@ -259,8 +259,14 @@ enum BenchCommand {
     /// Run a coordinator and workers with nothing to do at the binaries' default pacing,
     /// count their requests, and print what that costs a month at S3 list prices.
     Idle {
+        /// Workers in the fleet, beside one coordinator.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+        workers: usize,
+        /// Store URL. Default: a fresh temporary directory, removed afterwards.
+        #[arg(long)]
+        store: Option<StoreUrl>,
         #[command(flatten)]
-        workload: WorkloadArgs,
+        store_settings: StoreSettingsArgs,
         /// Minutes to measure (after a minute's warm-up).
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
         minutes: u64,
@@ -270,7 +276,7 @@ enum BenchCommand {
     },
     /// The crash-recover workload (takeover) with 1, 2, 4 and 8 workers: recovered steps
     /// per second and efficiency against one worker. Add --latency-ms 20 --jitter-ms 10 for
-    /// S3-like latency.
+    /// S3-like latency. --counts sets the worker counts (--workers is not used).
     Scale {
         #[command(flatten)]
         workload: WorkloadArgs,
@@ -519,20 +525,29 @@ async fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 "lease" => &[Mode::Lease],
                 _ => &[Mode::Takeover, Mode::Lease],
             };
+            let mut broken = Vec::new();
             for mode in modes {
-                print(&bench::crash_recover(&workload, *mode).await?);
+                let report = bench::crash_recover(&workload, *mode).await?;
+                print(&report);
+                broken.extend(report.violation());
+            }
+            if !broken.is_empty() {
+                anyhow::bail!("the benchmark broke an invariant: {}", broken.join("; "));
             }
         }
         BenchCommand::Idle {
-            workload: args,
+            workers,
+            store,
+            store_settings,
             minutes,
             warmup_s,
         } => {
-            let mut workload = workload(args)?;
-            // The idle fleet of the issue: one coordinator and ten workers, unless asked.
-            if workload.workers == 4 {
-                workload.workers = 10;
-            }
+            let workload = bench::Workload {
+                workers,
+                store,
+                store_settings: store_settings.settings(false)?,
+                ..bench::Workload::default()
+            };
             let report = bench::idle(
                 &workload,
                 Duration::from_secs(minutes * 60),
@@ -545,9 +560,17 @@ async fn bench(command: BenchCommand) -> anyhow::Result<()> {
             workload: args,
             counts,
         } => {
+            if counts.is_empty() || counts.contains(&0) {
+                anyhow::bail!("--counts needs worker counts of at least 1, e.g. 1,2,4,8");
+            }
             let workload = workload(args)?;
+            let mut broken = Vec::new();
             for row in bench::scale(&workload, &counts).await? {
                 print(&row);
+                broken.extend(row.run.violation());
+            }
+            if !broken.is_empty() {
+                anyhow::bail!("the benchmark broke an invariant: {}", broken.join("; "));
             }
         }
         BenchCommand::Host {

@@ -1730,6 +1730,9 @@ async fn the_attempt_after_an_abandoned_one_does_not_wait_a_second_ttl() {
     let crash = Arc::new(AtomicBool::new(false));
     let mut doomed_options = harness.worker_options("doomed");
     doomed_options.crash = Some(Arc::clone(&crash));
+    // Both idle-paced, as the binaries run them: once its attempt is handed back, the dead
+    // worker is idle, and its long idle TTL must not bring it back to life for new offers.
+    doomed_options.idle_ttl = Some(Duration::from_secs(600));
     let doomed = harness.spawn_worker(&store, doomed_options, &stop);
     harness
         .until(
@@ -1751,7 +1754,9 @@ async fn the_attempt_after_an_abandoned_one_does_not_wait_a_second_ttl() {
         .map(|(_, epoch)| *epoch)
         .max()
         .unwrap();
-    let rescuer = harness.spawn_worker(&store, harness.worker_options("rescuer"), &stop);
+    let mut rescuer_options = harness.worker_options("rescuer");
+    rescuer_options.idle_ttl = Some(Duration::from_secs(600));
+    let rescuer = harness.spawn_worker(&store, rescuer_options, &stop);
     rekindle::clock::sleep(Duration::from_millis(100)).await;
     // Killed mid-call, holding the recovery run's lease.
     crash.store(true, Ordering::SeqCst);

@@ -31,8 +31,9 @@ use super::shared::{self, StoreArgs, StoreSettingsArgs};
 
 const CLI_TTL: Duration = Duration::from_secs(10);
 
-/// Admissions `recover --all` runs at once.
-const ADMISSION_CONCURRENCY: usize = 16;
+/// Admissions `recover --all` runs at once: each is a chain of round trips to the store, so
+/// many go side by side.
+const ADMISSION_CONCURRENCY: usize = rekindle::fleet::bench::ADMISSIONS_AT_ONCE;
 
 pub(crate) async fn run(
     store: StoreArgs,

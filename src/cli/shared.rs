@@ -176,7 +176,11 @@ pub(crate) fn run_async<E: std::fmt::Display>(
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(future) {
+    let outcome = runtime.block_on(future);
+    // The work is done (leases released, heartbeats retired): do not wait on idle server
+    // connections or blocking threads on the way out.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -197,11 +201,17 @@ pub(crate) async fn wake_endpoint(
 ) -> anyhow::Result<(rekindle::fleet::wake::Wakeup, Option<String>)> {
     let wakeup: rekindle::fleet::wake::Wakeup = Arc::new(tokio::sync::Notify::new());
     let Some(listen) = listen else {
+        if advertise.is_some() {
+            anyhow::bail!(
+                "--advertise needs --listen: without it, wake-ups are served on an ephemeral loopback port only this machine reaches"
+            );
+        }
         let url = rekindle::fleet::wake::serve_loopback(Arc::clone(&wakeup))
             .await
             .context("serve the wake-up endpoint")?;
         return Ok((wakeup, Some(url)));
     };
+    let url = rekindle::fleet::wake::advertised(listen, advertise).map_err(anyhow::Error::msg)?;
     let listener = rekindle::serve::bind(listen).await?;
     let ready = Arc::new(AtomicBool::new(true));
     let server = store.clone();
@@ -213,7 +223,6 @@ pub(crate) async fn wake_endpoint(
             tracing::error!(%listen, %error, "the health, metrics and wake-up server stopped");
         }
     });
-    let url = rekindle::fleet::wake::advertised(listen, advertise);
     if url.is_none() {
         tracing::warn!(%listen, "no address to advertise for wake-ups (give --advertise, e.g. the pod IP); work reaches this process at its poll interval");
     }

@@ -42,6 +42,9 @@ pub const PUT_LIST_PRICE: f64 = 0.005;
 /// See [`PUT_LIST_PRICE`].
 pub const GET_PRICE: f64 = 0.0004;
 
+/// Admissions the operator runs at once in takeover mode, as `recover --all` does.
+pub const ADMISSIONS_AT_ONCE: usize = 64;
+
 /// What one run of the workload looks like, and the fleet that recovers it.
 #[derive(Clone, Debug)]
 pub struct Workload {
@@ -188,11 +191,14 @@ pub struct CrashRecoverReport {
     pub steps_at_kill: usize,
     /// Runs the host had finished by then.
     pub finished_by_host: usize,
+    /// Runs killed before their first commit (nothing acknowledged, nothing to recover).
+    pub never_started: usize,
     /// Runs recovered (each by one recovery).
     pub recovered: usize,
     /// Steps the recoveries had left to do.
     pub steps_left: usize,
-    /// Runs that ended, on their own chain or their recovery's: must equal `runs`.
+    /// Runs that ended, on their own chain or their recovery's: must equal `runs` less
+    /// `never_started`.
     pub completed: usize,
     /// From the kill to the last recovery finished, in seconds.
     pub recovery_wall_s: f64,
@@ -217,6 +223,27 @@ pub struct CrashRecoverReport {
     pub bytes_written_per_run: f64,
     /// Peak resident memory of this process (the fleet), in MiB.
     pub peak_rss_mib: f64,
+}
+
+impl CrashRecoverReport {
+    /// What the run broke, if anything: a run left unfinished, or a step missing or run
+    /// more often than its interruption allows.
+    pub fn violation(&self) -> Option<String> {
+        if self.ledger_violations > 0 {
+            Some(format!(
+                "{} runs have a step missing or repeated beyond their interruption",
+                self.ledger_violations
+            ))
+        } else if self.completed + self.never_started < self.runs {
+            Some(format!(
+                "{} of {} runs were left unfinished",
+                self.runs - self.completed - self.never_started,
+                self.runs
+            ))
+        } else {
+            None
+        }
+    }
 }
 
 /// Runs the crash-recover workload once in `mode`.
@@ -255,7 +282,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         .kill_on_drop(true)
         .spawn()
         .map_err(setup("start the host process"))?;
-    let half = workload.runs * workload.steps / 2;
+    let half = (workload.runs * workload.steps / 2).max(1);
     let wait = Stopwatch::start();
     loop {
         if count_lines(&ledger) >= half {
@@ -286,7 +313,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         let operator = Holder::new(&fleet_store, format!("{prefix}-operator"), workload.ttl);
         let waker = CoordinatorWaker::new(&fleet_store);
         futures::stream::iter(&interrupted)
-            .for_each_concurrent(16, |run| {
+            .for_each_concurrent(ADMISSIONS_AT_ONCE, |run| {
                 let (store, operator, waker) = (&fleet_store, &operator, &waker);
                 async move {
                     match crate::fleet::recover_interrupted(store, operator, run, false).await {
@@ -329,6 +356,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
     let mut resumption = Vec::new();
     let mut recovered = 0;
     let mut finished_by_host = 0;
+    let mut never_started = Vec::new();
     for i in 0..workload.runs {
         let run = RunId::new(format!("{prefix}-run-{i:04}"));
         let recovery_id = crate::core::assignment::recovery_id_for(&run);
@@ -338,13 +366,18 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         } else {
             run.clone()
         };
-        if let Ok(loaded) = crate::store::generation::load(&store, &chain, None).await
-            && loaded.state.terminal().is_some()
-        {
-            completed += 1;
-        }
+        let done = matches!(
+            crate::store::generation::load(&store, &chain, None).await,
+            Ok(loaded) if loaded.state.terminal().is_some()
+        );
+        completed += usize::from(done);
         let Some((record, _)) = record else {
-            finished_by_host += 1;
+            if done {
+                finished_by_host += 1;
+            } else {
+                // Killed before its first commit: nothing was acknowledged, nothing to recover.
+                never_started.push(run.to_string());
+            }
             continue;
         };
         recovered += 1;
@@ -360,7 +393,13 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
             resumption.push(first.saturating_sub(killed_ms) as f64);
         }
     }
-    let (reexecuted, violations) = audit(&lines, &prefix, workload.runs, workload.steps);
+    let (reexecuted, violations) = audit(
+        &lines,
+        &prefix,
+        workload.runs,
+        workload.steps,
+        &never_started,
+    );
     let steps_left =
         workload.runs * workload.steps - steps_at_kill.min(workload.runs * workload.steps);
     Ok(CrashRecoverReport {
@@ -376,6 +415,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         ],
         steps_at_kill,
         finished_by_host,
+        never_started: never_started.len(),
         recovered,
         steps_left,
         completed,
@@ -778,7 +818,13 @@ fn count_lines(path: &Path) -> usize {
 
 /// Repeats, and runs whose steps are missing or ran more than twice (one interruption
 /// allows one repeat of the step in flight).
-fn audit(lines: &[LedgerLine], prefix: &str, runs: usize, steps: usize) -> (usize, usize) {
+fn audit(
+    lines: &[LedgerLine],
+    prefix: &str,
+    runs: usize,
+    steps: usize,
+    never_started: &[String],
+) -> (usize, usize) {
     let mut counts: BTreeMap<(&str, u64), usize> = BTreeMap::new();
     for line in lines {
         *counts.entry((line.run.as_str(), line.step)).or_default() += 1;
@@ -787,6 +833,9 @@ fn audit(lines: &[LedgerLine], prefix: &str, runs: usize, steps: usize) -> (usiz
     let mut bad = BTreeSet::new();
     for i in 0..runs {
         let run = format!("{prefix}-run-{i:04}");
+        if never_started.contains(&run) {
+            continue;
+        }
         let mut repeated = 0;
         for step in 1..=steps as u64 {
             match counts.get(&(run.as_str(), step)).copied().unwrap_or(0) {

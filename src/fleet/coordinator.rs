@@ -123,6 +123,10 @@ struct Observer {
     unreachable: BTreeMap<String, ETag>,
     /// Workers judged with their full-rate TTL last tick (they ran a recovery).
     judged_busy: std::collections::BTreeSet<String>,
+    /// Heartbeats judged silent, at the version judged: they stay judged gone until they
+    /// change, whatever TTL applies next (a worker judged dead mid-attempt is idle once its
+    /// attempt is handed back, and its long idle TTL must not bring it back to life).
+    gone: BTreeMap<String, ETag>,
     /// Where the next batch of admissions starts among the runs waiting for one.
     admit_cursor: usize,
     /// Recoveries offered to a worker and not started yet: to whom, and since when. An offer
@@ -263,7 +267,8 @@ async fn watch(
     observer: &mut Observer,
 ) -> Result<bool, StoreError> {
     let heartbeats = list_heartbeats(store).await?;
-    let alive = liveness::judge_heartbeats(
+    let listed: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
+    let mut alive = liveness::judge_heartbeats(
         &mut observer.liveness,
         options.ttl,
         observer
@@ -273,6 +278,7 @@ async fn watch(
         heartbeats,
         store.clock().monotonic(),
     );
+    remember_the_gone(&mut observer.gone, &listed, &mut alive);
     let gone = observer
         .watched
         .iter()
@@ -425,6 +431,26 @@ async fn tick(
         again,
         actions,
     })
+}
+
+/// Keeps a heartbeat judged silent judged so until its version changes: `gone` remembers the
+/// version judged, `alive` is corrected for it, and versions that moved on (or heartbeats
+/// no longer listed) are forgotten.
+fn remember_the_gone(
+    gone: &mut BTreeMap<String, ETag>,
+    listed: &BTreeMap<String, ETag>,
+    alive: &mut HashMap<String, bool>,
+) {
+    gone.retain(|key, etag| listed.get(key) == Some(etag));
+    for (key, etag) in listed {
+        match alive.get_mut(key) {
+            Some(judged) if !*judged => {
+                gone.insert(key.clone(), etag.clone());
+            }
+            Some(judged) if gone.contains_key(key) => *judged = false,
+            _ => {}
+        }
+    }
 }
 
 /// Marks as not answering a worker that left an offer untaken for its full TTL (it answered
@@ -609,17 +635,17 @@ fn judge_liveness(
         }
     }
     observer.judged_busy = busy;
-    let listed: std::collections::BTreeSet<String> =
-        heartbeats.iter().map(|(key, _)| key.clone()).collect();
-    let alive = liveness::judge_heartbeats(
+    let listed: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
+    let mut alive = liveness::judge_heartbeats(
         &mut observer.liveness,
         options.ttl,
         declared.iter().map(|(key, ttl)| (key.as_str(), *ttl)),
         heartbeats,
         store.clock().monotonic(),
     );
+    remember_the_gone(&mut observer.gone, &listed, &mut alive);
     // A heartbeat that is gone needs no watch (and must not hold memory).
-    observer.liveness.retain(|key| listed.contains(key));
+    observer.liveness.retain(|key| listed.contains_key(key));
     observer.declared = declared;
     alive
 }

@@ -51,18 +51,46 @@ pub async fn serve_loopback(wakeup: Wakeup) -> std::io::Result<String> {
     Ok(url)
 }
 
-/// The URL to advertise for a server on `listen`: `advertise` if given, else the listen
-/// address itself when it names one host (`0.0.0.0` and `[::]` do not: give `advertise`,
-/// e.g. the pod IP, or wake-ups to this process fall back to polling).
-pub fn advertised(listen: SocketAddr, advertise: Option<&str>) -> Option<String> {
-    match advertise {
-        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
-            Some(url.trim_end_matches('/').to_owned())
+/// The URL to advertise for a server on `listen`: `advertise` if given (an `http(s)://` URL,
+/// a `host:port`, or a host or IP that gets the listen port), else the listen address itself
+/// when it names one host (`0.0.0.0` and `[::]` do not: give `advertise`, e.g. the pod IP, or
+/// wake-ups to this process fall back to polling). A malformed `advertise` is an error.
+pub fn advertised(listen: SocketAddr, advertise: Option<&str>) -> Result<Option<String>, String> {
+    let Some(given) = advertise.map(str::trim) else {
+        return Ok((!listen.ip().is_unspecified()).then(|| format!("http://{listen}")));
+    };
+    let refuse = |why: &str| Err(format!("--advertise '{given}': {why}"));
+    if given.contains("://") {
+        let url = match reqwest::Url::parse(given) {
+            Ok(url) => url,
+            Err(error) => return refuse(&error.to_string()),
+        };
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
+            return refuse("expected http://host[:port] or https://host[:port]");
         }
-        Some(host) => Some(format!("http://{host}:{}", listen.port())),
-        None if listen.ip().is_unspecified() => None,
-        None => Some(format!("http://{listen}")),
+        if url.path() != "/" || url.query().is_some() {
+            return refuse("give the server's address only, without a path");
+        }
+        return Ok(Some(url.as_str().trim_end_matches('/').to_owned()));
     }
+    if let Ok(address) = given.parse::<SocketAddr>() {
+        return Ok(Some(format!("http://{address}")));
+    }
+    if let Ok(ip) = given.parse::<std::net::IpAddr>() {
+        return Ok(Some(format!(
+            "http://{}",
+            SocketAddr::new(ip, listen.port())
+        )));
+    }
+    let hostname = !given.is_empty()
+        && given.len() <= 253
+        && given
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    if !hostname {
+        return refuse("expected a URL, host:port, an IP address or a host name");
+    }
+    Ok(Some(format!("http://{given}:{}", listen.port())))
 }
 
 fn client() -> &'static reqwest::Client {
@@ -113,7 +141,9 @@ pub async fn wake_coordinator(store: &Store) {
     if let Some(url) = coordinator_url(store).await
         && let Err(error) = poke(&url).await
     {
-        tracing::debug!(%error, "cannot wake the coordinator; it finds the work at its next scan");
+        // The leader advertises an address this process cannot reach: a misconfiguration
+        // (a network policy, a wrong --advertise) that delays recovery to its next scan.
+        tracing::warn!(%error, "cannot wake the leading coordinator at its advertised address; it finds the work at its next scan");
     }
 }
 
@@ -140,7 +170,46 @@ impl CoordinatorWaker {
         if let Some(url) = url
             && let Err(error) = poke(url).await
         {
-            tracing::debug!(%error, "cannot wake the coordinator; it finds the work at its next scan");
+            tracing::warn!(%error, "cannot wake the leading coordinator at its advertised address; it finds the work at its next scan");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves what is advertised for each form of --advertise, and that malformed ones are
+    // refused rather than advertised as an address nobody can reach.
+    #[test]
+    fn advertised_addresses() {
+        let listen: SocketAddr = "0.0.0.0:9090".parse().unwrap();
+        let on = |given: &str| advertised(listen, Some(given));
+        assert_eq!(advertised(listen, None), Ok(None));
+        assert_eq!(
+            advertised("127.0.0.1:9091".parse().unwrap(), None),
+            Ok(Some("http://127.0.0.1:9091".into()))
+        );
+        assert_eq!(on("10.0.0.5"), Ok(Some("http://10.0.0.5:9090".into())));
+        assert_eq!(on("10.0.0.5:81"), Ok(Some("http://10.0.0.5:81".into())));
+        assert_eq!(on("fd00::5"), Ok(Some("http://[fd00::5]:9090".into())));
+        assert_eq!(
+            on("coordinator"),
+            Ok(Some("http://coordinator:9090".into()))
+        );
+        assert_eq!(
+            on("http://w1.local:80/"),
+            Ok(Some("http://w1.local".into()))
+        );
+        for bad in [
+            "not a host",
+            "ftp://x",
+            "",
+            "http://",
+            "http://x/path",
+            "a:b:c",
+        ] {
+            assert!(on(bad).is_err(), "{bad:?} was accepted: {:?}", on(bad));
         }
     }
 }
