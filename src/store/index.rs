@@ -78,7 +78,7 @@ pub struct BadEntry {
 }
 
 /// Entries read at once by a scan.
-const SCAN_CONCURRENCY: usize = 16;
+const SCAN_CONCURRENCY: usize = 64;
 
 /// Incremental scans of the index, caching entries by ETag.
 #[derive(Debug, Default)]
