@@ -278,7 +278,8 @@ async fn watch(
         heartbeats,
         store.clock().monotonic(),
     );
-    remember_the_gone(&mut observer.gone, &listed, &mut alive);
+    let running_keys = observer.watched.clone();
+    remember_the_gone(&mut observer.gone, &listed, &mut alive, &running_keys);
     let gone = observer
         .watched
         .iter()
@@ -433,21 +434,23 @@ async fn tick(
     })
 }
 
-/// Keeps a heartbeat judged silent judged so until its version changes: `gone` remembers the
-/// version judged, `alive` is corrected for it, and versions that moved on (or heartbeats
-/// no longer listed) are forgotten.
+/// Keeps a heartbeat judged silent judged so until its version changes, for the keys in
+/// `remembered` (workers that ran a recovery): `gone` remembers the version judged, `alive`
+/// is corrected for it, and versions that moved on (or heartbeats no longer listed) are
+/// forgotten.
 fn remember_the_gone(
     gone: &mut BTreeMap<String, ETag>,
     listed: &BTreeMap<String, ETag>,
     alive: &mut HashMap<String, bool>,
+    remembered: &std::collections::BTreeSet<String>,
 ) {
     gone.retain(|key, etag| listed.get(key) == Some(etag));
     for (key, etag) in listed {
         match alive.get_mut(key) {
-            Some(judged) if !*judged => {
+            Some(judged) if !*judged && remembered.contains(key) => {
                 gone.insert(key.clone(), etag.clone());
             }
-            Some(judged) if gone.contains_key(key) => *judged = false,
+            Some(judged) if *judged && gone.contains_key(key) => *judged = false,
             _ => {}
         }
     }
@@ -643,7 +646,16 @@ fn judge_liveness(
         heartbeats,
         store.clock().monotonic(),
     );
-    remember_the_gone(&mut observer.gone, &listed, &mut alive);
+    // Only a worker judged gone while it ran a recovery is held to that judgement: its
+    // attempt is handed back, and it must not look alive again by its idle TTL. (A worker
+    // judged by the coordinator's own TTL before its registration was listed is not.)
+    let running_keys: std::collections::BTreeSet<String> = observer
+        .registrations
+        .values()
+        .filter(|(_, r)| observer.judged_busy.contains(&r.worker))
+        .map(|(_, r)| r.heartbeat.clone())
+        .collect();
+    remember_the_gone(&mut observer.gone, &listed, &mut alive, &running_keys);
     // A heartbeat that is gone needs no watch (and must not hold memory).
     observer.liveness.retain(|key| listed.contains_key(key));
     observer.declared = declared;
