@@ -42,7 +42,7 @@ struct Args {
     watch_interval_ms: u64,
     /// Failed attempts (errors, or a worker dying mid-attempt) before a recovery is
     /// dead-lettered. Step-cap yields, parks and graceful hand-backs do not count.
-    #[arg(long, default_value_t = rekindle::core::placement::DEFAULT_MAX_ATTEMPTS)]
+    #[arg(long, default_value_t = rekindle::core::placement::DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
     max_attempts: u32,
     /// Log as JSON lines.
     #[arg(long)]
@@ -65,16 +65,8 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let stop = shared::stop_on_signals();
+    let endpoint = shared::endpoint(args.listen, args.advertise.as_deref(), "coordinator").await?;
     let store = args.store.open(false).await.context("open the store")?;
-    let extra: rekindle::serve::Extra = std::sync::Arc::new(Vec::new);
-    let wake = shared::wake_endpoint(
-        args.listen,
-        args.advertise.as_deref(),
-        &store,
-        "coordinator",
-        extra,
-    )
-    .await?;
     let options = CoordinatorOptions {
         id: args.id.unwrap_or_else(|| shared::default_id("coordinator")),
         ttl: Duration::from_millis(args.lease_ttl_ms),
@@ -82,7 +74,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         max_attempts: args.max_attempts,
         idle_scan_interval: Duration::from_millis(args.idle_scan_interval_ms),
         watch_interval: Duration::from_millis(args.watch_interval_ms),
-        wake: Some(wake),
+        wake: Some((endpoint.wakeup, endpoint.url)),
+        readiness: Some(endpoint.readiness),
     };
     coordinator::run(store, options, stop)
         .await

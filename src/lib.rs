@@ -30,6 +30,7 @@ pub mod core;
 pub mod error;
 pub mod fleet;
 pub mod host;
+pub mod metrics;
 pub mod store;
 
 pub mod serve;

@@ -397,62 +397,315 @@ async fn killed_host_is_recovered_on_s3() {
 }
 
 // Proves the fleet binaries serve health, readiness and Prometheus metrics.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn binaries_serve_health_and_metrics() {
-    let dir = tempfile::tempdir().unwrap();
-    let bucket = dir.path().join("bucket");
-    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+}
+
+/// GETs `path` from a fleet process's endpoint: (status, body), or `None` while it does not
+/// answer.
+async fn probe(port: u16, path: &str) -> Option<(u16, String)> {
+    let response = reqwest::get(format!("http://127.0.0.1:{port}{path}"))
+        .await
+        .ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
+}
+
+/// Waits until `path` answers with a body for which `until` holds; returns it.
+async fn probe_until(
+    port: u16,
+    path: &str,
+    timeout: Duration,
+    until: impl Fn(u16, &str) -> bool,
+) -> (u16, String) {
+    let deadline = Instant::now() + timeout;
+    let mut last = None;
+    loop {
+        if let Some((status, body)) = probe(port, path).await {
+            if until(status, &body) {
+                return (status, body);
+            }
+            last = Some((status, body));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} on port {port} never answered as expected; last: {last:?}"
+        );
+        rekindle::clock::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The value of one sample line `name{labels} value` in a metrics text.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+// Proves the fleet binaries export the metrics catalogue through the Prometheus recorder:
+// counters typed as counters with `_total`, gauges, histograms, and that a real recovery
+// moves them (admitted, assigned, started, finished, the latency histograms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binaries_export_the_metrics_a_recovery_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+    fleet.crash_host("e2e-metrics");
+    let (worker_port, coordinator_port) = (free_port(), free_port());
     let mut worker = fleet
         .command(env!("CARGO_BIN_EXE_rekindle-worker"))
         .args(["--config"])
         .arg(&fleet.config)
-        .args([
-            "--id",
-            "w-metrics",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--state-dir",
-        ])
+        .args(["--id", "w-metrics", "--lease-ttl-ms", "1000", "--listen"])
+        .arg(format!("127.0.0.1:{worker_port}"))
+        .arg("--state-dir")
         .arg(dir.path().join("w"))
         .spawn()
         .map(common::Proc::new)
         .unwrap();
-    let client = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(response) = client.get(format!("{base}/healthz")).send().await
-            && response.status().is_success()
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no health endpoint");
-        rekindle::clock::sleep(Duration::from_millis(50)).await;
-    }
-    let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
-    assert!(ready.status().is_success());
-    let metrics = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
+    let mut coordinator = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle-coordinator"))
+        .args(["--id", "c-metrics", "--lease-ttl-ms", "1000"])
+        .args(["--scan-interval-ms", "150", "--listen"])
+        .arg(format!("127.0.0.1:{coordinator_port}"))
+        .spawn()
+        .map(common::Proc::new)
         .unwrap();
+    let store = common::local(&bucket).await;
+    wait_finished(&store, &RunId::new("e2e-metrics"), Duration::from_secs(60)).await;
+
+    let (_, text) = probe_until(
+        worker_port,
+        "/metrics",
+        Duration::from_secs(10),
+        |_, body| {
+            sample(
+                body,
+                "rekindle_recoveries_finished_total{component=\"worker\"}",
+            ) == Some(1.0)
+        },
+    )
+    .await;
+    for line in [
+        "# TYPE rekindle_recoveries_finished_total counter",
+        "# TYPE rekindle_recovery_attempts_started_total counter",
+        "# TYPE rekindle_worker_utilization gauge",
+        "# TYPE rekindle_admission_to_first_step_seconds histogram",
+        "# TYPE rekindle_interruption_to_resumption_seconds histogram",
+        "# TYPE rekindle_step_duration_seconds histogram",
+        "# TYPE rekindle_store_request_duration_seconds histogram",
+        "# TYPE rekindle_store_requests_total counter",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    let worker_series = |series: &str| sample(&text, series);
+    assert_eq!(
+        worker_series("rekindle_recovery_attempts_started_total{component=\"worker\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        worker_series("rekindle_worker_capacity{component=\"worker\"}"),
+        Some(4.0)
+    );
+    assert_eq!(
+        worker_series("rekindle_admission_to_first_step_seconds_count{component=\"worker\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        worker_series("rekindle_interruption_to_resumption_seconds_count{component=\"worker\"}"),
+        Some(1.0)
+    );
+    // The host was killed after its first tool call ran and before (or as) it committed:
+    // the recovery ran the rest, each step timed.
     assert!(
-        metrics.contains("rekindle_store_requests_total{component=\"worker\",kind=\"get\"}"),
-        "{metrics}"
+        worker_series("rekindle_step_duration_seconds_count{component=\"worker\",kind=\"tool\"}")
+            .is_some_and(|n| n >= 3.0),
+        "{text}"
     );
     assert!(
-        metrics.contains("rekindle_recoveries_finished{component=\"worker\"} 0"),
+        worker_series(
+            "rekindle_store_requests_total{component=\"worker\",kind=\"conditional_put\",outcome=\"ok\"}"
+        )
+        .is_some_and(|n| n > 0.0),
+        "{text}"
+    );
+    // No hand-written gauges for counts any more.
+    assert!(!text.contains("rekindle_recoveries_finished{"), "{text}");
+
+    let (_, text) = probe_until(
+        coordinator_port,
+        "/metrics",
+        Duration::from_secs(10),
+        |_, body| {
+            sample(
+                body,
+                "rekindle_recoveries_assigned_total{component=\"coordinator\"}",
+            )
+            .is_some_and(|n| n >= 1.0)
+        },
+    )
+    .await;
+    let coordinator_series = |series: &str| sample(&text, series);
+    assert_eq!(
+        coordinator_series("rekindle_coordinator_leading{component=\"coordinator\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        coordinator_series("rekindle_recoveries_admitted_total{component=\"coordinator\"}"),
+        Some(1.0)
+    );
+    assert!(
+        coordinator_series("rekindle_fences_total{component=\"coordinator\"}")
+            .is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
+    assert_eq!(
+        coordinator_series("rekindle_workers_live{component=\"coordinator\"}"),
+        Some(1.0)
+    );
+    assert!(text.contains("rekindle_runs{component=\"coordinator\",state=\"interrupted\"}"));
+    assert!(sigterm(&mut worker).success());
+    assert!(sigterm(&mut coordinator).success());
+}
+
+// Proves /readyz means something: 503 while the store is being opened (an endpoint that does
+// not answer), 200 once registered, 503 naming the heartbeat while heartbeats fail (a
+// partition), 200 again once they succeed; a coordinator says whether it leads or stands by;
+// and a --listen address in use is a startup error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_store_the_heartbeats_and_leadership() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+
+    // Nobody answers at this endpoint: the store cannot be opened, the process stays unready.
+    let unreachable = free_port();
+    let port = free_port();
+    let _opening = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle-worker"))
+        .env("REKINDLE_STORE", "s3://nowhere/prefix")
+        .env("AWS_ACCESS_KEY_ID", "x")
+        .env("AWS_SECRET_ACCESS_KEY", "x")
+        .env("AWS_REGION", "us-east-1")
+        .args(["--allow-http", "--endpoint"])
+        .arg(format!("http://127.0.0.1:{unreachable}"))
+        .args(["--config"])
+        .arg(&fleet.config)
+        .args(["--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--state-dir")
+        .arg(dir.path().join("opening"))
+        .spawn()
+        .map(common::Proc::new)
+        .unwrap();
+    let (status, body) = probe_until(port, "/readyz", Duration::from_secs(20), |_, _| true).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("opening the store"), "{body}");
+    assert_eq!(probe(port, "/healthz").await.map(|(s, _)| s), Some(200));
+
+    // A worker whose heartbeats fail while a file exists (the fault layer's partition).
+    let partition = dir.path().join("partition");
+    let port = free_port();
+    let mut worker = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle-worker"))
+        .env("REKINDLE_FAULTS_PARTITION_FILE", &partition)
+        .args(["--config"])
+        .arg(&fleet.config)
+        .args([
+            "--id",
+            "w-ready",
+            "--lease-ttl-ms",
+            "600",
+            "--idle-ttl-ms",
+            "0",
+        ])
+        .args(["--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--state-dir")
+        .arg(dir.path().join("w"))
+        .spawn()
+        .map(common::Proc::new)
+        .unwrap();
+    let (_, body) = probe_until(port, "/readyz", Duration::from_secs(30), |s, _| s == 200).await;
+    assert_eq!(body.trim(), "ready");
+    std::fs::write(&partition, "").unwrap();
+    let (_, body) = probe_until(port, "/readyz", Duration::from_secs(60), |s, _| s == 503).await;
+    assert!(body.contains("heartbeat failing"), "{body}");
+    let (_, metrics) = probe_until(port, "/metrics", Duration::from_secs(5), |_, _| true).await;
+    assert_eq!(
+        sample(&metrics, "rekindle_ready{component=\"worker\"}"),
+        Some(0.0)
+    );
+    assert!(
+        sample(
+            &metrics,
+            "rekindle_heartbeat_failures_total{component=\"worker\"}"
+        )
+        .is_some_and(|n| n >= 1.0),
         "{metrics}"
+    );
+    std::fs::remove_file(&partition).unwrap();
+    probe_until(port, "/readyz", Duration::from_secs(30), |s, _| s == 200).await;
+
+    // The same address again: refused at startup, naming it.
+    let taken = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle-worker"))
+        .args(["--config"])
+        .arg(&fleet.config)
+        .args(["--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--state-dir")
+        .arg(dir.path().join("w2"))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!taken.status.success());
+    let stderr = String::from_utf8_lossy(&taken.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{stderr}"
     );
     assert!(sigterm(&mut worker).success());
+
+    // Two coordinators: one leads, the other stands by, and both are ready.
+    let (first, second) = (free_port(), free_port());
+    let mut leader = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle-coordinator"))
+        .args(["--id", "c-first", "--lease-ttl-ms", "1000", "--listen"])
+        .arg(format!("127.0.0.1:{first}"))
+        .spawn()
+        .map(common::Proc::new)
+        .unwrap();
+    probe_until(first, "/readyz", Duration::from_secs(30), |_, body| {
+        body.trim() == "ready: leading"
+    })
+    .await;
+    let mut standby = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle-coordinator"))
+        .args(["--id", "c-second", "--lease-ttl-ms", "1000", "--listen"])
+        .arg(format!("127.0.0.1:{second}"))
+        .spawn()
+        .map(common::Proc::new)
+        .unwrap();
+    let (status, _) = probe_until(second, "/readyz", Duration::from_secs(30), |_, body| {
+        body.trim() == "ready: standing by"
+    })
+    .await;
+    assert_eq!(status, 200);
+    let (_, metrics) = probe_until(second, "/metrics", Duration::from_secs(5), |_, _| true).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "rekindle_coordinator_leading{component=\"coordinator\"}"
+        ),
+        Some(0.0)
+    );
+    assert!(sigterm(&mut standby).success());
+    assert!(sigterm(&mut leader).success());
 }
 
 // Proves `recover --all` finds a run whose host was killed (its heartbeat stops changing for

@@ -525,6 +525,7 @@ impl Harness {
             crash: None,
             idle_ttl: None,
             wake: None,
+            readiness: None,
         }
     }
 
@@ -560,6 +561,7 @@ impl Harness {
             idle_scan_interval: Duration::from_millis(200),
             watch_interval: Duration::from_millis(200),
             wake: None,
+            readiness: None,
             max_attempts,
         };
         let store = store.clone();
@@ -903,6 +905,7 @@ async fn a_refused_start_writes_nothing() {
         idle_scan_interval: Duration::from_millis(100),
         watch_interval: Duration::from_millis(100),
         wake: None,
+        readiness: None,
         max_attempts: 5,
     };
     let actions = coordinator::tick_once(&store, &coordinator, &options)

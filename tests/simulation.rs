@@ -957,6 +957,7 @@ fn coordinator_options(id: &str, ttl: Duration) -> CoordinatorOptions {
         idle_scan_interval: Duration::from_millis(400),
         watch_interval: Duration::from_millis(400),
         wake: None,
+        readiness: None,
         max_attempts: rekindle::core::placement::DEFAULT_MAX_ATTEMPTS,
     }
 }
@@ -971,6 +972,7 @@ fn worker_options(id: &str, ttl: Duration, crash: Arc<AtomicBool>) -> WorkerOpti
         crash: Some(crash),
         idle_ttl: None,
         wake: None,
+        readiness: None,
     }
 }
 

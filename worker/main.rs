@@ -32,8 +32,8 @@ struct Args {
     /// This worker's ID (default: worker-<hostname>-<pid>).
     #[arg(long, env = "REKINDLE_WORKER_ID")]
     id: Option<String>,
-    /// Recoveries executed at once.
-    #[arg(long, default_value_t = 4)]
+    /// Recoveries executed at once (at least 1).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     concurrency: u32,
     /// How long this worker's heartbeat may stay unchanged before the fleet judges it dead
     /// and hands its recoveries to others (at least 1).
@@ -74,55 +74,36 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let stop = shared::stop_on_signals();
+    let endpoint = shared::endpoint(args.listen, args.advertise.as_deref(), "worker").await?;
     let config = Config::load(&args.config).context("load the configuration")?;
     let agent = Agent::from_config(config).context("set up the model")?;
     let store = args.store.open(false).await.context("open the store")?;
     let logs =
         LogDir::open(shared::state_dir(args.state_dir)?).context("open the state directory")?;
-    let stats = Arc::new(WorkerStats::default());
-    let counters = Arc::clone(&stats);
-    let extra: rekindle::serve::Extra = Arc::new(move || {
-        use std::sync::atomic::Ordering::Relaxed;
-        vec![
-            (
-                "rekindle_recoveries_started",
-                "Recovery attempts started.",
-                counters.started.load(Relaxed) as f64,
-            ),
-            (
-                "rekindle_recoveries_finished",
-                "Recoveries finished.",
-                counters.finished.load(Relaxed) as f64,
-            ),
-            (
-                "rekindle_recoveries_failed",
-                "Recovery attempts that failed.",
-                counters.failed.load(Relaxed) as f64,
-            ),
-        ]
+    let poll = args.poll_interval_ms.unwrap_or(if endpoint.url.is_some() {
+        30_000
+    } else {
+        2_000
     });
-    let (wakeup, url) = shared::wake_endpoint(
-        args.listen,
-        args.advertise.as_deref(),
-        &store,
-        "worker",
-        extra,
-    )
-    .await?;
-    let poll = args
-        .poll_interval_ms
-        .unwrap_or(if url.is_some() { 30_000 } else { 2_000 });
     let options = WorkerOptions {
         id: args.id.unwrap_or_else(|| shared::default_id("worker")),
-        concurrency: args.concurrency.max(1),
+        concurrency: args.concurrency,
         ttl: Duration::from_millis(args.lease_ttl_ms),
         poll_interval: Duration::from_millis(poll),
         shutdown_deadline: Duration::from_millis(args.shutdown_deadline_ms),
         crash: None,
         idle_ttl: (args.idle_ttl_ms > 0).then(|| Duration::from_millis(args.idle_ttl_ms)),
-        wake: Some((wakeup, url)),
+        wake: Some((endpoint.wakeup, endpoint.url)),
+        readiness: Some(endpoint.readiness),
     };
-    worker::run(store, agent, logs, options, stop, stats)
-        .await
-        .context("run the worker")
+    worker::run(
+        store,
+        agent,
+        logs,
+        options,
+        stop,
+        Arc::new(WorkerStats::default()),
+    )
+    .await
+    .context("run the worker")
 }

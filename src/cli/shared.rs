@@ -189,17 +189,28 @@ pub(crate) fn run_async<E: std::fmt::Display>(
     }
 }
 
-/// Where a fleet process takes wake-ups: the `--listen` server (bound now, so an address in
-/// use is a startup error) advertised as `advertise` (or the listen address when it names a
-/// host), else an ephemeral loopback endpoint, which reaches processes on this machine.
-pub(crate) async fn wake_endpoint(
+/// What a fleet process serves: wake-ups, readiness and metrics.
+pub(crate) struct Endpoint {
+    /// Notified by `POST /wake`.
+    pub wakeup: rekindle::fleet::wake::Wakeup,
+    /// The address advertised for wake-ups, if there is one.
+    pub url: Option<String>,
+    /// What `/readyz` answers; the process marks itself started, draining, leading.
+    pub readiness: Arc<rekindle::fleet::readiness::Readiness>,
+}
+
+/// Where a fleet process takes wake-ups and answers probes, set up before the store is opened
+/// (so `/readyz` says "not ready" meanwhile, and an address in use is a startup error): the
+/// `--listen` server, with the Prometheus recorder installed for `component`, advertised as
+/// `advertise` (or the listen address when it names a host); else an ephemeral loopback
+/// endpoint for wake-ups only, which reaches processes on this machine.
+pub(crate) async fn endpoint(
     listen: Option<std::net::SocketAddr>,
     advertise: Option<&str>,
-    store: &rekindle::store::Store,
     component: &'static str,
-    extra: rekindle::serve::Extra,
-) -> anyhow::Result<(rekindle::fleet::wake::Wakeup, Option<String>)> {
+) -> anyhow::Result<Endpoint> {
     let wakeup: rekindle::fleet::wake::Wakeup = Arc::new(tokio::sync::Notify::new());
+    let readiness = Arc::new(rekindle::fleet::readiness::Readiness::default());
     let Some(listen) = listen else {
         if advertise.is_some() {
             anyhow::bail!(
@@ -209,16 +220,26 @@ pub(crate) async fn wake_endpoint(
         let url = rekindle::fleet::wake::serve_loopback(Arc::clone(&wakeup))
             .await
             .context("serve the wake-up endpoint")?;
-        return Ok((wakeup, Some(url)));
+        return Ok(Endpoint {
+            wakeup,
+            url: Some(url),
+            readiness,
+        });
     };
     let url = rekindle::fleet::wake::advertised(listen, advertise).map_err(anyhow::Error::msg)?;
     let listener = rekindle::serve::bind(listen).await?;
-    let ready = Arc::new(AtomicBool::new(true));
-    let server = store.clone();
-    let wake = Arc::clone(&wakeup);
+    let metrics = rekindle::metrics::install(component).map_err(anyhow::Error::msg)?;
+    let upkeep = metrics.clone();
     tokio::spawn(async move {
-        if let Err(error) =
-            rekindle::serve::serve(listener, server, component, ready, extra, Some(wake)).await
+        loop {
+            rekindle::clock::sleep(Duration::from_secs(5)).await;
+            upkeep.upkeep();
+        }
+    });
+    let wake = Arc::clone(&wakeup);
+    let probe = Arc::clone(&readiness);
+    tokio::spawn(async move {
+        if let Err(error) = rekindle::serve::serve(listener, probe, Some(metrics), Some(wake)).await
         {
             tracing::error!(%listen, %error, "the health, metrics and wake-up server stopped");
         }
@@ -226,5 +247,9 @@ pub(crate) async fn wake_endpoint(
     if url.is_none() {
         tracing::warn!(%listen, "no address to advertise for wake-ups (give --advertise, e.g. the pod IP); work reaches this process at its poll interval");
     }
-    Ok((wakeup, url))
+    Ok(Endpoint {
+        wakeup,
+        url,
+        readiness,
+    })
 }

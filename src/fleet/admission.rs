@@ -172,6 +172,9 @@ pub async fn admit(
         }
     };
     sync_index(store, &admission.record).await?;
+    if admission.created {
+        crate::metrics::count(crate::metrics::RECOVERIES_ADMITTED);
+    }
     Ok(Admitted {
         record: admission.record,
         created: admission.created,
@@ -288,7 +291,10 @@ async fn fence(
     };
     holder.release(&held).await?;
     match fenced {
-        Ok(writer) => Ok(Some(writer)),
+        Ok(writer) => {
+            crate::metrics::count(crate::metrics::FENCES);
+            Ok(Some(writer))
+        }
         // A retired run has no writer left to fence (see `tombstone.rs`); admission refuses it.
         Err(GenerationError::Retired { .. }) => Ok(None),
         Err(other) => Err(other.into()),

@@ -73,6 +73,8 @@ pub struct CoordinatorOptions {
     /// Wake-ups that cut a wait between ticks short (see `fleet::wake`), and the address
     /// that reaches them, advertised in its heartbeat and in the workers' inboxes.
     pub wake: Option<(Wakeup, Option<String>)>,
+    /// What the process's `/readyz` answers, kept up to date by the loop.
+    pub readiness: Option<Arc<crate::fleet::readiness::Readiness>>,
 }
 
 impl CoordinatorOptions {
@@ -86,6 +88,7 @@ impl CoordinatorOptions {
             idle_scan_interval: Duration::from_secs(60),
             watch_interval: Duration::from_secs(1),
             wake: None,
+            readiness: None,
         }
     }
 
@@ -159,7 +162,12 @@ pub async fn run(
     let holder = Holder::with_role(&store, options.id.clone(), options.ttl, "coordinator");
     holder.set_wake(options.wake_url());
     let beating = holder.spawn_heartbeat(Arc::clone(&stop));
+    if let Some(readiness) = &options.readiness {
+        readiness.started(&holder);
+    }
     let lease_run = RunId::new(layout::COORDINATOR_LEASE_RUN);
+    // The leader this coordinator last logged it stands by for.
+    let mut standing_by: Option<String> = None;
     let mut observer = Observer::default();
     let mut leading: Option<Held> = None;
     // Kept across ticks: a standby judges the leader dead only after a whole TTL of silence.
@@ -178,8 +186,16 @@ pub async fn run(
                     // Another leader may have written the inboxes since this one last did.
                     observer.inboxes.clear();
                     leading = Some(held);
+                    standing_by = None;
+                    set_leading(&options, true);
                 }
-                Ok(Attempt::Alive { .. }) => {}
+                Ok(Attempt::Alive { holder: leader }) => {
+                    if standing_by.as_ref() != Some(&leader) {
+                        tracing::info!(coordinator = %options.id, leader = %leader, "standing by: another coordinator leads");
+                        standing_by = Some(leader);
+                    }
+                    set_leading(&options, false);
+                }
                 Err(error) => tracing::warn!(%error, "cannot take the coordinator lease"),
             }
         }
@@ -189,6 +205,7 @@ pub async fn run(
             if let Err(error) = holder.check(held).await {
                 tracing::info!(coordinator = %options.id, %error, "no longer leading");
                 leading = None;
+                set_leading(&options, false);
                 continue;
             }
             match tick(&store, &holder, &options, &mut observer).await {
@@ -207,6 +224,9 @@ pub async fn run(
         }
         followed_up = 0;
         wait_for_next_tick(&store, &options, &mut observer, pause, watching, &stop).await;
+    }
+    if let Some(readiness) = &options.readiness {
+        readiness.draining();
     }
     if let Some(held) = &leading {
         let _ = holder.release(held).await;
@@ -257,6 +277,77 @@ async fn wait_for_next_tick(
             Err(error) => tracing::debug!(%error, "cannot list the heartbeats"),
         }
     }
+}
+
+/// Tells `/readyz` and the metrics whether this coordinator leads.
+fn set_leading(options: &CoordinatorOptions, leading: bool) {
+    match &options.readiness {
+        Some(readiness) => readiness.leading(leading),
+        None => crate::metrics::set(
+            crate::metrics::COORDINATOR_LEADING,
+            if leading { 1.0 } else { 0.0 },
+        ),
+    }
+}
+
+/// The leader's view of the fleet as gauges: runs by state, recoveries by phase, the oldest
+/// interrupted run's age, live workers.
+fn export_fleet(runs: &[RunView], workers: &[WorkerView], now_ms: u64) {
+    use crate::metrics::{
+        OLDEST_INTERRUPTED_AGE, RECOVERIES, RUNS, WORKERS_LIVE, set, set_labelled,
+    };
+    let mut states = [
+        ("running", 0.0),
+        ("interrupted", 0.0),
+        ("recovering", 0.0),
+        ("parked", 0.0),
+        ("dead_lettered", 0.0),
+    ];
+    let mut phases = [("admitted", 0.0), ("assigned", 0.0), ("running", 0.0)];
+    let mut oldest: Option<u64> = None;
+    for run in runs {
+        let (state, waiting_since) = match run.entry.phase {
+            Phase::Running if run.holder_alive => (0, None),
+            Phase::Running => (1, Some(run.entry.updated_at_ms)),
+            Phase::Recovering => (2, None),
+            Phase::Parked => (3, None),
+            Phase::Dead => (4, None),
+        };
+        states[state].1 += 1.0;
+        let waiting_since = match &run.recovery {
+            Some(record) if !record.state.is_terminal() => {
+                let phase = match (record.state, &record.assigned_to) {
+                    (RecoveryState::Admitted, None) => Some(0),
+                    (RecoveryState::Admitted, Some(_)) => Some(1),
+                    (RecoveryState::Running, _) => Some(2),
+                    _ => None,
+                };
+                if let Some(phase) = phase {
+                    phases[phase].1 += 1.0;
+                }
+                // Waiting for a worker counts as still interrupted.
+                (record.state == RecoveryState::Admitted)
+                    .then_some(record.admitted_at_ms)
+                    .or(waiting_since)
+            }
+            _ => waiting_since,
+        };
+        if let Some(since) = waiting_since {
+            oldest = Some(oldest.map_or(since, |o| o.min(since)));
+        }
+    }
+    for (state, count) in states {
+        set_labelled(RUNS, "state", state, count);
+    }
+    for (phase, count) in phases {
+        set_labelled(RECOVERIES, "phase", phase, count);
+    }
+    let age = oldest.map_or(0.0, |since| now_ms.saturating_sub(since) as f64 / 1000.0);
+    set(OLDEST_INTERRUPTED_AGE, age);
+    set(
+        WORKERS_LIVE,
+        workers.iter().filter(|w| w.alive).count() as f64,
+    );
 }
 
 /// One look at the heartbeats between ticks: whether a holder that held runs at the last
@@ -357,6 +448,7 @@ async fn tick(
             run
         })
         .collect();
+    export_fleet(&runs, &workers, store.clock().wall_ms());
     let mut actions = placement::decide(&workers, &runs, options.max_attempts);
     // Admissions go in batches: after an outage every run needs one, and the first ones are
     // assigned (by the tick that follows at once) while the rest are still being admitted.
@@ -946,13 +1038,16 @@ async fn execute(
             }
         }
         Action::Assign { recovery, worker } => {
-            event(
+            let assigned = event(
                 recovery,
                 Event::Assign {
                     worker: worker.clone(),
                 },
             )
             .await?;
+            if assigned.is_some() {
+                crate::metrics::count(crate::metrics::RECOVERIES_ASSIGNED);
+            }
             false
         }
         Action::Abandon {
@@ -982,6 +1077,7 @@ async fn execute(
             )
             .await?
             {
+                crate::metrics::count(crate::metrics::RECOVERIES_DEAD_LETTERED);
                 tracing::error!(source_run = %source, recovery_id = %recovery, failures = record.failures, last_error = record.last_error.as_deref().unwrap_or(""), "recovery dead-lettered");
             }
             false

@@ -212,6 +212,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
             idle_scan_interval: Duration::from_millis(150),
             watch_interval: Duration::from_millis(150),
             wake: None,
+            readiness: None,
         },
         Arc::clone(&stop),
     ));
@@ -235,6 +236,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
                 crash: Some(Arc::clone(crash)),
                 idle_ttl: None,
                 wake: None,
+                readiness: None,
             },
             Arc::clone(&stop),
             Arc::clone(&stats),

@@ -73,6 +73,7 @@ pub mod coordinator;
 pub mod demo;
 pub mod lifecycle;
 pub mod liveness;
+pub mod readiness;
 pub mod removal;
 pub mod runner;
 pub mod wake;
@@ -259,6 +260,7 @@ impl Node {
             committed_at: Some(crate::clock::Stopwatch::start()),
             stop: Arc::clone(&self.stop),
             lease_suspect,
+            resumed: None,
         }
     }
 
@@ -493,7 +495,13 @@ impl Node {
         let (mut log, _) = self.logs.open_log(run.as_str())?;
         log.append_all(writer.state().facts())?;
         tracing::info!(recovery_id = %record.recovery_id, source_run = %record.source_run, epoch = %held.epoch, "recovery started");
-        let runner = self.runner(writer, log, held.clone());
+        let mut runner = self.runner(writer, log, held.clone());
+        if record.attempts == 1 {
+            runner.resumed = Some(crate::fleet::runner::Resumed {
+                admitted_at_ms: record.admitted_at_ms,
+                interrupted_at_ms: runner.writer.state().facts().last().map_or(0, |f| f.at_ms),
+            });
+        }
         let driven = self.drive_until_stopped(runner, &held, true).await;
         if driven.is_ok() {
             self.holder.release(&held).await?;

@@ -89,6 +89,18 @@ pub struct Runner {
     /// Set by a background lease watcher when the lease may be lost; the next step then
     /// confirms with one read and stops with the error if it is.
     pub lease_suspect: Arc<AtomicBool>,
+    /// For a recovery's first attempt: when it was admitted and when its source was last
+    /// committed (wall-clock milliseconds), measured against its first step, once.
+    pub resumed: Option<Resumed>,
+}
+
+/// When a recovery was admitted and its source interrupted, for the latency metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct Resumed {
+    /// The recovery's admission, from its record.
+    pub admitted_at_ms: u64,
+    /// The source run's last committed fact.
+    pub interrupted_at_ms: u64,
 }
 
 impl Runner {
@@ -107,6 +119,23 @@ impl Runner {
             if steps >= self.steps_per_resume {
                 return Ok(Stopped::StepCap);
             }
+            if let Some(resumed) = self.resumed.take() {
+                let now = self.clock.wall_ms();
+                let since = |at: u64| std::time::Duration::from_millis(now.saturating_sub(at));
+                crate::metrics::observe(
+                    crate::metrics::ADMISSION_TO_FIRST_STEP,
+                    since(resumed.admitted_at_ms),
+                );
+                crate::metrics::observe(
+                    crate::metrics::INTERRUPTION_TO_RESUMPTION,
+                    since(resumed.interrupted_at_ms),
+                );
+                if matches!(self.writer.state().next_step(), Step::RunTools { .. }) {
+                    // A call of the last turn without a result: it may have been in flight.
+                    crate::metrics::count(crate::metrics::TOOL_CALLS_REEXECUTED);
+                }
+            }
+            let stopwatch = crate::clock::Stopwatch::start();
             match self.writer.state().next_step() {
                 Step::Done { terminal } => return Ok(Stopped::Finished(terminal)),
                 Step::Parked { parked } => return Ok(Stopped::Parked(parked)),
@@ -133,6 +162,7 @@ impl Runner {
                             tools: &tools,
                         })
                         .await?;
+                    crate::metrics::step("model", stopwatch.elapsed());
                     self.record(FactBody::ModelTurn(turn)).await?;
                 }
                 Step::RunTools { calls } => {
@@ -171,6 +201,7 @@ impl Runner {
                                 epoch: self.writer.epoch(),
                             };
                             let output = self.tools.call(&call, &context).await;
+                            crate::metrics::step("tool", stopwatch.elapsed());
                             FactBody::ToolResult(ToolResult {
                                 call_id: call.id.clone(),
                                 output: output.output,

@@ -59,6 +59,8 @@ pub struct WorkerOptions {
     /// Wake-ups that cut the wait between inbox reads short (see `fleet::wake`), and the
     /// address that reaches them, advertised in the registration and heartbeat.
     pub wake: Option<(Wakeup, Option<String>)>,
+    /// What the process's `/readyz` answers, kept up to date by the loop.
+    pub readiness: Option<Arc<crate::fleet::readiness::Readiness>>,
 }
 
 impl WorkerOptions {
@@ -73,6 +75,7 @@ impl WorkerOptions {
             crash: None,
             idle_ttl: None,
             wake: None,
+            readiness: None,
         }
     }
 }
@@ -130,6 +133,13 @@ pub async fn run(
         )
         .await?;
     tracing::info!(worker_id = %options.id, concurrency = options.concurrency, "worker registered");
+    if let Some(readiness) = &options.readiness {
+        readiness.started(&holder);
+    }
+    crate::metrics::set(
+        crate::metrics::WORKER_CAPACITY,
+        f64::from(options.concurrency),
+    );
     let node = Node {
         store: store.clone(),
         agent,
@@ -214,8 +224,18 @@ pub async fn run(
             }
             Err(error) => tracing::warn!(worker_id = %options.id, %error, "cannot read the inbox"),
         }
+        let in_flight = running.len() as f64;
+        crate::metrics::set(crate::metrics::WORKER_IN_FLIGHT, in_flight);
+        crate::metrics::set(
+            crate::metrics::WORKER_UTILIZATION,
+            in_flight / f64::from(options.concurrency.max(1)),
+        );
         crate::clock::sleep_unless(options.poll_interval, &stop, wakeup.as_deref()).await;
     }
+    if let Some(readiness) = &options.readiness {
+        readiness.draining();
+    }
+    tracing::info!(worker_id = %options.id, running = running.len(), "stopping: taking no new work");
     let deadline = crate::clock::Stopwatch::start().deadline(options.shutdown_deadline);
     for (id, mut task) in running {
         if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
@@ -297,6 +317,7 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
                 }
             };
         stats.started.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::count(crate::metrics::ATTEMPTS_STARTED);
         let attempt = record.attempts;
         let outcome = node.execute_recovery(&record).await;
         let worker = worker.to_owned();
@@ -354,6 +375,7 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
             Err(error) => {
                 tracing::warn!(recovery_id = %id, %error, "recovery attempt failed");
                 stats.failed.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::count(crate::metrics::RECOVERIES_FAILED);
                 (
                     Event::Fail {
                         worker,
@@ -404,5 +426,6 @@ fn recovery_finished(node: &Node, id: &RecoveryId, stats: &WorkerStats) {
         .unwrap_or(true);
     if new {
         stats.finished.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::count(crate::metrics::RECOVERIES_FINISHED);
     }
 }

@@ -239,6 +239,8 @@ pub struct Holder {
     /// Told when the holder becomes busy, so the heartbeat loop beats at once.
     pace: tokio::sync::Notify,
     wake: std::sync::Mutex<Option<String>>,
+    /// The error of the last heartbeat, while heartbeats fail (see [`Holder::heartbeat_error`]).
+    failing: std::sync::Mutex<Option<String>>,
 }
 
 /// Work in hand on a [`Holder`]: while any guard lives, the holder beats every third of its
@@ -276,6 +278,7 @@ impl Holder {
             busy: AtomicU64::new(0),
             pace: tokio::sync::Notify::new(),
             wake: std::sync::Mutex::new(None),
+            failing: std::sync::Mutex::new(None),
         })
     }
 
@@ -381,8 +384,28 @@ impl Holder {
             wake: self.wake.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         };
         let bytes = layout::encode_object(&beat);
-        self.store.put(&self.heartbeat_key(), bytes).await?;
-        Ok(())
+        let result = self.store.put(&self.heartbeat_key(), bytes).await;
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Ok(_) => {
+                *failing = None;
+                Ok(())
+            }
+            Err(error) => {
+                crate::metrics::count(crate::metrics::HEARTBEAT_FAILURES);
+                *failing = Some(error.to_string());
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Why the last heartbeat failed, while they fail: the fleet will judge this process gone
+    /// once its TTL passes without one.
+    pub fn heartbeat_error(&self) -> Option<String> {
+        self.failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Makes sure no other live process uses this holder ID before this one beats under it:
@@ -566,6 +589,7 @@ impl Holder {
         {
             Ok(etag) => {
                 tracing::info!(run_id = %run, epoch = %epoch, holder_id = %self.id, from = %observed.lease.holder, "lease taken over");
+                crate::metrics::count(crate::metrics::TAKEOVERS);
                 Ok(Held {
                     run: run.clone(),
                     epoch,

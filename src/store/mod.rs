@@ -252,6 +252,15 @@ fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
 }
 
+/// The request kind a store operation is billed as, for the metrics.
+fn request_kind(op: &'static str) -> &'static str {
+    match op {
+        "create" | "swap" => "conditional_put",
+        "read" => "get",
+        other => other,
+    }
+}
+
 /// How transient faults are retried: exponential backoff with jitter, bounded in attempts.
 #[derive(Clone, Copy, Debug)]
 pub struct RetryPolicy {
@@ -536,6 +545,7 @@ impl Store {
         Fut: std::future::Future<Output = Result<T, StoreError>>,
     {
         let timeout = self.retry.attempt_timeout;
+        let kind = request_kind(op);
         let mut attempt = attempt;
         let attempts = AtomicU64::new(0);
         let result = (|| {
@@ -543,7 +553,8 @@ impl Store {
             tracing::trace!(op, key, "store request");
             let future = attempt();
             async move {
-                match tokio::time::timeout(timeout, future).await {
+                let stopwatch = crate::clock::Stopwatch::start();
+                let result = match tokio::time::timeout(timeout, future).await {
                     Ok(result) => result,
                     Err(_) => Err(StoreError::Unavailable {
                         op,
@@ -551,7 +562,16 @@ impl Store {
                         attempts: 1,
                         message: format!("no answer within {} ms", timeout.as_millis()),
                     }),
-                }
+                };
+                let outcome = match &result {
+                    Ok(_) => "ok",
+                    Err(StoreError::AlreadyExists { .. } | StoreError::Changed { .. }) => {
+                        "conflict"
+                    }
+                    Err(_) => "error",
+                };
+                crate::metrics::store_request(kind, outcome, stopwatch.elapsed());
+                result
             }
         })
         .retry(match self.clock.jitter_seed() {
@@ -560,6 +580,7 @@ impl Store {
         })
         .when(StoreError::is_transient)
         .notify(|error, delay| {
+            crate::metrics::store_retry(kind);
             tracing::debug!(op, key, %error, delay_ms = delay.as_millis() as u64, "retrying store request");
         })
         .await;
@@ -586,6 +607,7 @@ impl Store {
     async fn try_create(&self, key: &str, bytes: Bytes) -> Result<ETag, StoreError> {
         bump(&self.metrics.conditional_put, 1);
         bump(&self.metrics.bytes_written, bytes.len() as u64);
+        crate::metrics::store_bytes("written", bytes.len() as u64);
         let options = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -711,6 +733,7 @@ impl Store {
         };
         bump(counter, 1);
         bump(&self.metrics.bytes_written, bytes.len() as u64);
+        crate::metrics::store_bytes("written", bytes.len() as u64);
         let options = PutOptions {
             mode,
             ..PutOptions::default()
@@ -754,6 +777,7 @@ impl Store {
         };
         let etag = self.version(store_etag, &bytes, key);
         bump(&self.metrics.bytes_read, bytes.len() as u64);
+        crate::metrics::store_bytes("read", bytes.len() as u64);
         Ok(Some(Object { bytes, etag }))
     }
 
