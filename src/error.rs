@@ -198,6 +198,7 @@ fn store_kind(error: &StoreError) -> ErrorKind {
         StoreError::Unavailable { .. } => ErrorKind::Unavailable,
         StoreError::Denied { .. }
         | StoreError::InvalidUrl { .. }
+        | StoreError::NoStore { .. }
         | StoreError::ProbeFailed { .. } => ErrorKind::InvalidInput,
         StoreError::Failed { .. } => ErrorKind::Internal,
     }

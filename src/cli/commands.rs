@@ -274,7 +274,7 @@ pub(crate) async fn runs_ls(
     state: Option<String>,
     json: bool,
 ) -> anyhow::Result<()> {
-    let store = store.open(true).await.context("open the store")?;
+    let store = store.open_existing(true).await.context("open the store")?;
     let (entries, bad) = IndexScan::default().scan(&store).await?;
     let mut rows: Vec<serde_json::Value> = Vec::new();
     for entry in &entries {
@@ -337,7 +337,7 @@ pub(crate) async fn runs_ls(
 }
 
 pub(crate) async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Result<()> {
-    let store = store.open(false).await.context("open the store")?;
+    let store = store.open_existing(false).await.context("open the store")?;
     let run = RunId::new(run);
     let deleted = removal::remove(&store, &run, force).await?;
     println!(
@@ -347,7 +347,7 @@ pub(crate) async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyho
 }
 
 pub(crate) async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Result<()> {
-    let store = store.open(true).await.context("open the store")?;
+    let store = store.open_existing(true).await.context("open the store")?;
     let run = RunId::new(run);
     let loaded = generation::load(&store, &run, None).await?;
     let lease = lease::read_lease(&store, &run).await?;
@@ -478,7 +478,7 @@ pub(crate) async fn answer(
     question: Option<String>,
     text: Option<String>,
 ) -> anyhow::Result<()> {
-    let store = store.open(false).await.context("open the store")?;
+    let store = store.open_existing(false).await.context("open the store")?;
     let answer = match (confirm, question) {
         (Some(call), None) => Answer::Confirm {
             call_id: CallId::new(call),
@@ -498,7 +498,7 @@ pub(crate) async fn answer(
 }
 
 pub(crate) async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
-    let store = store.open(true).await.context("open the store")?;
+    let store = store.open_existing(true).await.context("open the store")?;
     let now = store.clock().wall_ms();
     let mut workers = Vec::new();
     for listed in store.list_all(layout::workers_prefix()).await? {
@@ -686,7 +686,7 @@ pub(crate) async fn gc(
     grace_minutes: u64,
     json: bool,
 ) -> anyhow::Result<()> {
-    let opened = store.open(false).await.context("open the store")?;
+    let opened = store.open_existing(false).await.context("open the store")?;
     let now = opened.clock().wall_ms();
     let policy = rekindle::store::gc::GcPolicy {
         retention: Duration::from_secs(retention_hours.saturating_mul(3600)),

@@ -30,10 +30,25 @@ pub(crate) struct StoreArgs {
 }
 
 impl StoreArgs {
-    /// Opens the store; `read_only` skips the capability probe.
+    /// Opens the store; `read_only` skips the capability probe (and never creates a local
+    /// directory).
     pub(crate) async fn open(&self, read_only: bool) -> anyhow::Result<Store> {
         let settings = self.settings.settings(read_only)?;
         Ok(Store::open(&self.store, &settings, SystemClock::shared()).await?)
+    }
+
+    /// Opens a store that must already exist (a command about runs in it): a location with no
+    /// Rekindle store is an error naming it, not an empty store, and nothing is created
+    /// there. Unless `read_only`, the capability probe runs after that check.
+    pub(crate) async fn open_existing(&self, read_only: bool) -> anyhow::Result<Store> {
+        let settings = self.settings.settings(true)?;
+        let store = Store::open(&self.store, &settings, SystemClock::shared()).await?;
+        store.check_exists().await?;
+        if !read_only {
+            store.probe_once().await?;
+            store.check_format().await?;
+        }
+        Ok(store)
     }
 }
 
@@ -108,14 +123,23 @@ fn faults_from_env() -> anyhow::Result<Option<FaultSettings>> {
     Ok(Some(faults))
 }
 
-/// Logs to stderr, as JSON when `json` (for Kubernetes) or `REKINDLE_LOG_FORMAT=json`.
-/// `RUST_LOG` selects what is logged (default: `default_level`).
+/// Logs to stderr, as JSON when `json`, when `REKINDLE_LOG_FORMAT=json`, or on Kubernetes
+/// (`KUBERNETES_SERVICE_HOST` set) unless `REKINDLE_LOG_FORMAT=text`; in colour only on a
+/// terminal and without `NO_COLOR`. `RUST_LOG` selects what is logged (default:
+/// `default_level`).
 pub(crate) fn init_tracing(json: bool, default_level: &str) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let json = json || std::env::var("REKINDLE_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let format = std::env::var("REKINDLE_LOG_FORMAT").unwrap_or_default();
+    let json = json
+        || format == "json"
+        || (format != "text" && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some());
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_env_filter(filter);
     if json {
         builder.json().init();

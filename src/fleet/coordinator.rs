@@ -154,6 +154,7 @@ struct Observer {
 const REGISTRATIONS_REFRESH_TICKS: u32 = 30;
 
 /// Runs a coordinator until `stop` is set: stands by until it leads, then ticks.
+#[tracing::instrument(name = "coordinator", skip_all, fields(coordinator_id = %options.id))]
 pub async fn run(
     store: Store,
     options: CoordinatorOptions,

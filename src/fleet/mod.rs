@@ -406,7 +406,7 @@ impl Node {
     #[tracing::instrument(
         name = "recovery_attempt",
         skip_all,
-        fields(run_id = %record.source_run, recovery_id = %record.recovery_id, holder_id = %self.holder.id())
+        fields(run_id = %record.source_run, recovery_id = %record.recovery_id, holder_id = %self.holder.id(), epoch = tracing::field::Empty)
     )]
     pub async fn execute_recovery(&self, record: &RecoveryRecord) -> Result<(Stopped, u64)> {
         let run = RunId::new(record.recovery_id.as_str());
@@ -423,6 +423,7 @@ impl Node {
                     .await?
             }
         };
+        tracing::Span::current().record("epoch", held.epoch.0);
         let policy = SnapshotPolicy::default();
         // Continue the recovery run if an earlier attempt started it, else seed it. The first
         // attempt (the lifecycle counts every start) cannot find one, so it seeds at once; a

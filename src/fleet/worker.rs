@@ -94,6 +94,7 @@ pub struct WorkerStats {
 }
 
 /// Runs a worker until `stop` is set.
+#[tracing::instrument(name = "worker", skip_all, fields(worker_id = %options.id))]
 pub async fn run(
     store: Store,
     agent: Agent,

@@ -138,6 +138,18 @@ pub enum StoreError {
         /// What went wrong, as the backend or this module described it.
         message: String,
     },
+    /// Nothing has written a Rekindle store at this location (a missing directory, or a
+    /// bucket or prefix without the format marker): a command that only reads refuses it
+    /// rather than report an empty store.
+    #[error(
+        "no Rekindle store at {url}: {reason} (check --store / REKINDLE_STORE; a store is created by the first run, worker or coordinator that writes to it)"
+    )]
+    NoStore {
+        /// The store URL as opened.
+        url: String,
+        /// What was missing.
+        reason: String,
+    },
     /// The store URL could not be parsed or opened; fix the configuration.
     #[error("invalid store URL '{url}': {reason}")]
     InvalidUrl {
@@ -350,9 +362,19 @@ impl Store {
                     url: url.to_string(),
                     reason,
                 };
-                std::fs::create_dir_all(root).map_err(|e| {
-                    invalid(format!("cannot create directory {}: {e}", root.display()))
-                })?;
+                if !root.is_dir() {
+                    if settings.skip_probe {
+                        // Read-only: never create a directory for a mistyped path.
+                        return Err(StoreError::NoStore {
+                            url: url.to_string(),
+                            reason: "no such directory".into(),
+                        });
+                    }
+                    std::fs::create_dir_all(root).map_err(|e| {
+                        invalid(format!("cannot create directory {}: {e}", root.display()))
+                    })?;
+                    tracing::info!(store = %root.display(), "created a new local store directory");
+                }
                 // Without `with_fsync` (off by default) an acknowledged write could vanish in a
                 // power loss. With it, object_store syncs the staged file before publishing it,
                 // then the parent directory and each directory it created, all inside its
@@ -394,6 +416,24 @@ impl Store {
             store.check_format().await?;
         }
         Ok(store)
+    }
+
+    /// Refuses a location nothing has written a Rekindle store to (no format marker), for
+    /// commands that only look: one GET.
+    pub async fn check_exists(&self) -> Result<(), StoreError> {
+        if matches!(self.backend, Backend::Memory) {
+            return Ok(());
+        }
+        match self.read(crate::core::layout::format_marker()).await? {
+            Some(_) => Ok(()),
+            None => Err(StoreError::NoStore {
+                url: self.url.clone(),
+                reason: format!(
+                    "no format marker ({})",
+                    crate::core::layout::format_marker()
+                ),
+            }),
+        }
     }
 
     /// Writes the layout's format marker on first use, and refuses a bucket laid out by a

@@ -1,0 +1,150 @@
+//! What an operator sees and types: logs, `status`, `runs`, store URLs, flags and their
+//! mistakes, with the real binaries on a local-directory store.
+
+#![allow(clippy::disallowed_methods)] // real processes on real time.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn rekindle(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rekindle"))
+        .args(args)
+        .env_remove("REKINDLE_STORE")
+        .output()
+        .unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs a coordinator on `store` for a moment, with `env`, and returns what it logged.
+fn coordinator_log(store: &Path, env: &[(&str, &str)]) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rekindle-coordinator"));
+    command
+        .arg("--store")
+        .arg(store)
+        .args(["--id", "c-logs", "--lease-ttl-ms", "1000"])
+        .env("RUST_LOG", "info")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("REKINDLE_LOG_FORMAT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let log = std::sync::Arc::clone(&log);
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let line = line.unwrap();
+                let mut log = log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !log.lock().unwrap().contains("leading") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let log = log.lock().unwrap().clone();
+    assert!(status.success(), "{log}");
+    log
+}
+
+// Proves logs carry no colour codes when stderr is not a terminal, and are JSON lines with
+// the process's span fields on Kubernetes.
+#[test]
+fn logs_are_plain_off_a_terminal_and_json_on_kubernetes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let text = coordinator_log(&store, &[]);
+    assert!(text.contains("leading"), "{text}");
+    assert!(!text.contains('\u{1b}'), "colour codes in {text:?}");
+
+    let json = coordinator_log(&store, &[("KUBERNETES_SERVICE_HOST", "10.0.0.1")]);
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let leading = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "leading")
+        .unwrap_or_else(|| panic!("no 'leading' line in {json}"));
+    assert_eq!(leading["span"]["coordinator_id"], "c-logs", "{leading}");
+}
+
+// Proves commands about runs refuse a location with no Rekindle store, naming it, and create
+// nothing there (a mistyped path used to print an empty list and leave a directory behind);
+// malformed URLs and unknown schemes are errors at parse time.
+#[test]
+fn a_location_without_a_store_is_an_error_not_an_empty_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("typo");
+    let missing = missing.to_str().unwrap();
+    for args in [
+        vec!["runs", "ls", "--store", missing],
+        vec!["runs", "show", "some-run", "--store", missing],
+        vec!["status", "--store", missing],
+        vec!["gc", "--store", missing],
+        vec!["runs", "rm", "some-run", "--store", missing],
+    ] {
+        let output = rekindle(&args);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        let text = stderr(&output);
+        assert!(
+            text.contains(&format!(
+                "no Rekindle store at {missing}: no such directory"
+            )),
+            "{args:?}: {text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{args:?}: {text}");
+    }
+    assert!(!Path::new(missing).exists(), "a read created the directory");
+
+    // A directory that exists but holds no store.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let output = rekindle(&["status", "--store", empty.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("no format marker"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+
+    for (url, problem) in [
+        ("s3:/bucket", "no '//' after 's3:'"),
+        ("file://relative", "a file:// URL needs an absolute path"),
+        ("gs://bucket", "unknown scheme 'gs'"),
+        ("s3://", "bucket"),
+    ] {
+        let output = rekindle(&["runs", "ls", "--store", url]);
+        assert_eq!(output.status.code(), Some(2), "{url}");
+        let text = stderr(&output);
+        assert!(text.contains(problem), "{url}: {text}");
+        assert!(
+            text.contains(&format!("invalid store URL '{url}'")),
+            "{text}"
+        );
+    }
+    assert!(!Path::new("s3:").exists());
+    assert!(!Path::new("relative").exists());
+}
