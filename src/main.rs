@@ -48,8 +48,9 @@ enum Command {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
         workers: usize,
         /// Store URL: s3://bucket/prefix (e.g. s3://bucket/demo for MinIO), file:///abs/path
-        /// (or a plain path), or memory://. Default: a temporary directory.
-        #[arg(long, env = "REKINDLE_STORE")]
+        /// (or a plain path), or memory://. Default: a temporary directory (REKINDLE_STORE is
+        /// not read: the demo writes only where it is told to).
+        #[arg(long)]
         store: Option<StoreUrl>,
         #[command(flatten)]
         store_settings: StoreSettingsArgs,
@@ -178,9 +179,13 @@ enum Command {
         #[arg(long, default_value_t = 168)]
         retention_hours: u64,
         /// Delete nothing superseded by a snapshot younger than this, and retire no run
-        /// sooner: far longer than any request deadline plus clock skew between nodes.
-        #[arg(long, default_value_t = 60)]
+        /// sooner: far longer than any request deadline plus clock skew between nodes (at
+        /// least 1).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
         grace_minutes: u64,
+        /// Report what would be deleted and retired, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -195,12 +200,15 @@ enum Command {
     BenchStore {
         #[command(flatten)]
         store: StoreArgs,
-        /// Steps of the committed run (one commit per fact).
-        #[arg(long, default_value_t = 50)]
+        /// Steps of the committed run (one commit per fact; at least 1).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
         steps: u64,
-        /// Facts in the run that is loaded.
-        #[arg(long, default_value_t = 10_000)]
+        /// Facts in the run that is loaded (at least 1).
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
         facts: usize,
+        /// Keep the two runs it writes (they are removed afterwards by default).
+        #[arg(long)]
+        keep: bool,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -330,13 +338,25 @@ enum WorkflowCommand {
 
 #[derive(Subcommand)]
 enum RunsCommand {
-    /// List runs that are not done (from the index) and finished recoveries.
+    /// List runs by ID: those not done (from the index) and finished recoveries; with --all,
+    /// every run in the store, finished ones too (it lists every run's lease: one LIST per
+    /// 1000 objects under runs/).
     Ls {
         #[command(flatten)]
         store: StoreArgs,
-        /// running, interrupted, parked, recovering, completed, failed or dead.
-        #[arg(long, value_parser = ["running", "interrupted", "parked", "recovering", "completed", "failed", "dead"])]
+        /// Only runs in this state. suspect: its holder's heartbeat is older than its TTL, not
+        /// yet judged; recovered: continued by a recovery (listed with --all).
+        #[arg(long, value_parser = ["running", "suspect", "interrupted", "parked", "recovering", "dead", "completed", "failed", "cancelled", "budget", "step_cap", "dead_lettered", "recovered", "retired", "unfinished"])]
         state: Option<String>,
+        /// Every run in the store, finished ones too.
+        #[arg(long)]
+        all: bool,
+        /// Start after this run ID (paging: pass the last ID of the previous page).
+        #[arg(long)]
+        after: Option<String>,
+        /// At most this many runs (at least 1).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -360,6 +380,10 @@ enum RunsCommand {
         store: StoreArgs,
         #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run: String,
+        /// Also draw its timeline: each incarnation (lease epoch), where it was interrupted
+        /// and with which tool call in flight, and the recovery that continued it.
+        #[arg(long)]
+        timeline: bool,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -369,13 +393,7 @@ enum RunsCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Logs go to stderr; RUST_LOG selects them (default: warnings and errors only).
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    cli::shared::init_tracing(false, "warn");
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -447,12 +465,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
         } => block_on(commands::workflow_run(store, config, id, specs)),
         Command::Runs { command } => match command {
-            RunsCommand::Ls { store, state, json } => {
-                block_on(commands::runs_ls(store, state, json))
-            }
-            RunsCommand::Show { store, run, json } => {
-                block_on(commands::runs_show(store, run, json))
-            }
+            RunsCommand::Ls {
+                store,
+                state,
+                all,
+                after,
+                limit,
+                json,
+            } => block_on(commands::runs_ls(
+                store,
+                commands::Listing {
+                    state,
+                    all,
+                    after,
+                    limit: limit as usize,
+                },
+                json,
+            )),
+            RunsCommand::Show {
+                store,
+                run,
+                timeline,
+                json,
+            } => block_on(commands::runs_show(store, run, timeline, json)),
             RunsCommand::Rm { store, run, force } => block_on(commands::runs_rm(store, run, force)),
         },
         Command::Answer {
@@ -472,14 +507,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             store,
             retention_hours,
             grace_minutes,
+            dry_run,
             json,
-        } => block_on(commands::gc(store, retention_hours, grace_minutes, json)),
+        } => block_on(commands::gc(
+            store,
+            retention_hours,
+            grace_minutes,
+            dry_run,
+            json,
+        )),
         Command::BenchStore {
             store,
             steps,
             facts,
+            keep,
             json,
-        } => block_on(commands::bench_store(store, steps, facts, json)),
+        } => block_on(commands::bench_store(store, steps, facts, keep, json)),
         Command::Bench(command) => block_on(bench(command)),
     }
 }

@@ -951,3 +951,144 @@ async fn runs_rm_refuses_a_run_whose_recovery_is_in_progress() {
     assert!(error.contains("'mine'"), "{error}");
     assert!(entry.is_some_and(|e| e.recovery_id.is_some()));
 }
+
+// Proves what an operator sees of an outage: `status` calls a killed host's run suspect (its
+// heartbeat older than its TTL) before any coordinator judged it, and names what is stuck and
+// why (no coordinator); once a fleet recovered it under a chosen recovery ID, `runs show`
+// names the lineage both ways, `runs ls --all` lists both runs, and `status` names the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_runs_show_an_outage_and_its_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+    fleet.crash_host("e2e-outage");
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = stdout(&fleet.cli(&["status"]));
+    assert!(text.contains("coordinator  none is running"), "{text}");
+    assert!(text.contains("runs         1 suspect"), "{text}");
+    assert!(
+        text.contains("e2e-outage") && text.contains("no coordinator is running"),
+        "{text}"
+    );
+    let listed = stdout(&fleet.cli(&["runs", "ls", "--state", "suspect", "--json"]));
+    assert!(listed.contains("\"run\":\"e2e-outage\""), "{listed}");
+
+    // Recovered under an ID of the operator's choosing.
+    stdout(&fleet.cli(&[
+        "recover",
+        "e2e-outage",
+        "--recovery-id",
+        "ops-retry-1",
+        "--takeover",
+    ]));
+    let text = stdout(&fleet.cli(&["status"]));
+    assert!(
+        text.contains("admitted, and no coordinator is running to assign it"),
+        "{text}"
+    );
+    let mut worker = fleet.worker("w-outage");
+    let mut coordinator = fleet.coordinator("c-outage");
+    let store = common::local(&bucket).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let record = recovery::read(
+            &store,
+            &rekindle::core::fact::RecoveryId::new("ops-retry-1"),
+        )
+        .await
+        .unwrap()
+        .map(|(r, _)| r.state);
+        if record == Some(RecoveryState::Finished) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not finished: {record:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let source = stdout(&fleet.cli(&["runs", "show", "e2e-outage"]));
+    assert!(source.contains("recovered by ops-retry-1"), "{source}");
+    let recovery = stdout(&fleet.cli(&["runs", "show", "ops-retry-1"]));
+    assert!(recovery.contains("recovers    e2e-outage"), "{recovery}");
+    assert!(recovery.contains("state       completed"), "{recovery}");
+    let drawn = stdout(&fleet.cli(&["runs", "show", "e2e-outage", "--timeline"]));
+    assert!(drawn.contains("timeline"), "{drawn}");
+    assert!(drawn.contains("epoch 1"), "{drawn}");
+    assert!(drawn.contains("no steps (a fence"), "{drawn}");
+    assert!(
+        drawn.contains("continued by recovery ops-retry-1"),
+        "{drawn}"
+    );
+    assert!(drawn.contains("seeded with seq 1-"), "{drawn}");
+    assert!(drawn.contains("ended: completed"), "{drawn}");
+    // The host was killed while (or right after) its first tool call ran: that call was in
+    // flight, or its result was committed and nothing was.
+    let ledger = fleet.ledger_lines();
+    let first_call = ledger[0].split(' ').nth(1).unwrap();
+    let ran_twice = ledger
+        .iter()
+        .filter(|line| line.split(' ').nth(1) == Some(first_call))
+        .count()
+        == 2;
+    assert_eq!(
+        drawn.contains(&format!(
+            "may have run twice (in flight at an interruption, run again after it): {first_call}"
+        )),
+        ran_twice,
+        "{drawn}\n{ledger:?}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout(&fleet.cli(&[
+        "runs",
+        "show",
+        "ops-retry-1",
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(json["recovery_of"]["source_run"], "e2e-outage", "{json}");
+    let json: serde_json::Value = serde_json::from_str(&stdout(&fleet.cli(&[
+        "runs",
+        "show",
+        "e2e-outage",
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(json["recovery"]["recovery_id"], "ops-retry-1", "{json}");
+
+    let all: Vec<serde_json::Value> =
+        serde_json::from_str(&stdout(&fleet.cli(&["runs", "ls", "--all", "--json"]))).unwrap();
+    let states: Vec<(String, String)> = all
+        .iter()
+        .map(|row| {
+            (
+                row["run"].as_str().unwrap().to_owned(),
+                row["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            ("e2e-outage".to_owned(), "completed".to_owned()),
+            ("ops-retry-1".to_owned(), "completed".to_owned()),
+        ]
+    );
+    let page: Vec<serde_json::Value> = serde_json::from_str(&stdout(&fleet.cli(&[
+        "runs",
+        "ls",
+        "--all",
+        "--json",
+        "--limit",
+        "1",
+        "--after",
+        "e2e-outage",
+    ])))
+    .unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0]["run"], "ops-retry-1");
+
+    let text = stdout(&fleet.cli(&["status"]));
+    assert!(text.contains("coordinator  c-outage leads"), "{text}");
+    assert!(text.contains("workers      1 of 1 alive"), "{text}");
+    assert!(text.contains("stuck        nothing"), "{text}");
+    assert!(sigterm(&mut worker).success());
+    assert!(sigterm(&mut coordinator).success());
+}

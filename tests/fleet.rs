@@ -25,7 +25,9 @@ fn options(runs: usize, seed: u64, store: Option<String>) -> DemoOptions {
 }
 
 // Proves every run completes and re-executions stay within one per interruption, on the
-// local directory store, for several seeds.
+// local directory store, for several seeds; that the summary adds up (every crashed host left
+// one recovery, every crash and the worker kill cut exactly one call short); and that a seed
+// gives the same numbers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn demo_recovers_everything_on_a_local_directory() {
     for seed in [1, 2, 3] {
@@ -37,11 +39,43 @@ async fn demo_recovers_everything_on_a_local_directory() {
             summary.hosts_crashed > 0,
             "seed {seed}: nothing was interrupted"
         );
-        assert!(summary.recoveries > 0);
+        assert_eq!(
+            summary.recoveries as usize, summary.hosts_crashed,
+            "{summary:?}"
+        );
+        assert_eq!(
+            summary.completed_by_host + summary.hosts_crashed,
+            summary.runs,
+            "{summary:?}"
+        );
+        assert_eq!(
+            summary.tool_calls_reexecuted,
+            summary.hosts_crashed + summary.workers_killed,
+            "{summary:?}"
+        );
+        assert_eq!(
+            summary.recovery_attempts as usize,
+            summary.hosts_crashed + summary.workers_killed,
+            "{summary:?}"
+        );
         assert_eq!(
             summary.tool_calls,
             4 * summary.runs + summary.tool_calls_reexecuted
         );
+        if seed == 1 {
+            let again = demo::run(options(24, seed, None)).await.unwrap();
+            let fixed = |s: &demo::DemoSummary| {
+                (
+                    s.completed_by_host,
+                    s.hosts_crashed,
+                    s.recoveries,
+                    s.recovery_attempts,
+                    s.tool_calls,
+                    s.tool_calls_reexecuted,
+                )
+            };
+            assert_eq!(fixed(&summary), fixed(&again));
+        }
     }
 }
 

@@ -148,3 +148,146 @@ fn a_location_without_a_store_is_an_error_not_an_empty_store() {
     assert!(!Path::new("s3:").exists());
     assert!(!Path::new("relative").exists());
 }
+
+// Proves the demo writes only where it is told (never into REKINDLE_STORE), refuses a fleet
+// with no worker, and that flags with nonsensical values are refused with one line each.
+#[test]
+fn the_demo_and_flags_refuse_what_makes_no_sense() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("production-store");
+    let output = Command::new(env!("CARGO_BIN_EXE_rekindle"))
+        .args(["demo", "--runs", "2", "--workers", "1", "--json"])
+        .env("REKINDLE_STORE", &elsewhere)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_ne!(summary["store"], elsewhere.display().to_string());
+    assert!(!elsewhere.exists(), "the demo wrote into REKINDLE_STORE");
+
+    let store = dir.path().join("s");
+    let store = store.to_str().unwrap();
+    for (binary, args, problem) in [
+        (
+            env!("CARGO_BIN_EXE_rekindle"),
+            vec!["demo", "--workers", "0"],
+            "--workers",
+        ),
+        (
+            env!("CARGO_BIN_EXE_rekindle"),
+            vec!["gc", "--store", store, "--grace-minutes", "0"],
+            "--grace-minutes",
+        ),
+        (
+            env!("CARGO_BIN_EXE_rekindle"),
+            vec!["runs", "ls", "--store", store, "--state", "sleeping"],
+            "--state",
+        ),
+        (
+            env!("CARGO_BIN_EXE_rekindle"),
+            vec!["runs", "ls", "--store", store, "--limit", "0"],
+            "--limit",
+        ),
+        (
+            env!("CARGO_BIN_EXE_rekindle"),
+            vec!["bench-store", "--store", store, "--steps", "0"],
+            "--steps",
+        ),
+        (
+            env!("CARGO_BIN_EXE_rekindle"),
+            vec!["recover", "--all", "--recovery-id", "x", "--store", store],
+            "--recovery-id",
+        ),
+        (
+            env!("CARGO_BIN_EXE_rekindle-worker"),
+            vec!["--store", store, "--config", "c.toml", "--concurrency", "0"],
+            "--concurrency",
+        ),
+        (
+            env!("CARGO_BIN_EXE_rekindle-worker"),
+            vec![
+                "--store",
+                store,
+                "--config",
+                "c.toml",
+                "--lease-ttl-ms",
+                "0",
+            ],
+            "--lease-ttl-ms",
+        ),
+        (
+            env!("CARGO_BIN_EXE_rekindle-coordinator"),
+            vec!["--store", store, "--max-attempts", "0"],
+            "--max-attempts",
+        ),
+    ] {
+        let output = Command::new(binary).args(&args).output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        let text = stderr(&output);
+        assert!(text.contains(problem), "{args:?}: {text}");
+    }
+    assert!(!Path::new(store).exists());
+}
+
+// Proves `gc --dry-run` reports and changes nothing, `bench-store` removes the runs it wrote,
+// and `runs rm` of a missing run is an error naming it.
+#[test]
+fn gc_dry_run_bench_store_and_rm_leave_the_store_as_they_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store = store.to_str().unwrap();
+    let output = rekindle(&[
+        "bench-store",
+        "--store",
+        store,
+        "--steps",
+        "3",
+        "--facts",
+        "20",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert!(report["objects_removed"].as_u64().unwrap() > 0, "{report}");
+    let listed = |root: &str| -> Vec<String> {
+        let mut keys = Vec::new();
+        let mut stack = vec![Path::new(root).to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    keys.push(path.strip_prefix(root).unwrap().display().to_string());
+                }
+            }
+        }
+        keys.sort();
+        keys
+    };
+    let left = listed(store);
+    assert!(
+        left.iter().all(|key| !key.contains("bench-")),
+        "bench-store left {left:?}"
+    );
+
+    let before = listed(store);
+    let output = rekindle(&["gc", "--store", store, "--dry-run", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(report["dry_run"], true);
+    assert_eq!(listed(store), before);
+
+    let output = rekindle(&["runs", "rm", "no-such-run", "--store", store]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("run \"no-such-run\" does not exist"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -197,8 +197,39 @@ async fn gc_of_a_finished_recovered_run_resurrects_nothing() {
             .unwrap();
     }
 
+    // A dry run first: it counts what the real pass does, and changes nothing.
+    let keys = |store: &Store| {
+        let store = store.clone();
+        async move {
+            let mut keys: Vec<(String, Option<String>)> = store
+                .list_all("")
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|listed| (listed.key, listed.etag.map(|etag| etag.0)))
+                .collect();
+            keys.sort();
+            keys
+        }
+    };
+    let before = keys(&store).await;
+    let later = store.clock().wall_ms() + 10 * 3600 * 1000;
+    let dry = gc::dry_run(
+        &store,
+        &gc::GcPolicy::retention(Duration::from_secs(3600)),
+        later,
+    )
+    .await
+    .unwrap();
+    assert_eq!(keys(&store).await, before, "a dry run changed the store");
     let report = collect_later(&store).await;
     assert_eq!(report.runs_retired, 1, "{report:?}");
+    assert_eq!(dry.runs_retired, report.runs_retired, "{dry:?} {report:?}");
+    assert_eq!(
+        dry.generations_deleted, report.generations_deleted,
+        "{dry:?} {report:?}"
+    );
+    assert_ne!(keys(&store).await, before);
 
     let again = recovery::admit(&store, &source, &recovery_id, false)
         .await

@@ -7,14 +7,12 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
-use rekindle::core::assignment::Registration;
 use rekindle::core::fact::{CallId, QuestionId, RecoveryId, RunId, SessionId};
 use rekindle::core::fold;
 use rekindle::core::layout;
-use rekindle::core::liveness::{Liveness, Sighting};
-use rekindle::core::record::{IndexEntry, Phase, RecoveryState};
+use rekindle::core::liveness::Liveness;
+use rekindle::core::record::{IndexEntry, RecoveryState};
 use rekindle::fleet::admission::{self, Takeover};
-use rekindle::fleet::coordinator;
 use rekindle::fleet::liveness;
 use rekindle::fleet::runner::Stopped;
 use rekindle::fleet::{self, Agent, Answer, Node, removal};
@@ -257,77 +255,104 @@ pub(crate) async fn recover_all(
 }
 
 /// A run's state as `runs ls` shows it.
-async fn state_of(store: &Store, entry: &IndexEntry) -> anyhow::Result<&'static str> {
-    Ok(match entry.phase {
-        Phase::Parked => "parked",
-        Phase::Recovering => "recovering",
-        Phase::Dead => "dead",
-        Phase::Running => match liveness::judge_now(store, entry).await? {
-            Liveness::Running => "running",
-            Liveness::Interrupted => "interrupted",
-        },
-    })
+/// What `runs ls` lists.
+pub(crate) struct Listing {
+    pub state: Option<String>,
+    pub all: bool,
+    pub after: Option<String>,
+    pub limit: usize,
 }
 
-pub(crate) async fn runs_ls(
-    store: StoreArgs,
-    state: Option<String>,
-    json: bool,
-) -> anyhow::Result<()> {
+pub(crate) async fn runs_ls(store: StoreArgs, listing: Listing, json: bool) -> anyhow::Result<()> {
     let store = store.open_existing(true).await.context("open the store")?;
+    let now = store.clock().wall_ms();
     let (entries, bad) = IndexScan::default().scan(&store).await?;
-    let mut rows: Vec<serde_json::Value> = Vec::new();
-    for entry in &entries {
-        rows.push(serde_json::json!({
-            "run": entry.run_id,
-            "state": state_of(&store, entry).await?,
-            "recovery": entry.recovery_id,
-            "updated_at_ms": entry.updated_at_ms,
-        }));
+    // By run ID: the order does not depend on the bucket's sharding, and pages follow it.
+    let mut rows: std::collections::BTreeMap<String, serde_json::Value> = Default::default();
+    for entry in entries {
+        let recovery = entry.recovery_id.clone();
+        let info = rekindle::fleet::overview::run_info(&store, entry, now).await?;
+        rows.insert(
+            info.run.to_string(),
+            serde_json::json!({
+                "run": info.run,
+                "state": info.state.describe(),
+                "recovery": recovery,
+                "updated_at_ms": info.updated_at_ms,
+            }),
+        );
     }
-    let mut after: Option<String> = None;
-    loop {
-        let page = store
-            .list(layout::recoveries_prefix(), after.as_deref(), 1000)
-            .await?;
-        for listed in &page {
-            let id = listed.key.rsplit('/').next().unwrap_or_default();
-            if let Ok(Some((record, _))) = recovery::read(&store, &RecoveryId::new(id)).await
-                && let Some(result) = &record.result
-            {
-                let state = if result.outcome == rekindle::core::fact::Outcome::Completed {
-                    "completed"
-                } else {
-                    "failed"
-                };
-                rows.push(serde_json::json!({
-                    "run": record.source_run,
-                    "state": state,
-                    "recovery": record.recovery_id,
-                    "updated_at_ms": record.updated_at_ms,
-                }));
+    for listed in store.list_all(layout::recoveries_prefix()).await? {
+        let id = listed.key.rsplit('/').next().unwrap_or_default();
+        if let Ok(Some((record, _))) = recovery::read(&store, &RecoveryId::new(id)).await
+            && let Some(result) = &record.result
+        {
+            rows.entry(record.source_run.to_string())
+                .or_insert_with(|| {
+                    serde_json::json!({
+                        "run": record.source_run,
+                        "state": outcome_word(result.outcome),
+                        "recovery": record.recovery_id,
+                        "updated_at_ms": record.updated_at_ms,
+                    })
+                });
+        }
+    }
+    let mut unlisted = Vec::new();
+    if listing.all {
+        for run in all_runs(&store).await? {
+            if !rows.contains_key(run.as_str()) {
+                unlisted.push(run);
             }
         }
-        let full = page.len() == 1000;
-        after = page.last().map(|l| l.key.clone());
-        if !full {
+    }
+    let after = listing.after.as_deref().unwrap_or("");
+    let mut page: Vec<(String, Option<serde_json::Value>)> = rows
+        .into_iter()
+        .map(|(run, row)| (run, Some(row)))
+        .chain(unlisted.into_iter().map(|run| (run.to_string(), None)))
+        .filter(|(run, _)| run.as_str() > after)
+        .collect();
+    page.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = Vec::new();
+    let mut more = false;
+    for (run, row) in page {
+        let row = match row {
+            Some(row) => row,
+            // Finished runs the index no longer lists: their newest generation says how.
+            None => done_row(&store, &RunId::new(run)).await?,
+        };
+        if listing
+            .state
+            .as_ref()
+            .is_some_and(|wanted| row["state"] != wanted.as_str())
+        {
+            continue;
+        }
+        if out.len() == listing.limit {
+            more = true;
             break;
         }
-    }
-    if let Some(wanted) = &state {
-        rows.retain(|row| row["state"] == wanted.as_str());
+        out.push(row);
     }
     if json {
-        println!("{}", serde_json::Value::Array(rows));
+        println!("{}", serde_json::Value::Array(out));
     } else {
         println!("{:<40} {:<12} RECOVERY", "RUN", "STATE");
-        for row in &rows {
+        for row in &out {
             println!(
                 "{:<40} {:<12} {}",
                 row["run"].as_str().unwrap_or_default(),
                 row["state"].as_str().unwrap_or_default(),
                 row["recovery"].as_str().unwrap_or("-")
             );
+        }
+        if more {
+            let last = out.last().and_then(|r| r["run"].as_str()).unwrap_or("");
+            println!("(more: --after {last})");
+        }
+        if !listing.all {
+            eprintln!("(runs finished by their host are not listed; --all lists every run)");
         }
     }
     for bad in bad {
@@ -336,9 +361,78 @@ pub(crate) async fn runs_ls(
     Ok(())
 }
 
+fn outcome_word(outcome: rekindle::core::fact::Outcome) -> String {
+    serde_json::to_value(outcome)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "ended".into())
+}
+
+/// Every run in the store, from the lease each run has (the coordinator's own excluded).
+async fn all_runs(store: &Store) -> anyhow::Result<Vec<RunId>> {
+    let mut runs = Vec::new();
+    for listed in store.list_all(layout::runs_prefix()).await? {
+        let Some(base) = listed.key.strip_suffix("/lease") else {
+            continue;
+        };
+        let segment = base.rsplit('/').next().unwrap_or_default();
+        // A plain ID is its own key segment; an encoded one is named inside its lease.
+        let run = if layout::encode_id(segment) == segment {
+            RunId::new(segment)
+        } else {
+            let Some(object) = store.read(&listed.key).await? else {
+                continue;
+            };
+            match layout::decode_object::<lease::Lease>(&listed.key, "lease", &object.bytes) {
+                Ok(lease) => lease.run_id,
+                Err(_) => continue,
+            }
+        };
+        if run.as_str() != layout::COORDINATOR_LEASE_RUN {
+            runs.push(run);
+        }
+    }
+    Ok(runs)
+}
+
+/// A run not in the index: how it ended, or that a recovery continued it, or that it never
+/// ended (its holder stopped, and nothing recovered it).
+async fn done_row(store: &Store, run: &RunId) -> anyhow::Result<serde_json::Value> {
+    let recovery = recovery::claimed_by(store, run).await?;
+    let state = match generation::load(store, run, None).await {
+        Ok(loaded) => match loaded.state.terminal() {
+            Some(terminal) => outcome_word(terminal.outcome),
+            None if recovery.is_some() => "recovered".into(),
+            None => "unfinished".into(),
+        },
+        Err(generation::GenerationError::Retired { .. }) => "retired".into(),
+        Err(generation::GenerationError::NotFound { .. }) => "unfinished".into(),
+        Err(other) => return Err(other.into()),
+    };
+    Ok(serde_json::json!({
+        "run": run,
+        "state": state,
+        "recovery": recovery,
+        "updated_at_ms": serde_json::Value::Null,
+    }))
+}
+
 pub(crate) async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyhow::Result<()> {
     let store = store.open_existing(false).await.context("open the store")?;
     let run = RunId::new(run);
+    if force && let Some(view) = lease::read_lease(&store, &run).await? {
+        if !view.lease.released {
+            println!(
+                "run {run} is leased by '{}' at epoch {}: --force watches its heartbeat for up to {} (its TTL) and refuses if it beats; if it is gone, the run is retired",
+                view.lease.holder,
+                view.lease.epoch,
+                render::duration_ms(view.lease.ttl_ms)
+            );
+        }
+        println!(
+            "--force: any recovery of run {run} is left as it is (an unfinished one is stranded: nothing finds it without the run's index entry)"
+        );
+    }
     let deleted = removal::remove(&store, &run, force).await?;
     println!(
         "run {run}: retired, {deleted} objects deleted (tombstone, lease, recovery claim and each epoch's first generation kept)"
@@ -346,7 +440,12 @@ pub(crate) async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyho
     Ok(())
 }
 
-pub(crate) async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn runs_show(
+    store: StoreArgs,
+    run: String,
+    timeline: bool,
+    json: bool,
+) -> anyhow::Result<()> {
     let store = store.open_existing(true).await.context("open the store")?;
     let run = RunId::new(run);
     let loaded = generation::load(&store, &run, None).await?;
@@ -363,39 +462,108 @@ pub(crate) async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyh
             .ok()
         });
     // The index entry names the recovery while the run is indexed; once it is done the entry
-    // is gone, and the run's recovery claim still names a recovery under a chosen ID.
+    // is gone, and the run's recovery claim still names its recovery, under whatever ID.
     let recovery_id = match entry.as_ref().and_then(|e| e.recovery_id.clone()) {
-        Some(id) => id,
-        None => recovery::claimed_by(&store, &run)
-            .await?
-            .unwrap_or_else(|| rekindle::core::assignment::recovery_id_for(&run)),
+        Some(id) => Some(id),
+        None => recovery::claimed_by(&store, &run).await?,
     };
-    let record = recovery::read(&store, &recovery_id).await?.map(|(r, _)| r);
+    let record = match &recovery_id {
+        Some(id) => recovery::read(&store, id).await?.map(|(r, _)| r),
+        None => None,
+    };
     // A recovery run's own record (its ID is the recovery ID): the run it continues.
     let recovery_of = recovery::read(&store, &RecoveryId::new(run.as_str()))
         .await?
         .map(|(r, _)| r);
+    let now = store.clock().wall_ms();
+    let state = match (loaded.state.terminal(), &entry, &record) {
+        (Some(terminal), _, _) => {
+            format!("{} ({})", outcome_word(terminal.outcome), terminal.message)
+        }
+        (None, Some(entry), _) => {
+            let info = rekindle::fleet::overview::run_info(&store, entry.clone(), now).await?;
+            match (&info.state, &record) {
+                (rekindle::fleet::overview::RunState::Recovering, Some(record)) => format!(
+                    "recovering as {} ({}{})",
+                    record.recovery_id,
+                    record.state.describe(),
+                    record
+                        .assigned_to
+                        .as_ref()
+                        .map(|w| format!(" on {w}"))
+                        .unwrap_or_default()
+                ),
+                (state, _) => state.describe().to_owned(),
+            }
+        }
+        (None, None, Some(record)) => format!(
+            "recovered by {} ({})",
+            record.recovery_id,
+            match &record.result {
+                Some(result) => format!("finished: {}", outcome_word(result.outcome)),
+                None => record.state.describe().to_owned(),
+            }
+        ),
+        (None, None, None) => {
+            "unfinished: not in the index, and no recovery continues it".to_owned()
+        }
+    };
+    let drawn = if timeline {
+        Some(rekindle::fleet::timeline::build(&store, &run).await?)
+    } else {
+        None
+    };
     let summary = loaded.state.summary();
-    let value = serde_json::json!({
-        "run": run,
-        "generation": loaded.generation,
-        "snapshot": loaded.base,
-        "epoch": loaded.epoch,
-        "lease": lease.as_ref().map(|v| serde_json::json!({
-            "holder": v.lease.holder, "epoch": v.lease.epoch, "released": v.lease.released,
-        })),
-        "index": entry,
-        "recovery": record,
-        "recovery_of": recovery_of,
-        "state": summary,
-    });
     if json {
+        let value = serde_json::json!({
+            "run": run,
+            "state": state,
+            "generation": loaded.generation,
+            "snapshot": loaded.base,
+            "epoch": loaded.epoch,
+            "lease": lease.as_ref().map(|v| serde_json::json!({
+                "holder": v.lease.holder, "epoch": v.lease.epoch, "released": v.lease.released,
+            })),
+            "index": entry,
+            "recovery": record,
+            "recovery_of": recovery_of,
+            "summary": summary,
+            "timeline": drawn,
+        });
         println!("{value}");
         return Ok(());
     }
     println!("run         {run}");
+    println!("state       {state}");
+    if let Some(of) = &recovery_of {
+        println!(
+            "recovers    {} from its generation {} (admitted {} ago)",
+            of.source_run,
+            of.source_generation,
+            render::duration_ms(now.saturating_sub(of.admitted_at_ms))
+        );
+    }
+    if let Some(record) = &record {
+        println!(
+            "recovery    {}: {}{}; {}, {} failed{}",
+            record.recovery_id,
+            record.state.describe(),
+            record
+                .assigned_to
+                .as_ref()
+                .map(|w| format!(" on {w}"))
+                .unwrap_or_default(),
+            render::plural(u64::from(record.attempts), "attempt"),
+            record.failures,
+            record
+                .last_error
+                .as_ref()
+                .map(|e| format!("; last error: {e}"))
+                .unwrap_or_default()
+        );
+    }
     println!(
-        "generations {} (snapshot {}, epoch {})",
+        "generations {} (newest snapshot {}, epoch {})",
         loaded.generation, loaded.base, loaded.epoch
     );
     match &lease {
@@ -411,61 +579,33 @@ pub(crate) async fn runs_show(store: StoreArgs, run: String, json: bool) -> anyh
         ),
         None => println!("lease       none"),
     }
-    match &record {
-        Some(record) => println!(
-            "recovery    {} of {} from generation {}: {}{}, {} attempts, {} failed{}",
-            record.recovery_id,
-            record.source_run,
-            record.source_generation,
-            record.state.describe(),
-            record
-                .assigned_to
-                .as_ref()
-                .map(|w| format!(" on {w}"))
-                .unwrap_or_default(),
-            record.attempts,
-            record.failures,
-            record
-                .last_error
-                .as_ref()
-                .map(|e| format!(", last error: {e}"))
-                .unwrap_or_default()
-        ),
-        None => println!("recovery    none"),
-    }
-    if let Some(of) = &recovery_of {
-        println!(
-            "recovers    {} from its generation {} ({})",
-            of.source_run,
-            of.source_generation,
-            of.state.describe()
-        );
-    }
     println!(
-        "facts       {} ({} model turns, {} tool calls, {} results)",
+        "facts       {} ({}, {}, {})",
         summary.facts,
-        summary.counters.model_turns,
-        summary.counters.tool_calls,
-        summary.counters.tool_results
+        render::plural(summary.counters.model_turns, "model turn"),
+        render::plural(summary.counters.tool_calls, "tool call"),
+        render::plural(summary.counters.tool_results, "result")
     );
     println!("next step   {}", render::describe_step(&summary.next_step));
+    let continued = record.is_some() || loaded.state.terminal().is_some();
     for pending in &summary.pending_calls {
         let note = match pending.confirmation {
             fold::Confirmation::Requested => "waiting for confirmation; it has not run",
             fold::Confirmation::Denied => "denied; it will not run",
-            fold::Confirmation::NotRequested | fold::Confirmation::Approved => match &record {
-                Some(record) if record.source_run == run => {
-                    "no result committed here: the recovery continues the run from this point"
-                }
-                _ => {
-                    "no result committed: it may have been in flight, and a recovery runs it (again)"
-                }
-            },
+            fold::Confirmation::NotRequested | fold::Confirmation::Approved if continued => {
+                "no result here: the recovery continued the run from this point"
+            }
+            fold::Confirmation::NotRequested | fold::Confirmation::Approved => {
+                "no result committed: it may have been in flight, and would run again on recovery"
+            }
         };
         println!(
             "pending     {} {} {} ({note})",
             pending.call.id, pending.call.name, pending.call.arguments
         );
+    }
+    if let Some(timeline) = &drawn {
+        print!("{}", render::timeline(timeline));
     }
     Ok(())
 }
@@ -499,77 +639,11 @@ pub(crate) async fn answer(
 
 pub(crate) async fn status(store: StoreArgs, json: bool) -> anyhow::Result<()> {
     let store = store.open_existing(true).await.context("open the store")?;
-    let now = store.clock().wall_ms();
-    let mut workers = Vec::new();
-    for listed in store.list_all(layout::workers_prefix()).await? {
-        let Some(object) = store.read(&listed.key).await? else {
-            continue;
-        };
-        let Ok(registration) =
-            layout::decode_object::<Registration>(&listed.key, "worker", &object.bytes)
-        else {
-            continue;
-        };
-        let alive = matches!(
-            liveness::look_at(&store, &registration.heartbeat, Duration::ZERO).await?,
-            Sighting::Beating { .. }
-        );
-        let assigned = coordinator::read_inbox(&store, &registration.worker)
-            .await?
-            .recoveries
-            .len();
-        workers.push(serde_json::json!({
-            "worker": registration.worker, "alive": alive, "capacity": registration.capacity, "assigned": assigned,
-        }));
-    }
-    let (entries, _) = IndexScan::default().scan(&store).await?;
-    let mut counts = std::collections::BTreeMap::<&str, u64>::new();
-    let mut oldest_interrupted_ms: Option<u64> = None;
-    for entry in &entries {
-        let state = state_of(&store, entry).await?;
-        *counts.entry(state).or_default() += 1;
-        if state == "interrupted" {
-            let age = now.saturating_sub(entry.updated_at_ms);
-            oldest_interrupted_ms = oldest_interrupted_ms.max(Some(age));
-        }
-    }
-    let value = serde_json::json!({
-        "workers": workers,
-        "runs": counts,
-        "oldest_interrupted_age_ms": oldest_interrupted_ms,
-    });
+    let overview = rekindle::fleet::overview::observe(&store).await?;
     if json {
-        println!("{value}");
-        return Ok(());
-    }
-    println!("workers:");
-    for worker in &workers {
-        println!(
-            "  {:<40} {} capacity {} assigned {}",
-            worker["worker"].as_str().unwrap_or_default(),
-            if worker["alive"] == true {
-                "alive"
-            } else {
-                "silent"
-            },
-            worker["capacity"],
-            worker["assigned"]
-        );
-    }
-    if counts.is_empty() {
-        println!("runs: none in the index (nothing running, parked or recovering)");
+        println!("{}", serde_json::to_string(&overview)?);
     } else {
-        let counts: Vec<String> = counts
-            .iter()
-            .map(|(state, n)| format!("{n} {state}"))
-            .collect();
-        println!("runs: {}", counts.join(", "));
-    }
-    if let Some(age) = oldest_interrupted_ms {
-        println!(
-            "oldest interrupted run: {:.1} s (by its last index update)",
-            age as f64 / 1000.0
-        );
+        print!("{}", render::overview(&overview, store.clock().wall_ms()));
     }
     Ok(())
 }
@@ -652,7 +726,7 @@ pub(crate) async fn demo(
             summary.seconds
         );
         println!(
-            "{} hosts crashed, {} worker killed; {} recovery attempts",
+            "{} hosts crashed mid tool call (after their first commit: one recovery each), {} worker killed mid recovery; {} recovery attempts",
             summary.hosts_crashed, summary.workers_killed, summary.recovery_attempts
         );
         println!(
@@ -660,7 +734,7 @@ pub(crate) async fn demo(
             summary.tool_calls, summary.tool_calls_reexecuted, summary.runs_over_budget
         );
         println!(
-            "{} fleet requests, {:.1} per recovery; store {}",
+            "{} fleet requests, {:.1} per recovery (these and the time vary with pacing; the rest is fixed by --seed); store {}",
             summary.fleet_requests, summary.requests_per_recovery, summary.store
         );
     }
@@ -684,19 +758,36 @@ pub(crate) async fn gc(
     store: StoreArgs,
     retention_hours: u64,
     grace_minutes: u64,
+    dry_run: bool,
     json: bool,
 ) -> anyhow::Result<()> {
-    let opened = store.open_existing(false).await.context("open the store")?;
+    let opened = store
+        .open_existing(dry_run)
+        .await
+        .context("open the store")?;
     let now = opened.clock().wall_ms();
     let policy = rekindle::store::gc::GcPolicy {
         retention: Duration::from_secs(retention_hours.saturating_mul(3600)),
         grace: Duration::from_secs(grace_minutes.saturating_mul(60)),
     };
-    let report = rekindle::store::gc::collect(&opened, &policy, now)
-        .await
-        .context("collect garbage")?;
+    let report = if dry_run {
+        rekindle::store::gc::dry_run(&opened, &policy, now).await
+    } else {
+        rekindle::store::gc::collect(&opened, &policy, now).await
+    }
+    .context("collect garbage")?;
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        let mut value = serde_json::to_value(&report)?;
+        value["dry_run"] = dry_run.into();
+        println!("{value}");
+    } else if dry_run {
+        println!(
+            "gc --dry-run (nothing changed): {} runs scanned, {} superseded generations would be deleted ({} kept within the grace period), {} finished runs would be retired",
+            report.runs_scanned,
+            report.generations_deleted,
+            report.generations_in_grace,
+            report.runs_retired
+        );
     } else {
         println!(
             "gc: {} runs scanned, {} superseded generations deleted ({} kept within the grace period), {} finished runs retired (tombstone, lease, claim and recovery records kept)",
@@ -705,6 +796,8 @@ pub(crate) async fn gc(
             report.generations_in_grace,
             report.runs_retired
         );
+    }
+    if !json {
         for skipped in &report.skipped {
             eprintln!("skipped: {skipped}");
         }
@@ -716,21 +809,50 @@ pub(crate) async fn bench_store(
     store: StoreArgs,
     steps: u64,
     facts: usize,
+    keep: bool,
     json: bool,
 ) -> anyhow::Result<()> {
     let opened = store.open(false).await.context("open the store")?;
     let nonce = opened.clock().nonce();
-    let commit =
-        rekindle::store::measure::commit_cost(&opened, &format!("bench-commit-{nonce}"), steps)
+    let runs = [
+        format!("bench-commit-{nonce}"),
+        format!("bench-load-{nonce}"),
+    ];
+    let measured = async {
+        let commit = rekindle::store::measure::commit_cost(&opened, &runs[0], steps)
             .await
             .context("measure commits")?;
-    let load =
-        rekindle::store::measure::load_cost(&opened, &format!("bench-load-{nonce}"), facts, 10, 5)
+        let load = rekindle::store::measure::load_cost(&opened, &runs[1], facts, 10, 5)
             .await
             .context("measure loads")?;
+        anyhow::Ok((commit, load))
+    }
+    .await;
+    // What it wrote goes, whether the measurement worked or not, unless asked to keep it.
+    let mut removed = 0;
+    if !keep {
+        for run in &runs {
+            for listed in opened.list_all(&layout::run_base(run)).await? {
+                opened.delete(&listed.key).await?;
+                removed += 1;
+            }
+        }
+    }
+    let (commit, load) = measured?;
     if json {
-        println!("{}", serde_json::json!({"commit": commit, "load": load}));
+        println!(
+            "{}",
+            serde_json::json!({"commit": commit, "load": load, "runs": runs, "objects_removed": removed, "kept": keep})
+        );
         return Ok(());
+    }
+    if keep {
+        eprintln!("kept the measured runs {} and {}", runs[0], runs[1]);
+    } else {
+        eprintln!(
+            "removed the {removed} objects of the measured runs {} and {}",
+            runs[0], runs[1]
+        );
     }
     let r = &commit.requests;
     println!("store {}", store.store);

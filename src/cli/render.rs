@@ -111,3 +111,217 @@ pub(crate) fn describe_step(step: &Step) -> String {
         Step::Done { terminal } => format!("done: {} ({})", terminal.outcome, terminal.message),
     }
 }
+
+/// Seconds, for people: `12.3 s`, `4 min 5 s`, `2 h 3 min`.
+pub(crate) fn duration_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    if secs < 60 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else if secs < 3600 {
+        format!("{} min {} s", secs / 60, secs % 60)
+    } else {
+        format!("{} h {} min", secs / 3600, (secs % 3600) / 60)
+    }
+}
+
+fn liveliness(l: &rekindle::fleet::overview::Liveliness) -> String {
+    match l.last_beat_ago_ms {
+        Some(ago) => format!(
+            "{}, last beat {} ago{}",
+            l.beat.describe(),
+            duration_ms(ago),
+            l.ttl_ms
+                .map(|ttl| format!(" (TTL {})", duration_ms(ttl)))
+                .unwrap_or_default()
+        ),
+        None => format!("{} (no heartbeat)", l.beat.describe()),
+    }
+}
+
+/// The fleet as `rekindle status` prints it.
+pub(crate) fn overview(o: &rekindle::fleet::overview::Overview, now_ms: u64) -> String {
+    use rekindle::fleet::overview::{Beat, RunState};
+    use std::fmt::Write;
+    let mut out = String::new();
+    match &o.leader {
+        Some(leader) => {
+            let _ = writeln!(
+                out,
+                "coordinator  {} leads (epoch {}): {}",
+                leader.id,
+                leader.epoch,
+                liveliness(&leader.liveliness)
+            );
+            if leader.liveliness.beat != Beat::Alive {
+                let _ = writeln!(
+                    out,
+                    "             a standby takes over once the leader's TTL has passed; with none running, nothing admits or assigns"
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "coordinator  none is running: nothing admits or assigns recoveries (start rekindle-coordinator)"
+            );
+        }
+    }
+    if o.workers.is_empty() {
+        let _ = writeln!(out, "workers      none registered");
+    } else {
+        let alive = o
+            .workers
+            .iter()
+            .filter(|w| w.liveliness.beat == Beat::Alive)
+            .count();
+        let _ = writeln!(out, "workers      {alive} of {} alive", o.workers.len());
+        for w in &o.workers {
+            let _ = writeln!(
+                out,
+                "  {:<36} {}; {} assigned of {}",
+                w.id,
+                liveliness(&w.liveliness),
+                w.assigned,
+                w.capacity
+            );
+        }
+    }
+    if o.runs.is_empty() {
+        let _ = writeln!(
+            out,
+            "runs         none in the index (nothing running, parked or recovering)"
+        );
+    } else {
+        let mut counts = std::collections::BTreeMap::<RunState, usize>::new();
+        for run in &o.runs {
+            *counts.entry(run.state).or_default() += 1;
+        }
+        let counts: Vec<String> = counts
+            .iter()
+            .map(|(state, n)| format!("{n} {}", state.describe()))
+            .collect();
+        let _ = writeln!(out, "runs         {}", counts.join(", "));
+        let oldest = o
+            .runs
+            .iter()
+            .filter(|r| matches!(r.state, RunState::Interrupted | RunState::Suspect))
+            .map(|r| r.updated_at_ms)
+            .min();
+        if let Some(since) = oldest {
+            let _ = writeln!(
+                out,
+                "             oldest interrupted: last changed {} ago",
+                duration_ms(now_ms.saturating_sub(since))
+            );
+        }
+        for run in o.runs.iter().filter(|r| r.state == RunState::Suspect) {
+            let _ = writeln!(
+                out,
+                "  {:<36} suspect: its holder's heartbeat is older than its TTL; the coordinator admits its recovery once it has watched it for that TTL",
+                run.run
+            );
+        }
+    }
+    if o.stuck.is_empty() {
+        let _ = writeln!(out, "stuck        nothing");
+    } else {
+        let _ = writeln!(out, "stuck        {}", o.stuck.len());
+        for stuck in &o.stuck {
+            let _ = writeln!(out, "  {:<36} {}", stuck.run, stuck.reason);
+        }
+    }
+    for (key, error) in &o.unreadable {
+        let _ = writeln!(out, "unreadable   {key}: {error}");
+    }
+    out
+}
+
+/// A run's timeline as `runs show --timeline` draws it, times relative to its first commit.
+pub(crate) fn timeline(timeline: &rekindle::fleet::timeline::Timeline) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let origin = timeline.incarnations.first().map_or(0, |i| i.started_at_ms);
+    let _ = writeln!(out, "timeline    (t = time since the first commit)");
+    let mut walk = Some(timeline);
+    while let Some(t) = walk {
+        let _ = writeln!(out, "  {}", t.run);
+        if t.incarnations.is_empty() {
+            let _ = writeln!(out, "    not started yet");
+        }
+        for i in &t.incarnations {
+            let at = i.started_at_ms.saturating_sub(origin);
+            let mut line = format!(
+                "    epoch {:<3} t+{:<9} gen {:<4}",
+                i.epoch,
+                duration_ms(at),
+                i.first_generation
+            );
+            if i.seeded > 0 {
+                let _ = write!(line, " seeded with seq 1-{} from its source;", i.seeded);
+            }
+            if i.first_seq > i.last_seq {
+                line.push_str(" no steps (a fence: the run was taken over here)");
+            } else {
+                let _ = write!(
+                    line,
+                    " seq {}-{}: {}, {}",
+                    i.first_seq,
+                    i.last_seq,
+                    plural(i.model_turns, "model turn"),
+                    plural(i.tool_results, "tool result")
+                );
+            }
+            if let Some(holder) = &i.holder {
+                let _ = write!(line, "; held by {holder}");
+            }
+            let _ = writeln!(out, "{line}");
+            if !i.in_flight_at_end.is_empty() {
+                let calls: Vec<String> = i
+                    .in_flight_at_end
+                    .iter()
+                    .map(|(id, name)| format!("{id} ({name})"))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "              interrupted with {} in flight",
+                    calls.join(", ")
+                );
+            }
+        }
+        if let Some(terminal) = &t.ended {
+            let _ = writeln!(
+                out,
+                "    ended: {} ({})",
+                terminal.outcome, terminal.message
+            );
+        }
+        if let Some((id, _)) = &t.recovered_by {
+            let _ = writeln!(out, "    continued by recovery {id}:");
+        }
+        walk = t.recovered_by.as_ref().map(|(_, next)| next.as_ref());
+    }
+    if timeline.ran_again.is_empty() {
+        let _ = writeln!(out, "  no tool call ran more than once");
+    } else {
+        let calls: Vec<String> = timeline
+            .ran_again
+            .iter()
+            .map(|(id, name)| format!("{id} ({name})"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  may have run twice (in flight at an interruption, run again after it): {}",
+            calls.join(", ")
+        );
+    }
+    out
+}
+
+/// `1 model turn`, `2 model turns`.
+pub(crate) fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}

@@ -143,7 +143,18 @@ pub enum DemoError {
 
 const TURNS: usize = 4;
 
+/// The demo's crashes are placed, not timed, so a seed gives the same numbers every time: the
+/// tool hangs (and is killed with its host or worker) on a call marked in this directory,
+/// after recording it in the ledger. `host-<run>-<call>` hangs the host's call (epoch 1);
+/// `worker-<run>` hangs the first call a recovery of the run makes, once.
+fn hangs_dir(dir: &Path) -> PathBuf {
+    dir.join("hangs")
+}
+
 fn write_config(dir: &Path, ledger: &Path) -> std::io::Result<PathBuf> {
+    let hangs = hangs_dir(dir);
+    std::fs::create_dir_all(&hangs)?;
+    let hangs = hangs.display().to_string().replace('\'', "'\\''");
     let turns: Vec<serde_json::Value> = (1..=TURNS)
         .map(|i| {
             serde_json::json!({
@@ -173,7 +184,7 @@ steps_per_resume = 32
 name = "record"
 description = "Append a line to the side-effect ledger"
 schema = {{ type = "object", properties = {{ step = {{ type = "integer" }} }} }}
-command = ["sh", "-c", "printf '%s %s %s\\n' \"$REKINDLE_RUN_ID\" \"$REKINDLE_CALL_ID\" \"$REKINDLE_EPOCH\" >> '{ledger}'; sleep 0.02; echo recorded"]
+command = ["sh", "-c", "printf '%s %s %s\\n' \"$REKINDLE_RUN_ID\" \"$REKINDLE_CALL_ID\" \"$REKINDLE_EPOCH\" >> '{ledger}'; if [ \"$REKINDLE_EPOCH\" = 1 ] && [ -e '{hangs}'/\"host-$REKINDLE_RUN_ID-$REKINDLE_CALL_ID\" ]; then exec sleep 120; fi; if [ \"$REKINDLE_EPOCH\" != 1 ] && rm '{hangs}'/\"worker-$REKINDLE_RUN_ID\" 2>/dev/null; then exec sleep 120; fi; sleep 0.02; echo recorded"]
 timeout_ms = 10000
 "#
     );
@@ -229,7 +240,8 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
             logs,
             WorkerOptions {
                 id: format!("{prefix}-worker-{i}"),
-                concurrency: 8,
+                // One recovery at a time, so the placed worker kill cuts short exactly one.
+                concurrency: 1,
                 ttl,
                 poll_interval: Duration::from_millis(100),
                 shutdown_deadline: Duration::from_secs(30),
@@ -249,10 +261,25 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
     let hosts_done = Arc::new(AtomicU64::new(0));
     let mut hosts_crashed = 0;
     let host_logs = LogDir::open(dir.join("hosts"))?;
+    // Which hosts crash, and on which call (the first turn is committed by then, so each
+    // crashed run has something to recover): drawn from the seed, nothing else.
+    let hangs = hangs_dir(&dir);
+    let mut first_crashed: Option<RunId> = None;
     for i in 0..options.runs {
-        let crash_after = (random.below(100) < 40)
-            .then(|| Duration::from_millis(20 + u64::from(random.below(120))));
-        hosts_crashed += usize::from(crash_after.is_some());
+        let run = RunId::new(format!("{prefix}-run-{i:04}"));
+        let crash_on = (random.below(100) < 40).then(|| 1 + random.below(TURNS as u32 - 1));
+        if let Some(turn) = crash_on {
+            hosts_crashed += 1;
+            let call = format!("call_{turn}_1");
+            std::fs::write(hangs.join(format!("host-{run}-{call}")), "")
+                .map_err(setup("write a crash marker"))?;
+            if first_crashed.is_none() && options.workers > 1 {
+                // Its recovery's first call hangs too, and the worker running it is killed.
+                std::fs::write(hangs.join(format!("worker-{run}")), "")
+                    .map_err(setup("write a crash marker"))?;
+                first_crashed = Some(run.clone());
+            }
+        }
         let holder = Holder::new(&store, format!("{prefix}-host-{i}"), ttl);
         let host_stop = Arc::new(AtomicBool::new(false));
         let node = Node {
@@ -264,31 +291,25 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
         };
         let done = Arc::clone(&completed_by_host);
         let host_done = Arc::clone(&hosts_done);
-        let run = RunId::new(format!("{prefix}-run-{i:04}"));
-        let first_key = run.clone();
-        let probe = store.clone();
+        let ledger = ledger.clone();
         tokio::spawn(async move {
             let _ = holder.beat().await;
             let beating = holder.spawn_heartbeat(Arc::clone(&host_stop));
+            let started = run.clone();
             let work = tokio::spawn(async move {
                 if let Ok(Stopped::Finished(_)) =
-                    node.start_run(&run, None, "Record four steps.").await
+                    node.start_run(&started, None, "Record four steps.").await
                 {
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             });
-            if let Some(after) = crash_after {
-                // Crash only once the run exists in the store (its first commit): a host that
-                // dies before that has nothing for the fleet to recover.
-                let first = crate::core::layout::generation(
-                    &crate::core::layout::run_base(first_key.as_str()),
-                    1,
-                );
-                while !work.is_finished() && matches!(probe.head(&first).await, Ok(None)) {
+            if let Some(turn) = crash_on {
+                // The host dies while its marked call runs (the tool hangs on it once it is
+                // in the ledger): its work stops there, its heartbeat goes silent.
+                let line = format!("{run} call_{turn}_1 1");
+                while !work.is_finished() && !ledger_has(&ledger, &line) {
                     crate::clock::sleep(Duration::from_millis(5)).await;
                 }
-                crate::clock::sleep(after).await;
-                // The host dies: its work stops wherever it is, its heartbeat goes silent.
                 work.abort();
                 beating.abort();
             } else {
@@ -332,10 +353,16 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
         {
             break;
         }
-        // Kill one worker once it is in the middle of recoveries.
-        if workers_killed == 0 && options.workers > 1 && stats.started.load(Ordering::Relaxed) >= 3
+        // Kill the worker whose recovery hangs on its marked call (it runs nothing else:
+        // one recovery at a time), so the kill cuts exactly that call short.
+        if workers_killed == 0
+            && let Some(run) = &first_crashed
+            && let Some(worker) = hung_worker(&store, &ledger, run).await
+            && let Some(switch) = (0..options.workers)
+                .find(|i| worker == format!("{prefix}-worker-{i}"))
+                .map(|i| &crash_switches[i])
         {
-            crash_switches[0].store(true, Ordering::SeqCst);
+            switch.store(true, Ordering::SeqCst);
             workers_killed = 1;
         }
         if started.elapsed() > timeout {
@@ -395,6 +422,29 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
         seconds: started.elapsed().as_secs_f64(),
         store: store_url.to_string(),
     })
+}
+
+/// Whether the ledger has this line.
+fn ledger_has(ledger: &Path, line: &str) -> bool {
+    std::fs::read_to_string(ledger).is_ok_and(|text| text.lines().any(|l| l == line))
+}
+
+/// The worker running `run`'s recovery once its marked call hangs (a ledger line of the run
+/// at a recovery epoch), from the recovery record.
+async fn hung_worker(store: &Store, ledger: &Path, run: &RunId) -> Option<String> {
+    let text = std::fs::read_to_string(ledger).ok()?;
+    let prefix = format!("{run} ");
+    let recovering = text
+        .lines()
+        .any(|line| line.starts_with(&prefix) && !line.ends_with(" 1"));
+    if !recovering {
+        return None;
+    }
+    let id = crate::core::assignment::recovery_id_for(run);
+    let (record, _) = crate::store::recovery::read(store, &id).await.ok()??;
+    (record.state == crate::core::record::RecoveryState::Running)
+        .then_some(record.assigned_to)
+        .flatten()
 }
 
 /// Reads the ledger: total calls, repeats, and runs whose repeats exceed their interruptions

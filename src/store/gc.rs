@@ -352,6 +352,21 @@ pub async fn retire(store: &Store, run: &RunId, retired_by: RetiredBy) -> Result
 /// gc acts. Even then correctness does not depend on it: a probe rereads the hint, a load
 /// restarts from it.
 pub async fn collect(store: &Store, policy: &GcPolicy, now_ms: u64) -> Result<GcReport, GcError> {
+    collect_or_count(store, policy, now_ms, false).await
+}
+
+/// What [`collect`] would do now, doing nothing: the same scan and decisions, counted, with
+/// no delete, no tombstone and no retirement finished (`rekindle gc --dry-run`).
+pub async fn dry_run(store: &Store, policy: &GcPolicy, now_ms: u64) -> Result<GcReport, GcError> {
+    collect_or_count(store, policy, now_ms, true).await
+}
+
+async fn collect_or_count(
+    store: &Store,
+    policy: &GcPolicy,
+    now_ms: u64,
+    dry_run: bool,
+) -> Result<GcReport, GcError> {
     let mut report = GcReport::default();
     let keys = list_all(store, layout::runs_prefix()).await?;
     // Group keys by the run they belong to ("runs/<shard>/<run>"): runs with generations,
@@ -376,6 +391,9 @@ pub async fn collect(store: &Store, policy: &GcPolicy, now_ms: u64) -> Result<Gc
             .collect();
         let tombstone_key = format!("{base}/tombstone");
         if run_keys.contains(&tombstone_key) {
+            if dry_run {
+                continue;
+            }
             // Retired: finish what a crashed retirement left (usually nothing to do).
             let Some(object) = store.read(&tombstone_key).await? else {
                 continue;
@@ -425,7 +443,9 @@ pub async fn collect(store: &Store, policy: &GcPolicy, now_ms: u64) -> Result<Gc
                 }
             };
         if finished_long_ago(store, &run_id, policy, now_ms).await? {
-            retire(store, &run_id, RetiredBy::Retention).await?;
+            if !dry_run {
+                retire(store, &run_id, RetiredBy::Retention).await?;
+            }
             report.runs_retired += 1;
             continue;
         }
@@ -453,7 +473,9 @@ pub async fn collect(store: &Store, policy: &GcPolicy, now_ms: u64) -> Result<Gc
             continue;
         }
         for key in superseded {
-            store.delete(key).await?;
+            if !dry_run {
+                store.delete(key).await?;
+            }
             report.generations_deleted += 1;
         }
     }

@@ -1,0 +1,231 @@
+//! A run's timeline: its incarnations (one per lease epoch), where each was interrupted and
+//! with which tool call in flight, and the recovery that continued it, so an operator sees at
+//! a glance what a recovery did (`rekindle runs show RUN --timeline`).
+//!
+//! Built from what the bucket keeps forever: the newest generation's list of epoch starts, the
+//! first generation of each epoch (gc never deletes one), the folded facts, the lease and the
+//! recovery claim and record. Which process held an epoch is known for the newest epoch (the
+//! lease names it); the generations do not record their writers' names.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::core::fact::{CallId, FactBody, RecoveryId, RunId, Terminal};
+use crate::core::layout;
+use crate::store::Store;
+use crate::store::generation::{self, Chain};
+use crate::store::{lease, recovery};
+
+/// One lease epoch of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Incarnation {
+    /// The epoch.
+    pub epoch: u64,
+    /// Its first generation.
+    pub first_generation: u64,
+    /// When its first generation was committed (wall-clock milliseconds).
+    pub started_at_ms: u64,
+    /// The facts it committed itself: `first_seq..=last_seq` (empty when first > last).
+    pub first_seq: u64,
+    /// See `first_seq`.
+    pub last_seq: u64,
+    /// Facts it started with that another run committed (a recovery run's seed).
+    pub seeded: u64,
+    /// Model turns it committed.
+    pub model_turns: u64,
+    /// Tool results it committed.
+    pub tool_results: u64,
+    /// The process holding it, when the bucket still says (the newest epoch's lease).
+    pub holder: Option<String>,
+    /// Tool calls without a committed result when the next epoch began: in flight at the
+    /// interruption, so the next incarnation may have run them again.
+    pub in_flight_at_end: Vec<(CallId, String)>,
+}
+
+/// A run's incarnations, how it ended, and the recovery that continued it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Timeline {
+    /// The run.
+    pub run: RunId,
+    /// Its incarnations, oldest first.
+    pub incarnations: Vec<Incarnation>,
+    /// Its terminal fact, once it ended.
+    pub ended: Option<Terminal>,
+    /// The recovery that continued it, with the recovery run's own timeline.
+    pub recovered_by: Option<(RecoveryId, Box<Timeline>)>,
+    /// Tool calls that may have run more than once: in flight at an interruption, with a
+    /// result committed later (by a later incarnation or the recovery).
+    pub ran_again: Vec<(CallId, String)>,
+}
+
+/// Builds the timeline of `run` and of the recoveries that continued it.
+pub async fn build(store: &Store, run: &RunId) -> crate::Result<Timeline> {
+    let mut timeline = incarnations(store, run).await?;
+    let mut seen = vec![run.clone()];
+    let mut tail = &mut timeline;
+    // Follow the lineage (a recovery run may itself have been recovered), without loops.
+    while let Some(next) = recovery::claimed_by(store, &tail.run).await? {
+        let next_run = RunId::new(next.as_str());
+        if seen.contains(&next_run) {
+            break;
+        }
+        seen.push(next_run.clone());
+        let continued = match incarnations(store, &next_run).await {
+            Ok(continued) => continued,
+            // Admitted, not started yet: the recovery run has no generation.
+            Err(crate::Error::Generation(generation::GenerationError::NotFound { .. })) => {
+                Timeline {
+                    run: next_run,
+                    incarnations: Vec::new(),
+                    ended: None,
+                    recovered_by: None,
+                    ran_again: Vec::new(),
+                }
+            }
+            Err(other) => return Err(other),
+        };
+        tail.recovered_by = Some((next, Box::new(continued)));
+        tail = tail
+            .recovered_by
+            .as_mut()
+            .map(|(_, t)| t.as_mut())
+            .expect("just set");
+    }
+    // A call in flight at an interruption whose result a later incarnation (or a recovery)
+    // committed ran at most twice.
+    let mut results: Vec<&CallId> = Vec::new();
+    let mut walk = Some(&timeline);
+    let mut in_flight: Vec<(CallId, String)> = Vec::new();
+    while let Some(t) = walk {
+        for incarnation in &t.incarnations {
+            in_flight.extend(incarnation.in_flight_at_end.iter().cloned());
+        }
+        walk = t.recovered_by.as_ref().map(|(_, t)| t.as_ref());
+    }
+    let loaded_results = completed_calls(store, &timeline).await?;
+    results.extend(loaded_results.iter());
+    in_flight.retain(|(id, _)| results.contains(&id));
+    in_flight.dedup();
+    timeline.ran_again = in_flight;
+    Ok(timeline)
+}
+
+/// Calls with a committed result in the newest run of the lineage (which holds every fact of
+/// those before it), excluding those the interrupted incarnations already had.
+async fn completed_calls(store: &Store, timeline: &Timeline) -> crate::Result<Vec<CallId>> {
+    let mut newest = timeline;
+    while let Some((_, next)) = &newest.recovered_by {
+        if next.incarnations.is_empty() {
+            break;
+        }
+        newest = next;
+    }
+    let loaded = generation::load(store, &newest.run, None).await?;
+    Ok(loaded
+        .state
+        .facts()
+        .iter()
+        .filter_map(|fact| match &fact.body {
+            FactBody::ToolResult(result) => Some(result.call_id.clone()),
+            _ => None,
+        })
+        .collect())
+}
+
+/// One run's incarnations, from its epoch starts.
+async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
+    let loaded = generation::load(store, run, None).await?;
+    let chain = Chain::new(store, layout::run_base(run.as_str()));
+    // Where each epoch's own facts begin: a delta's first seq; a fence or a resumed snapshot
+    // carries no new facts, so after its last seq; generation 1 from seq 1 (for a recovery
+    // run, its seed: facts another run committed).
+    let mut starts: Vec<(u64, u64, u64, u64, bool)> = Vec::new();
+    for (epoch, first) in &loaded.epoch_starts {
+        let key = chain.key(*first);
+        let Some(object) = store.read(&key).await? else {
+            continue;
+        };
+        let header = generation::decode_with(store.sealer(), &key, run, &object.bytes)?;
+        let begins = if *first == 1 {
+            1
+        } else if header.snapshot {
+            header.last_seq + 1
+        } else {
+            header.first_seq
+        };
+        starts.push((epoch.0, *first, header.at_ms, begins, *first == 1));
+    }
+    let facts = loaded.state.facts();
+    let last_seq = loaded.state.last_seq().0;
+    let seed = match recovery::read(store, &RecoveryId::new(run.as_str())).await? {
+        // A recovery run begins with its source's facts.
+        Some((record, _)) => {
+            generation::load(store, &record.source_run, Some(record.source_generation))
+                .await
+                .map_or(0, |source| source.state.last_seq().0)
+        }
+        None => 0,
+    };
+    let newest_holder = lease::read_lease(store, run)
+        .await?
+        .filter(|view| view.lease.epoch == loaded.epoch)
+        .map(|view| view.lease.holder);
+    let mut open: BTreeMap<CallId, String> = BTreeMap::new();
+    let mut incarnations = Vec::new();
+    for (i, (epoch, first, at, begins, is_first)) in starts.iter().enumerate() {
+        let ends = starts
+            .get(i + 1)
+            .map_or(last_seq, |next| next.3.saturating_sub(1));
+        let seeded = if *is_first { seed.min(ends) } else { 0 };
+        let own_from = (*begins).max(seeded + 1);
+        let mut model_turns = 0;
+        let mut tool_results = 0;
+        for fact in facts
+            .iter()
+            .filter(|f| f.seq.0 >= *begins && f.seq.0 <= ends)
+        {
+            let own = fact.seq.0 >= own_from;
+            match &fact.body {
+                FactBody::ModelTurn(turn) => {
+                    model_turns += u64::from(own);
+                    for call in &turn.tool_calls {
+                        open.insert(call.id.clone(), call.name.clone());
+                    }
+                }
+                FactBody::ToolResult(result) => {
+                    tool_results += u64::from(own);
+                    open.remove(&result.call_id);
+                }
+                _ => {}
+            }
+        }
+        let last = i + 1 == starts.len();
+        incarnations.push(Incarnation {
+            epoch: *epoch,
+            first_generation: *first,
+            started_at_ms: *at,
+            first_seq: own_from,
+            last_seq: ends,
+            seeded,
+            model_turns,
+            tool_results,
+            holder: if last { newest_holder.clone() } else { None },
+            // A fence commits nothing: what was in flight was reported where it was.
+            in_flight_at_end: if (last && loaded.state.terminal().is_some()) || own_from > ends {
+                Vec::new()
+            } else {
+                open.iter()
+                    .map(|(id, name)| (id.clone(), name.clone()))
+                    .collect()
+            },
+        });
+    }
+    Ok(Timeline {
+        run: run.clone(),
+        incarnations,
+        ended: loaded.state.terminal().cloned(),
+        recovered_by: None,
+        ran_again: Vec::new(),
+    })
+}
