@@ -338,7 +338,9 @@ fn fleet_kind(error: &FleetError) -> ErrorKind {
 
 fn workflow_kind(error: &WorkflowError) -> ErrorKind {
     match error {
-        WorkflowError::Invalid { .. } => ErrorKind::InvalidInput,
+        WorkflowError::Invalid { .. } | WorkflowError::StepChanged { .. } => {
+            ErrorKind::InvalidInput
+        }
         // Running the workflow again waits for the same dead-lettered recovery.
         WorkflowError::StepDead { .. } => ErrorKind::Refused,
     }

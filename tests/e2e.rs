@@ -880,6 +880,37 @@ async fn interrupted_workflow_resumes_and_skips_finished_steps() {
             .collect();
         audit_calls(&mine, &format!("wf.{step}"), 1);
     }
+    // The same workflow with a finished step's prompt changed: refused, naming the step,
+    // never skipped with the old result.
+    std::fs::write(
+        &specs,
+        r#"[{"step": "a", "prompt": "first"}, {"step": "b", "prompt": "second, reworded"}, {"step": "c", "prompt": "third"}]"#,
+    )
+    .unwrap();
+    let changed = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle"))
+        .args(["workflow", "run", "--config"])
+        .arg(&fleet.config)
+        .args(["--id", "wf"])
+        .arg(&specs)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!changed.status.success());
+    let error = String::from_utf8_lossy(&changed.stderr);
+    assert!(
+        error.contains("step 'b' already ran with a different prompt or session"),
+        "{error}"
+    );
+    let (again, _) = rekindle::store::checkpoint::load_workflow(&store, "wf")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        again.completed.len(),
+        3,
+        "the refused re-run changed the checkpoint"
+    );
     assert!(sigterm(&mut worker).success());
     assert!(sigterm(&mut coordinator).success());
 }

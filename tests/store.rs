@@ -549,6 +549,7 @@ async fn loop_and_workflow_checkpoints(store: Store) {
         run_id: RunId::new(format!("wf-{name}")),
         outcome: Outcome::Completed,
         message: String::new(),
+        spec_sha256: None,
     };
     let n = checkpoint::save_workflow(&store, "wf", vec![step("a")], None)
         .await

@@ -48,6 +48,19 @@ pub enum WorkflowError {
         /// What is wrong with its steps.
         message: String,
     },
+    /// A step already dispatched or finished was given again with another prompt or
+    /// session: skipping it would silently keep the old result.
+    #[error(
+        "workflow '{workflow}': step '{step}' already ran with a different {what}; give the changed step a new name (or the workflow a new ID) to run it"
+    )]
+    StepChanged {
+        /// The workflow ID.
+        workflow: String,
+        /// The step whose spec changed.
+        step: String,
+        /// What changed ("prompt or session").
+        what: &'static str,
+    },
     /// A step's recovery failed too often and the coordinator dead-lettered it, so the
     /// workflow cannot finish.
     #[error("workflow '{workflow}': step '{step}' was dead-lettered: {error}")]
@@ -70,6 +83,14 @@ pub struct WorkflowReport {
     pub dispatched: Vec<String>,
     /// Outcomes of the steps that finished while this run waited.
     pub completed: Vec<StepOutcome>,
+}
+
+impl StepSpec {
+    /// SHA-256 of what the step's run starts from: its prompt and session.
+    pub fn digest(&self) -> String {
+        let canonical = serde_json::json!([self.prompt, self.session_id]).to_string();
+        crate::core::digest::sha256_hex(canonical.as_bytes())
+    }
 }
 
 /// The run ID of a workflow step.
@@ -101,7 +122,19 @@ pub async fn run(
     let mut report = WorkflowReport::default();
     let mut waiting = Vec::new();
     for spec in steps {
-        if completed.iter().any(|c| c.step == spec.step) {
+        if let Some(done) = completed.iter().find(|c| c.step == spec.step) {
+            if done
+                .spec_sha256
+                .as_ref()
+                .is_some_and(|d| *d != spec.digest())
+            {
+                return Err(WorkflowError::StepChanged {
+                    workflow: workflow.to_owned(),
+                    step: spec.step.clone(),
+                    what: "prompt or session",
+                }
+                .into());
+            }
             report.skipped.push(spec.step.clone());
             continue;
         }
@@ -135,6 +168,7 @@ pub async fn run(
                         run_id: run,
                         outcome: result.outcome,
                         message: result.message,
+                        spec_sha256: Some(spec.digest()),
                     };
                     completed.push(outcome.clone());
                     generation = Some(
@@ -181,6 +215,22 @@ async fn dispatch(store: &Store, agent: &Agent, workflow: &str, spec: &StepSpec)
         // Dispatched by an earlier, interrupted run of this workflow. If that one died before
         // indexing the step (and nothing recovered it yet), index it now; then wait for it.
         Err(GenerationError::AlreadyExists { .. }) => {
+            // With the same spec: the run's first facts are its prompt and session.
+            let existing = crate::store::generation::load(store, &run, Some(1)).await?;
+            let prompt = existing.state.facts().iter().find_map(|f| match &f.body {
+                crate::core::fact::FactBody::UserMessage(m) => Some(m.content.as_str()),
+                _ => None,
+            });
+            if prompt != Some(spec.prompt.as_str())
+                || existing.state.session_id() != session.as_ref()
+            {
+                return Err(WorkflowError::StepChanged {
+                    workflow: workflow.to_owned(),
+                    step: spec.step.clone(),
+                    what: "prompt or session",
+                }
+                .into());
+            }
             let recovering = recovery::read(store, &recovery_id_for(&run))
                 .await?
                 .is_some();

@@ -331,6 +331,10 @@ pub struct StepOutcome {
     /// The run's closing message (for a failure, why it failed); empty when there is none.
     #[serde(default)]
     pub message: String,
+    /// SHA-256 of the step's spec (prompt and session) it ran with, so a re-run with a
+    /// changed spec is refused instead of skipped; absent in checkpoints written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_sha256: Option<String>,
 }
 
 /// The stored form of a workflow's progress: which steps have finished, and how.
