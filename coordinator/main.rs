@@ -58,6 +58,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    shared::help_markdown::<Args>();
     let args = Args::parse();
     shared::init_tracing(args.log_json, "info");
     shared::run_async(run(args))

@@ -67,6 +67,7 @@ enum Command {
     Run {
         #[command(flatten)]
         store: StoreArgs,
+        /// The agent configuration (rekindle.toml): model, tools, budgets; its fingerprint goes into the run.
         #[arg(long, env = "REKINDLE_CONFIG")]
         config: PathBuf,
         /// The run's ID; an ID is used once, ever (a second `rekindle run` with it is refused).
@@ -326,6 +327,7 @@ enum WorkflowCommand {
     Run {
         #[command(flatten)]
         store: StoreArgs,
+        /// The agent configuration (rekindle.toml) the workflow's step runs start with.
         #[arg(long, env = "REKINDLE_CONFIG")]
         config: PathBuf,
         /// The workflow ID.
@@ -367,6 +369,7 @@ enum RunsCommand {
     Rm {
         #[command(flatten)]
         store: StoreArgs,
+        /// The run to retire.
         #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run: String,
         /// Remove even if a holder still has the lease (only when that holder is gone), or
@@ -378,6 +381,7 @@ enum RunsCommand {
     Show {
         #[command(flatten)]
         store: StoreArgs,
+        /// The run to show.
         #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         run: String,
         /// Also draw its timeline: each incarnation (lease epoch), where it was interrupted
@@ -391,6 +395,10 @@ enum RunsCommand {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--help-markdown") {
+        print!("{}", cli::shared::environment_markdown());
+    }
+    cli::shared::help_markdown::<Cli>();
     let cli = Cli::parse();
     // Logs go to stderr; RUST_LOG selects them (default: warnings and errors only).
     cli::shared::init_tracing(false, "warn");

@@ -291,3 +291,55 @@ fn gc_dry_run_bench_store_and_rm_leave_the_store_as_they_say() {
         stderr(&output)
     );
 }
+
+/// The reference `docs/flags.md` holds: generated from the three binaries' clap definitions.
+fn flags_reference() -> String {
+    let mut out = String::from(
+        "# Flags and environment\n\nGenerated from the clap definitions of `rekindle`, `rekindle-worker` and `rekindle-coordinator` (`--help-markdown`); `cargo test --test operator` fails when it drifts, and `REKINDLE_BLESS=1` rewrites it.\n\n",
+    );
+    for binary in [
+        env!("CARGO_BIN_EXE_rekindle"),
+        env!("CARGO_BIN_EXE_rekindle-worker"),
+        env!("CARGO_BIN_EXE_rekindle-coordinator"),
+    ] {
+        let output = Command::new(binary)
+            .arg("--help-markdown")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{binary}: {}", stderr(&output));
+        out.push_str(&stdout(&output));
+    }
+    out
+}
+
+// Proves docs/flags.md is what the binaries' own definitions say (every flag, environment
+// variable and default), and that no flag lacks help text.
+#[test]
+fn the_flags_reference_matches_the_binaries() {
+    let generated = flags_reference();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/flags.md");
+    if std::env::var_os("REKINDLE_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let undocumented: Vec<&str> = generated
+        .lines()
+        .filter(|line| line.starts_with("| `") && line.ends_with("|  |"))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "flags without help: {undocumented:?}"
+    );
+    for flag in [
+        "--lease-ttl-ms",
+        "--idle-ttl-ms",
+        "--watch-interval-ms",
+        "REKINDLE_SEAL_KEY",
+    ] {
+        assert!(generated.contains(flag), "{flag} missing");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap_or_default(),
+        generated,
+        "docs/flags.md is out of date: run REKINDLE_BLESS=1 cargo test --test operator the_flags_reference"
+    );
+}

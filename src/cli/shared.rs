@@ -277,3 +277,131 @@ pub(crate) async fn endpoint(
         readiness,
     })
 }
+
+/// Every flag of `command` and its subcommands as Markdown: name, environment variable,
+/// default and help, generated from the clap definitions (the `--help-markdown` of each
+/// binary writes `docs/flags.md`, which a test keeps current).
+pub(crate) fn flags_markdown(command: &clap::Command) -> String {
+    let mut out = String::new();
+    let mut command = command.clone();
+    command.build();
+    write_flags(&mut out, &command, command.get_name());
+    out
+}
+
+fn write_flags(out: &mut String, command: &clap::Command, path: &str) {
+    use std::fmt::Write;
+    let arguments: Vec<&clap::Arg> = command
+        .get_arguments()
+        .filter(|arg| !arg.is_hide_set() && arg.get_id() != "help" && arg.get_id() != "version")
+        .collect();
+    if !arguments.is_empty() || command.get_subcommands().next().is_none() {
+        let _ = writeln!(out, "### `{path}`\n");
+        if let Some(about) = command.get_about() {
+            let _ = writeln!(out, "{about}\n");
+        }
+        let _ = writeln!(out, "| flag | environment | default | meaning |");
+        let _ = writeln!(out, "| --- | --- | --- | --- |");
+        for arg in arguments {
+            let name = match (arg.get_long(), arg.get_short()) {
+                (Some(long), _) => format!("`--{long}`"),
+                (None, Some(short)) => format!("`-{short}`"),
+                (None, None) => format!("`<{}>`", arg.get_id().as_str().to_uppercase()),
+            };
+            let env = arg
+                .get_env()
+                .map(|env| format!("`{}`", env.to_string_lossy()))
+                .unwrap_or_default();
+            let default = arg
+                .get_default_values()
+                .iter()
+                .map(|v| format!("`{}`", v.to_string_lossy()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let help = arg
+                .get_long_help()
+                .or(arg.get_help())
+                .map(|h| h.to_string().replace('\n', " ").replace('|', "\\|"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "| {name} | {env} | {default} | {help} |");
+        }
+        out.push('\n');
+    }
+    for sub in command.get_subcommands() {
+        if sub.is_hide_set() || sub.get_name() == "help" {
+            continue;
+        }
+        write_flags(out, sub, &format!("{path} {}", sub.get_name()));
+    }
+}
+
+/// Environment variables read outside the flags (by this module and the store's sealing),
+/// for the reference: name, meaning.
+pub(crate) const ENVIRONMENT: &[(&str, &str)] = &[
+    (
+        "REKINDLE_SEAL_KEY",
+        "A 256-bit key, 64 hex characters, that seals generation payloads with AES-256-GCM.",
+    ),
+    (
+        "REKINDLE_SEAL_KEY_FILE",
+        "A file holding the sealing key (instead of REKINDLE_SEAL_KEY).",
+    ),
+    (
+        "REKINDLE_SEAL_KEY_ID",
+        "The sealing key's ID, written with every sealed generation (default: derived from the key).",
+    ),
+    (
+        "REKINDLE_SEAL_OLD_KEYS",
+        "Older keys still accepted for reading (`id:hex,id:hex`), for rotation.",
+    ),
+    (
+        "AWS_ALLOW_HTTP",
+        "`true` or `1`: allow plain-HTTP S3 endpoints (as --allow-http).",
+    ),
+    (
+        "AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...",
+        "The standard AWS environment and profile chain (IRSA on EKS) for S3 credentials, region and endpoint.",
+    ),
+    (
+        "REKINDLE_LOG_FORMAT",
+        "`json` for JSON lines, `text` for plain text (default: JSON on Kubernetes, text elsewhere).",
+    ),
+    (
+        "KUBERNETES_SERVICE_HOST",
+        "Set by Kubernetes in every pod: logs default to JSON lines.",
+    ),
+    (
+        "NO_COLOR",
+        "Set (non-empty): no colour in logs, even on a terminal (logs are never coloured off a terminal).",
+    ),
+    (
+        "RUST_LOG",
+        "Which logs are written, e.g. `info`, `rekindle=debug`, `rekindle::store=trace` (every store request).",
+    ),
+    (
+        "HOSTNAME",
+        "Part of the default process ID (`worker-<hostname>-<pid>`).",
+    ),
+    (
+        "REKINDLE_FAULTS, REKINDLE_FAULTS_PARTITION_FILE",
+        "Fault injection for the test suite only; a store opened with it logs a warning.",
+    ),
+];
+
+/// The environment-only variables as a Markdown table.
+pub(crate) fn environment_markdown() -> String {
+    let mut out = String::from("### Environment only\n\n| variable | meaning |\n| --- | --- |\n");
+    for (name, meaning) in ENVIRONMENT {
+        out.push_str(&format!("| `{name}` | {} |\n", meaning.replace('|', "\\|")));
+    }
+    out.push('\n');
+    out
+}
+
+/// Prints the flags reference and exits when the first argument is `--help-markdown`.
+pub(crate) fn help_markdown<P: clap::CommandFactory>() {
+    if std::env::args().nth(1).as_deref() == Some("--help-markdown") {
+        print!("{}", flags_markdown(&P::command()));
+        std::process::exit(0);
+    }
+}
