@@ -218,7 +218,7 @@ pub(crate) fn overview(o: &rekindle::fleet::overview::Overview, now_ms: u64) -> 
             let _ = writeln!(
                 out,
                 "  {:<36} suspect: its holder's heartbeat is older than its TTL; the coordinator admits its recovery once it has watched it for that TTL",
-                run.run
+                run.run.as_str()
             );
         }
     }
@@ -227,7 +227,7 @@ pub(crate) fn overview(o: &rekindle::fleet::overview::Overview, now_ms: u64) -> 
     } else {
         let _ = writeln!(out, "stuck        {}", o.stuck.len());
         for stuck in &o.stuck {
-            let _ = writeln!(out, "  {:<36} {}", stuck.run, stuck.reason);
+            let _ = writeln!(out, "  {:<36} {}", stuck.run.as_str(), stuck.reason);
         }
     }
     for (key, error) in &o.unreadable {
