@@ -104,6 +104,14 @@ fn a_location_without_a_store_is_an_error_not_an_empty_store() {
         vec!["status", "--store", missing],
         vec!["gc", "--store", missing],
         vec!["runs", "rm", "some-run", "--store", missing],
+        vec![
+            "recover",
+            "some-run",
+            "--recovery-id",
+            "r",
+            "--store",
+            missing,
+        ],
     ] {
         let output = rekindle(&args);
         assert!(!output.status.success(), "{args:?} succeeded");

@@ -100,7 +100,7 @@ pub(crate) async fn recover(
     wait: bool,
     force: bool,
 ) -> anyhow::Result<()> {
-    let store = store.open(false).await.context("open the store")?;
+    let store = store.open_existing(false).await.context("open the store")?;
     let source = RunId::new(source);
     let id = RecoveryId::new(recovery_id);
     let takeover = if takeover {
@@ -745,8 +745,8 @@ pub(crate) async fn demo(
 }
 
 pub(crate) async fn probe(store: StoreArgs) -> anyhow::Result<()> {
-    let opened = store.open(true).await.context("open the store")?;
-    opened.probe().await.context("probe the store")?;
+    // Opening for writing runs the probe (and writes the format marker on a new store).
+    store.open(false).await.context("open the store")?;
     println!(
         "store {}: conditional writes are enforced and atomic (create-if-absent, compare-and-swap, 8-way create race)",
         store.store
