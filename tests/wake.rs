@@ -34,6 +34,8 @@ struct Fleet {
     agent: Agent,
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The coordinator's wake-up address, once it runs.
+    coordinator_url: Option<String>,
 }
 
 impl Fleet {
@@ -56,6 +58,7 @@ impl Fleet {
             dir,
             stop: Arc::new(AtomicBool::new(false)),
             tasks: Vec::new(),
+            coordinator_url: None,
         }
     }
 
@@ -71,6 +74,7 @@ impl Fleet {
         options.idle_scan_interval = TIMER;
         options.watch_interval = TIMER;
         options.wake = Some(Self::endpoint().await);
+        self.coordinator_url = options.wake.as_ref().and_then(|(_, url)| url.clone());
         let (store, stop) = (self.store.clone(), Arc::clone(&self.stop));
         self.tasks.push(tokio::spawn(async move {
             coordinator::run(store, options, stop).await.unwrap();
@@ -201,5 +205,85 @@ async fn an_admission_is_assigned_at_once_and_skips_a_deaf_worker() {
     fleet.finished_within(&id, LIMIT).await;
     let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
     assert_eq!(record.failures, 0, "{record:?}");
+    fleet.stop().await;
+}
+
+// Proves a recovery handed back and offered again to the same worker wakes that worker: its
+// inbox already listed the recovery (unchanged, so not rewritten), and before, the worker
+// found it only at its next poll. The worker here is the test itself, registered with a
+// wake-up endpoint it watches; every timer is a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_offered_again_to_the_same_worker_wakes_it() {
+    use rekindle::core::lifecycle::Event;
+    use rekindle::fleet::lifecycle;
+
+    let mut fleet = Fleet::new();
+    let (pokes, url) = Fleet::endpoint().await;
+    let me = Holder::with_role(&fleet.store, "only", TTL, "worker");
+    me.beat().await.unwrap();
+    me.spawn_heartbeat(Arc::clone(&fleet.stop));
+    let mut registration = Registration::new(
+        "only",
+        me.heartbeat_key(),
+        4,
+        fleet.agent.fingerprint_sha256(),
+    );
+    registration.ttl_ms = Some(TTL.as_millis() as u64);
+    registration.wake = url;
+    fleet
+        .store
+        .put(
+            &layout::worker("only"),
+            layout::encode_object(&registration),
+        )
+        .await
+        .unwrap();
+    fleet.coordinator().await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let run = RunId::new("handed-back");
+    let id = recovery_id_for(&run);
+    let woken = |what: &'static str| {
+        let pokes = Arc::clone(&pokes);
+        async move {
+            tokio::time::timeout(LIMIT, pokes.notified())
+                .await
+                .unwrap_or_else(|_| panic!("the worker was not woken {what}"));
+        }
+    };
+    let first = woken("for the first offer");
+    fleet.interrupted_run(&run, false).await;
+    first.await;
+    // The attempt starts and fails, as a worker reports it.
+    let (record, _) = lifecycle::transition(
+        &fleet.store,
+        &id,
+        None,
+        Event::Start {
+            worker: "only".into(),
+        },
+    )
+    .await
+    .unwrap();
+    let again = woken("for the second offer");
+    lifecycle::transition(
+        &fleet.store,
+        &id,
+        None,
+        Event::Fail {
+            worker: "only".into(),
+            attempt: record.attempts,
+            error: "the model was unreachable".into(),
+        },
+    )
+    .await
+    .unwrap();
+    // The worker's freed slot wakes the coordinator, as a real worker does.
+    wake::poke(fleet.coordinator_url.as_deref().unwrap())
+        .await
+        .unwrap();
+    again.await;
+    let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
+    assert_eq!(record.state, RecoveryState::Admitted, "{record:?}");
+    assert_eq!(record.assigned_to.as_deref(), Some("only"), "{record:?}");
     fleet.stop().await;
 }

@@ -79,8 +79,16 @@ pub(crate) async fn run(
             println!("run {run}: {} ({})", terminal.outcome, terminal.message)
         }
         Stopped::Parked(parked) => {
+            let how = match &parked {
+                fold::Parked::Confirmation { call_id, .. } => {
+                    format!("rekindle answer {run} --confirm {call_id} --approve (or --deny)")
+                }
+                fold::Parked::Question { question_id, .. } => {
+                    format!("rekindle answer {run} --question {question_id} --text ANSWER")
+                }
+            };
             println!(
-                "run {run}: parked, {}; answer it with `rekindle answer {run}`",
+                "run {run}: parked, {}; answer it with `{how}`",
                 render::describe_parked(&parked)
             )
         }

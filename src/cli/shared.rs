@@ -164,7 +164,9 @@ pub(crate) fn stop_on_signals() -> Arc<AtomicBool> {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        tracing::info!("stop requested: finishing the current step");
+        tracing::info!(
+            "stop requested: stopping gracefully (a worker finishes its current steps first)"
+        );
         flag.store(true, Ordering::SeqCst);
     });
     stop

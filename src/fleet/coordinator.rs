@@ -888,37 +888,53 @@ async fn write_inboxes(
             list.push(recovery.clone());
         }
     }
-    let changed: Vec<(String, Vec<RecoveryId>, Option<String>)> = inboxes
+    // Workers offered a recovery this tick: woken even when their inbox already listed it (a
+    // recovery handed back and offered to the same worker again leaves the inbox as it was,
+    // and the worker would otherwise find it only at its next poll).
+    let offered: std::collections::BTreeSet<&String> = actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::Assign { worker, .. } => Some(worker),
+            _ => None,
+        })
+        .collect();
+    // (worker, its inbox, whether to write it, where to wake it)
+    let changed: Vec<(String, Vec<RecoveryId>, bool, Option<String>)> = inboxes
         .into_iter()
-        .filter(|(worker, recoveries)| observer.inboxes.get(worker) != Some(recoveries))
-        .map(|(worker, recoveries)| {
+        .filter_map(|(worker, recoveries)| {
             let before = observer.inboxes.get(&worker);
+            let write = before != Some(&recoveries);
             let gained = recoveries
                 .iter()
                 .any(|id| !before.is_some_and(|list| list.contains(id)));
+            if !write && !offered.contains(&worker) {
+                return None;
+            }
             let wake = workers
                 .iter()
                 .find(|w| w.registration.worker == worker)
                 .and_then(|w| w.registration.wake.clone())
-                .filter(|_| gained);
-            (worker, recoveries, wake)
+                .filter(|_| gained || offered.contains(&worker));
+            Some((worker, recoveries, write, wake))
         })
         .collect();
     let coordinator_wake = options.wake_url();
     let written = futures::stream::iter(changed)
-        .map(|(worker, recoveries, wake)| {
+        .map(|(worker, recoveries, write, wake)| {
             let coordinator_wake = coordinator_wake.clone();
             async move {
-                let inbox = Inbox {
-                    format: FORMAT_VERSION,
-                    kind: "inbox".into(),
-                    worker: worker.clone(),
-                    recoveries: recoveries.clone(),
-                    coordinator_wake,
-                };
-                store
-                    .put(&layout::inbox(&worker), layout::encode_object(&inbox))
-                    .await?;
+                if write {
+                    let inbox = Inbox {
+                        format: FORMAT_VERSION,
+                        kind: "inbox".into(),
+                        worker: worker.clone(),
+                        recoveries: recoveries.clone(),
+                        coordinator_wake,
+                    };
+                    store
+                        .put(&layout::inbox(&worker), layout::encode_object(&inbox))
+                        .await?;
+                }
                 let answered = match &wake {
                     Some(url) => match crate::fleet::wake::poke(url).await {
                         Ok(()) => true,

@@ -336,7 +336,7 @@ fn stuck_recovery<'a>(
                 Some("admitted, and no worker is alive to run it".into())
             } else if matching.is_empty() && !record.force {
                 Some(format!(
-                    "admitted, and no live worker runs its configuration (fingerprint {}); start a worker with the run's rekindle.toml, or re-admit with --force",
+                    "admitted, and no live worker runs its configuration (fingerprint {}); start a worker with the rekindle.toml the run started with",
                     short(&record.fingerprint_sha256)
                 ))
             } else {
