@@ -424,6 +424,11 @@ impl Holder {
         let clock = Arc::clone(self.store.clock());
         let start = clock.monotonic();
         let poll = (ttl / 6).clamp(Duration::from_millis(10), Duration::from_millis(1000));
+        tracing::info!(
+            holder_id = %self.id,
+            ttl_ms = first.ttl_ms,
+            "another process beat under this ID: watching its heartbeat for its TTL before taking the ID over (a restart under a new ID does not wait)"
+        );
         while clock.monotonic().saturating_sub(start) < ttl {
             crate::clock::sleep(poll).await;
             match read_heartbeat(&self.store, &key).await? {
