@@ -13,7 +13,7 @@ use metrics::{counter, gauge, histogram};
 /// Store requests by `kind` (get, head, put, conditional_put, list, delete) and `outcome`
 /// (ok, conflict, error), every attempt counted, retries included.
 pub const STORE_REQUESTS: &str = "rekindle_store_requests_total";
-/// Store request latency by `kind`, per attempt.
+/// Store request latency by `kind` and `outcome`, per attempt.
 pub const STORE_REQUEST_DURATION: &str = "rekindle_store_request_duration_seconds";
 /// Store requests retried after a transient failure, by `kind`.
 pub const STORE_RETRIES: &str = "rekindle_store_retries_total";
@@ -150,7 +150,7 @@ fn describe() {
     describe_histogram!(
         STORE_REQUEST_DURATION,
         Unit::Seconds,
-        "Store request latency by kind, per attempt."
+        "Store request latency by kind and outcome, per attempt."
     );
     describe_counter!(
         STORE_RETRIES,
@@ -224,7 +224,8 @@ fn describe() {
 /// One store request attempt of `kind` that ended with `outcome` after `elapsed`.
 pub(crate) fn store_request(kind: &'static str, outcome: &'static str, elapsed: Duration) {
     counter!(STORE_REQUESTS, "kind" => kind, "outcome" => outcome).increment(1);
-    histogram!(STORE_REQUEST_DURATION, "kind" => kind).record(elapsed.as_secs_f64());
+    histogram!(STORE_REQUEST_DURATION, "kind" => kind, "outcome" => outcome)
+        .record(elapsed.as_secs_f64());
 }
 
 /// A store request of `kind` retried.

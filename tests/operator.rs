@@ -351,3 +351,45 @@ fn the_flags_reference_matches_the_binaries() {
         "docs/flags.md is out of date: run REKINDLE_BLESS=1 cargo test --test operator the_flags_reference"
     );
 }
+
+// Proves the first run on a new local directory says it created a store there (a typo in
+// --store would otherwise start a second, empty fleet silently), and a second run does not.
+#[test]
+fn a_new_local_store_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("script.json"), r#"[{"content": "done"}]"#).unwrap();
+    let config = dir.path().join("rekindle.toml");
+    std::fs::write(
+        &config,
+        "[model]\nkind = \"scripted\"\nname = \"m\"\nscript = \"script.json\"\n",
+    )
+    .unwrap();
+    let store = dir.path().join("new-store");
+    let run = |id: &str| {
+        rekindle(&[
+            "run",
+            "--store",
+            store.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--state-dir",
+            dir.path().join("state").to_str().unwrap(),
+            "--run-id",
+            id,
+            "hello",
+        ])
+    };
+    let first = run("first");
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(
+        stderr(&first).contains(&format!(
+            "note: created a new Rekindle store at {}",
+            store.display()
+        )),
+        "{}",
+        stderr(&first)
+    );
+    let second = run("second");
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(!stderr(&second).contains("created"), "{}", stderr(&second));
+}

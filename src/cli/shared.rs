@@ -34,7 +34,12 @@ impl StoreArgs {
     /// directory).
     pub(crate) async fn open(&self, read_only: bool) -> anyhow::Result<Store> {
         let settings = self.settings.settings(read_only)?;
-        Ok(Store::open(&self.store, &settings, SystemClock::shared()).await?)
+        let new = matches!(&self.store, StoreUrl::Local { root } if !root.exists());
+        let store = Store::open(&self.store, &settings, SystemClock::shared()).await?;
+        if new && !read_only {
+            eprintln!("note: created a new Rekindle store at {}", self.store);
+        }
+        Ok(store)
     }
 
     /// Opens a store that must already exist (a command about runs in it): a location with no
