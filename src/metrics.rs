@@ -46,7 +46,8 @@ pub const RECOVERIES_FINISHED: &str = "rekindle_recoveries_finished_total";
 pub const RECOVERIES_FAILED: &str = "rekindle_recoveries_failed_total";
 /// Recoveries given up after too many failed attempts.
 pub const RECOVERIES_DEAD_LETTERED: &str = "rekindle_recoveries_dead_lettered_total";
-/// Leases taken over from a holder judged gone.
+/// Leases taken over from another holder: one judged gone, or a run fenced at its admission
+/// (which also counts in [`FENCES`]).
 pub const TAKEOVERS: &str = "rekindle_takeovers_total";
 /// Runs fenced at admission (a new epoch that refuses the old holder's commits).
 pub const FENCES: &str = "rekindle_fences_total";
@@ -192,7 +193,10 @@ fn describe() {
         RECOVERIES_DEAD_LETTERED,
         "Recoveries given up after too many failed attempts."
     );
-    describe_counter!(TAKEOVERS, "Leases taken over from a holder judged gone.");
+    describe_counter!(
+        TAKEOVERS,
+        "Leases taken over from another holder (judged gone, or fenced at admission)."
+    );
     describe_counter!(FENCES, "Runs fenced at admission.");
     describe_counter!(
         TOOL_CALLS_REEXECUTED,

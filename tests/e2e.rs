@@ -633,9 +633,18 @@ async fn readiness_follows_the_store_the_heartbeats_and_leadership() {
     let (_, body) = probe_until(port, "/readyz", Duration::from_secs(30), |s, _| s == 200).await;
     assert_eq!(body.trim(), "ready");
     std::fs::write(&partition, "").unwrap();
+    // Not ready once no heartbeat landed for a TTL (the beat is still being retried), and
+    // still not ready once it failed.
     let (_, body) = probe_until(port, "/readyz", Duration::from_secs(60), |s, _| s == 503).await;
     assert!(body.contains("heartbeat failing"), "{body}");
-    let (_, metrics) = probe_until(port, "/metrics", Duration::from_secs(5), |_, _| true).await;
+    let (_, metrics) = probe_until(port, "/metrics", Duration::from_secs(60), |_, body| {
+        sample(
+            body,
+            "rekindle_heartbeat_failures_total{component=\"worker\"}",
+        )
+        .is_some_and(|n| n >= 1.0)
+    })
+    .await;
     assert_eq!(
         sample(&metrics, "rekindle_ready{component=\"worker\"}"),
         Some(0.0)

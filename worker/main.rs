@@ -39,12 +39,14 @@ struct Args {
     /// and hands its recoveries to others (at least 1).
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     lease_ttl_ms: u64,
-    /// How often the worker reads its inbox when nothing wakes it (default: 30 000 with a
-    /// wake-up address, since the coordinator wakes it for each assignment; 2 000 without).
+    /// How often the worker reads its inbox when nothing wakes it (default: 30 000 with
+    /// --listen and an address to advertise, since the coordinator wakes it for each
+    /// assignment; 2 000 otherwise, where only a coordinator on this machine could wake it).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     poll_interval_ms: Option<u64>,
     /// While it runs no recovery, the worker beats only every third of this TTL (and the
-    /// fleet judges it by it): an idle fleet costs little. 0 keeps the full rate.
+    /// fleet judges it by it): an idle fleet costs little. 0, or a value not above
+    /// --lease-ttl-ms, keeps the full rate.
     #[arg(long, default_value_t = 600_000)]
     idle_ttl_ms: u64,
     /// On SIGTERM, how long running recoveries get to finish their step and commit.
@@ -81,11 +83,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let store = args.store.open(false).await.context("open the store")?;
     let logs =
         LogDir::open(shared::state_dir(args.state_dir)?).context("open the state directory")?;
-    let poll = args.poll_interval_ms.unwrap_or(if endpoint.url.is_some() {
-        30_000
-    } else {
-        2_000
-    });
+    // A loopback wake-up address (no --listen) reaches only a coordinator on this machine.
+    let reachable = args.listen.is_some() && endpoint.url.is_some();
+    let poll = args
+        .poll_interval_ms
+        .unwrap_or(if reachable { 30_000 } else { 2_000 });
     let options = WorkerOptions {
         id: args.id.unwrap_or_else(|| shared::default_id("worker")),
         concurrency: args.concurrency,

@@ -184,7 +184,7 @@ pub(crate) async fn recover_all(
     wait: bool,
     force: bool,
 ) -> anyhow::Result<()> {
-    let store = store.open(false).await.context("open the store")?;
+    let store = store.open_existing(false).await.context("open the store")?;
     let (entries, bad) = IndexScan::default().scan(&store).await?;
     for bad in bad {
         eprintln!("skipped {}: {}", bad.key, bad.error);
@@ -324,11 +324,28 @@ pub(crate) async fn runs_ls(store: StoreArgs, listing: Listing, json: bool) -> a
     page.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = Vec::new();
     let mut more = false;
+    // States only the index (or a finished recovery's record) gives: no need to load the
+    // finished runs to filter them out.
+    let index_only = listing.state.as_deref().is_some_and(|state| {
+        matches!(
+            state,
+            "running" | "suspect" | "interrupted" | "recovering" | "parked" | "dead"
+        )
+    });
     for (run, row) in page {
         let row = match row {
             Some(row) => row,
-            // Finished runs the index no longer lists: their newest generation says how.
-            None => done_row(&store, &RunId::new(run)).await?,
+            None if index_only => continue,
+            // Finished runs the index no longer lists: their newest generation says how. One
+            // that cannot be read is listed as such; the rest still are.
+            None => match done_row(&store, &RunId::new(run.clone())).await {
+                Ok(row) => row,
+                Err(error) => serde_json::json!({
+                    "run": run,
+                    "state": "unreadable",
+                    "error": format!("{error:#}"),
+                }),
+            },
         };
         if listing
             .state
@@ -344,7 +361,11 @@ pub(crate) async fn runs_ls(store: StoreArgs, listing: Listing, json: bool) -> a
         out.push(row);
     }
     if json {
-        println!("{}", serde_json::Value::Array(out));
+        println!("{}", serde_json::Value::Array(out.clone()));
+        if more {
+            let last = out.last().and_then(|r| r["run"].as_str()).unwrap_or("");
+            eprintln!("(more: --after {last})");
+        }
     } else {
         println!("{:<40} {:<12} RECOVERY", "RUN", "STATE");
         for row in &out {
@@ -407,10 +428,15 @@ async fn all_runs(store: &Store) -> anyhow::Result<Vec<RunId>> {
 /// ended (its holder stopped, and nothing recovered it).
 async fn done_row(store: &Store, run: &RunId) -> anyhow::Result<serde_json::Value> {
     let recovery = recovery::claimed_by(store, run).await?;
+    // A recovery run is not in the index itself (its source's entry tracks it).
+    let recovering = recovery::read(store, &RecoveryId::new(run.as_str()))
+        .await?
+        .is_some_and(|(record, _)| !record.state.is_terminal());
     let state = match generation::load(store, run, None).await {
         Ok(loaded) => match loaded.state.terminal() {
             Some(terminal) => outcome_word(terminal.outcome),
             None if recovery.is_some() => "recovered".into(),
+            None if recovering => "recovering".into(),
             None => "unfinished".into(),
         },
         Err(generation::GenerationError::Retired { .. }) => "retired".into(),
@@ -512,9 +538,18 @@ pub(crate) async fn runs_show(
                 None => record.state.describe().to_owned(),
             }
         ),
-        (None, None, None) => {
-            "unfinished: not in the index, and no recovery continues it".to_owned()
-        }
+        (None, None, None) => match &recovery_of {
+            Some(of) if !of.state.is_terminal() => format!(
+                "recovering {} ({}{})",
+                of.source_run,
+                of.state.describe(),
+                of.assigned_to
+                    .as_ref()
+                    .map(|w| format!(" on {w}"))
+                    .unwrap_or_default()
+            ),
+            _ => "unfinished: not in the index, and no recovery continues it".to_owned(),
+        },
     };
     let drawn = if timeline {
         Some(rekindle::fleet::timeline::build(&store, &run).await?)

@@ -259,7 +259,9 @@ pub(crate) fn timeline(timeline: &rekindle::fleet::timeline::Timeline) -> String
             if i.seeded > 0 {
                 let _ = write!(line, " seeded with seq 1-{} from its source;", i.seeded);
             }
-            if i.first_seq > i.last_seq {
+            if i.first_seq > i.last_seq && i.seeded > 0 {
+                line.push_str(" no steps of its own yet");
+            } else if i.first_seq > i.last_seq {
                 line.push_str(" no steps (a fence: the run was taken over here)");
             } else {
                 let _ = write!(
@@ -283,7 +285,7 @@ pub(crate) fn timeline(timeline: &rekindle::fleet::timeline::Timeline) -> String
                     .collect();
                 let _ = writeln!(
                     out,
-                    "              interrupted with {} in flight",
+                    "              interrupted; {} may have been running",
                     calls.join(", ")
                 );
             }

@@ -148,6 +148,8 @@ struct Observer {
     /// The heartbeat keys seen last tick, and ticks since registrations were last listed.
     holders: std::collections::BTreeSet<String>,
     ticks_since_registrations: u32,
+    /// When this leader first saw each interrupted run so, for the oldest-interrupted gauge.
+    interrupted_since: BTreeMap<RunId, u64>,
 }
 
 /// Registrations are re-listed at least this often even when no process came or went.
@@ -280,7 +282,9 @@ async fn wait_for_next_tick(
     }
 }
 
-/// Tells `/readyz` and the metrics whether this coordinator leads.
+/// Tells `/readyz` and the metrics whether this coordinator leads. A coordinator that stops
+/// leading zeroes its view of the fleet, so dashboards summing over coordinators count only
+/// the leader's.
 fn set_leading(options: &CoordinatorOptions, leading: bool) {
     match &options.readiness {
         Some(readiness) => readiness.leading(leading),
@@ -289,27 +293,49 @@ fn set_leading(options: &CoordinatorOptions, leading: bool) {
             if leading { 1.0 } else { 0.0 },
         ),
     }
+    if !leading {
+        publish_fleet(
+            &RUN_STATES.map(|s| (s, 0.0)),
+            &RECOVERY_PHASES.map(|p| (p, 0.0)),
+            0.0,
+            0.0,
+        );
+    }
 }
 
+const RUN_STATES: [&str; 5] = [
+    "running",
+    "interrupted",
+    "recovering",
+    "parked",
+    "dead_lettered",
+];
+const RECOVERY_PHASES: [&str; 3] = ["admitted", "assigned", "running"];
+
 /// The leader's view of the fleet as gauges: runs by state, recoveries by phase, the oldest
-/// interrupted run's age, live workers.
-fn export_fleet(runs: &[RunView], workers: &[WorkerView], now_ms: u64) {
-    use crate::metrics::{
-        OLDEST_INTERRUPTED_AGE, RECOVERIES, RUNS, WORKERS_LIVE, set, set_labelled,
-    };
-    let mut states = [
-        ("running", 0.0),
-        ("interrupted", 0.0),
-        ("recovering", 0.0),
-        ("parked", 0.0),
-        ("dead_lettered", 0.0),
-    ];
-    let mut phases = [("admitted", 0.0), ("assigned", 0.0), ("running", 0.0)];
+/// interrupted run's age, live workers. `interrupted_since` remembers when this leader first
+/// saw each run interrupted (an index entry's time is when its host started it).
+fn export_fleet(
+    runs: &[RunView],
+    workers: &[WorkerView],
+    now_ms: u64,
+    interrupted_since: &mut BTreeMap<RunId, u64>,
+) {
+    let mut states = RUN_STATES.map(|s| (s, 0.0));
+    let mut phases = RECOVERY_PHASES.map(|p| (p, 0.0));
     let mut oldest: Option<u64> = None;
+    let mut still = BTreeMap::new();
     for run in runs {
         let (state, waiting_since) = match run.entry.phase {
             Phase::Running if run.holder_alive => (0, None),
-            Phase::Running => (1, Some(run.entry.updated_at_ms)),
+            Phase::Running => {
+                let since = interrupted_since
+                    .get(&run.entry.run_id)
+                    .copied()
+                    .unwrap_or(now_ms);
+                still.insert(run.entry.run_id.clone(), since);
+                (1, Some(since))
+            }
             Phase::Recovering => (2, None),
             Phase::Parked => (3, None),
             Phase::Dead => (4, None),
@@ -326,9 +352,10 @@ fn export_fleet(runs: &[RunView], workers: &[WorkerView], now_ms: u64) {
                 if let Some(phase) = phase {
                     phases[phase].1 += 1.0;
                 }
-                // Waiting for a worker counts as still interrupted.
+                // Waiting for a worker counts as still interrupted, since the record last
+                // changed (its admission, or the attempt that handed it back).
                 (record.state == RecoveryState::Admitted)
-                    .then_some(record.admitted_at_ms)
+                    .then_some(record.updated_at_ms)
                     .or(waiting_since)
             }
             _ => waiting_since,
@@ -337,18 +364,29 @@ fn export_fleet(runs: &[RunView], workers: &[WorkerView], now_ms: u64) {
             oldest = Some(oldest.map_or(since, |o| o.min(since)));
         }
     }
+    *interrupted_since = still;
+    let age = oldest.map_or(0.0, |since| now_ms.saturating_sub(since) as f64 / 1000.0);
+    let live = workers.iter().filter(|w| w.alive).count() as f64;
+    publish_fleet(&states, &phases, age, live);
+}
+
+fn publish_fleet(
+    states: &[(&'static str, f64)],
+    phases: &[(&'static str, f64)],
+    age: f64,
+    live: f64,
+) {
+    use crate::metrics::{
+        OLDEST_INTERRUPTED_AGE, RECOVERIES, RUNS, WORKERS_LIVE, set, set_labelled,
+    };
     for (state, count) in states {
-        set_labelled(RUNS, "state", state, count);
+        set_labelled(RUNS, "state", state, *count);
     }
     for (phase, count) in phases {
-        set_labelled(RECOVERIES, "phase", phase, count);
+        set_labelled(RECOVERIES, "phase", phase, *count);
     }
-    let age = oldest.map_or(0.0, |since| now_ms.saturating_sub(since) as f64 / 1000.0);
     set(OLDEST_INTERRUPTED_AGE, age);
-    set(
-        WORKERS_LIVE,
-        workers.iter().filter(|w| w.alive).count() as f64,
-    );
+    set(WORKERS_LIVE, live);
 }
 
 /// One look at the heartbeats between ticks: whether a holder that held runs at the last
@@ -449,7 +487,12 @@ async fn tick(
             run
         })
         .collect();
-    export_fleet(&runs, &workers, store.clock().wall_ms());
+    export_fleet(
+        &runs,
+        &workers,
+        store.clock().wall_ms(),
+        &mut observer.interrupted_since,
+    );
     let mut actions = placement::decide(&workers, &runs, options.max_attempts);
     // Admissions go in batches: after an outage every run needs one, and the first ones are
     // assigned (by the tick that follows at once) while the rest are still being admitted.
@@ -475,22 +518,35 @@ async fn tick(
     // Each action is one lifecycle event on its own recovery: run them side by side (an
     // admission fences and loads its source, which takes several round trips).
     let observed = &runs;
-    let progressed = futures::stream::iter(actions.clone())
+    let executed = futures::stream::iter(actions.clone())
         .map(|action| async move {
             match execute(store, holder, options, &action, observed).await {
-                Ok(progress) => progress,
+                Ok(progress) => (progress, action),
                 Err(error) => {
                     tracing::warn!(?action, %error, "coordinator action failed");
-                    false
+                    (false, action)
                 }
             }
         })
         .buffer_unordered(ACTION_CONCURRENCY)
-        .collect::<Vec<bool>>()
-        .await
-        .into_iter()
-        .any(|progress| progress);
-    let unanswered = write_inboxes(store, observer, options, &workers, &runs, &actions).await?;
+        .collect::<Vec<(bool, Action)>>()
+        .await;
+    // A landed assignment is not progress for the loop (the worker is woken instead).
+    let progressed = executed
+        .iter()
+        .any(|(progress, action)| *progress && !matches!(action, Action::Assign { .. }));
+    // Workers whose offer landed this tick: woken even if their inbox already listed it.
+    let offered: std::collections::BTreeSet<String> = executed
+        .iter()
+        .filter_map(|(landed, action)| match action {
+            Action::Assign { worker, .. } if *landed => Some(worker.clone()),
+            _ => None,
+        })
+        .collect();
+    let unanswered = write_inboxes(
+        store, observer, options, &workers, &runs, &actions, &offered,
+    )
+    .await?;
     let newly_unreachable = !unanswered.is_empty();
     for worker in unanswered {
         if let Some(etag) = registration_beat(observer, &worker, &versions) {
@@ -868,6 +924,7 @@ async fn write_inboxes(
     workers: &[WorkerView],
     runs: &[RunView],
     actions: &[Action],
+    offered: &std::collections::BTreeSet<String>,
 ) -> Result<Vec<String>, StoreError> {
     let mut inboxes: BTreeMap<String, Vec<RecoveryId>> = workers
         .iter()
@@ -888,16 +945,10 @@ async fn write_inboxes(
             list.push(recovery.clone());
         }
     }
-    // Workers offered a recovery this tick: woken even when their inbox already listed it (a
-    // recovery handed back and offered to the same worker again leaves the inbox as it was,
-    // and the worker would otherwise find it only at its next poll).
-    let offered: std::collections::BTreeSet<&String> = actions
-        .iter()
-        .filter_map(|action| match action {
-            Action::Assign { worker, .. } => Some(worker),
-            _ => None,
-        })
-        .collect();
+    // Workers whose offer landed this tick (`offered`) are woken even when their inbox already
+    // listed the recovery (one handed back and offered to the same worker again leaves the
+    // inbox as it was, and the worker would otherwise find it only at its next poll). Only
+    // landed offers: an assignment that keeps failing must not wake a worker every tick.
     // (worker, its inbox, whether to write it, where to wake it)
     let changed: Vec<(String, Vec<RecoveryId>, bool, Option<String>)> = inboxes
         .into_iter()
@@ -1022,8 +1073,9 @@ async fn admit_interrupted(
 }
 
 /// Executes one action; returns whether it changed something another tick should act on
-/// at once (an admission, a hand-back, an answer recorded). A refused, stale or no-op action
-/// returns false, so ticks that change nothing never follow each other without a pause.
+/// at once (an admission, a hand-back, an answer recorded) or, for an assignment, whether the
+/// offer landed. A refused, stale or no-op action returns false, so ticks that change nothing
+/// never follow each other without a pause.
 async fn execute(
     store: &Store,
     holder: &Arc<Holder>,
@@ -1065,7 +1117,9 @@ async fn execute(
             if assigned.is_some() {
                 crate::metrics::count(crate::metrics::RECOVERIES_ASSIGNED);
             }
-            false
+            // Whether the offer landed (the caller wakes the worker; the tick loop does not
+            // count it as progress).
+            assigned.is_some()
         }
         Action::Abandon {
             recovery,

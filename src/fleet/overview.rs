@@ -172,6 +172,21 @@ async fn liveliness(store: &Store, key: &str, now_ms: u64) -> crate::Result<Live
             last_beat_ago_ms: None,
             ttl_ms: None,
         },
+        // A heartbeat this build cannot read (a newer format during an upgrade, a foreign
+        // object): it exists, so its process is taken as alive; one bad object must not take
+        // the whole view down.
+        Err(crate::store::lease::LeaseError::Object(error)) => {
+            tracing::warn!(key, %error, "cannot read a heartbeat; showing its process as alive");
+            Liveliness {
+                beat: if store.head(key).await?.is_some() {
+                    Beat::Alive
+                } else {
+                    Beat::Gone
+                },
+                last_beat_ago_ms: None,
+                ttl_ms: None,
+            }
+        }
         Err(error) => return Err(error.into()),
     })
 }

@@ -130,8 +130,12 @@ impl Runner {
                     crate::metrics::INTERRUPTION_TO_RESUMPTION,
                     since(resumed.interrupted_at_ms),
                 );
-                if matches!(self.writer.state().next_step(), Step::RunTools { .. }) {
-                    // A call of the last turn without a result: it may have been in flight.
+                if let Step::RunTools { calls } = self.writer.state().next_step()
+                    && calls[0].confirmation == Confirmation::NotRequested
+                {
+                    // The next call has no result and waits for nobody: it may have been
+                    // running when the source was interrupted, and runs (again) now. (A call
+                    // a human approved is run after the answer, not again.)
                     crate::metrics::count(crate::metrics::TOOL_CALLS_REEXECUTED);
                 }
             }

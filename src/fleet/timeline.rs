@@ -7,7 +7,7 @@
 //! recovery claim and record. Which process held an epoch is known for the newest epoch (the
 //! lease names it); the generations do not record their writers' names.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use serde::Serialize;
 
@@ -38,8 +38,9 @@ pub struct Incarnation {
     pub tool_results: u64,
     /// The process holding it, when the bucket still says (the newest epoch's lease).
     pub holder: Option<String>,
-    /// Tool calls without a committed result when the next epoch began: in flight at the
-    /// interruption, so the next incarnation may have run them again.
+    /// The tool call that may have been running when the next epoch began (the first call
+    /// without a result that does not wait for a human), so the next incarnation may have
+    /// run it again; empty for a fence, an answer, and the newest incarnation.
     pub in_flight_at_end: Vec<(CallId, String)>,
 }
 
@@ -141,12 +142,16 @@ async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
     // carries no new facts, so after its last seq; generation 1 from seq 1 (for a recovery
     // run, its seed: facts another run committed).
     let mut starts: Vec<(u64, u64, u64, u64, bool)> = Vec::new();
+    let mut seed_last_seq = 0;
     for (epoch, first) in &loaded.epoch_starts {
         let key = chain.key(*first);
         let Some(object) = store.read(&key).await? else {
             continue;
         };
         let header = generation::decode_with(store.sealer(), &key, run, &object.bytes)?;
+        if *first == 1 {
+            seed_last_seq = header.last_seq;
+        }
         let begins = if *first == 1 {
             1
         } else if header.snapshot {
@@ -158,20 +163,19 @@ async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
     }
     let facts = loaded.state.facts();
     let last_seq = loaded.state.last_seq().0;
-    let seed = match recovery::read(store, &RecoveryId::new(run.as_str())).await? {
-        // A recovery run begins with its source's facts.
-        Some((record, _)) => {
-            generation::load(store, &record.source_run, Some(record.source_generation))
-                .await
-                .map_or(0, |source| source.state.last_seq().0)
-        }
-        None => 0,
-    };
+    // A recovery run begins with its source's facts: its generation 1 holds exactly those.
+    let is_recovery = recovery::read(store, &RecoveryId::new(run.as_str()))
+        .await?
+        .is_some();
+    let seed = if is_recovery { seed_last_seq } else { 0 };
     let newest_holder = lease::read_lease(store, run)
         .await?
         .filter(|view| view.lease.epoch == loaded.epoch)
         .map(|view| view.lease.holder);
-    let mut open: BTreeMap<CallId, String> = BTreeMap::new();
+    // Calls of the model's turns without a result, in the order they run (one per step), and
+    // those waiting for a human's confirmation, which cannot be running.
+    let mut open: Vec<(CallId, String)> = Vec::new();
+    let mut awaiting: BTreeSet<CallId> = BTreeSet::new();
     let mut incarnations = Vec::new();
     for (i, (epoch, first, at, begins, is_first)) in starts.iter().enumerate() {
         let ends = starts
@@ -189,18 +193,40 @@ async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
             match &fact.body {
                 FactBody::ModelTurn(turn) => {
                     model_turns += u64::from(own);
-                    for call in &turn.tool_calls {
-                        open.insert(call.id.clone(), call.name.clone());
-                    }
+                    open.extend(
+                        turn.tool_calls
+                            .iter()
+                            .map(|c| (c.id.clone(), c.name.clone())),
+                    );
                 }
                 FactBody::ToolResult(result) => {
                     tool_results += u64::from(own);
-                    open.remove(&result.call_id);
+                    open.retain(|(id, _)| *id != result.call_id);
+                    awaiting.remove(&result.call_id);
+                }
+                FactBody::ConfirmationRequested(asked) => {
+                    awaiting.insert(asked.call_id.clone());
+                }
+                FactBody::ConfirmationAnswered(answer) => {
+                    awaiting.remove(&answer.call_id);
                 }
                 _ => {}
             }
         }
-        let last = i + 1 == starts.len();
+        // Only an incarnation that drove the run (committed a turn or a result of its own)
+        // and was followed by another can have been cut short while running a call: the
+        // next call, unless it waits for a human. A fence or an answer runs no tool.
+        let drove = model_turns + tool_results > 0;
+        let followed = i + 1 < starts.len();
+        let in_flight_at_end = if drove && followed {
+            open.iter()
+                .find(|(id, _)| !awaiting.contains(id))
+                .cloned()
+                .into_iter()
+                .collect()
+        } else {
+            Vec::new()
+        };
         incarnations.push(Incarnation {
             epoch: *epoch,
             first_generation: *first,
@@ -210,15 +236,12 @@ async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
             seeded,
             model_turns,
             tool_results,
-            holder: if last { newest_holder.clone() } else { None },
-            // A fence commits nothing: what was in flight was reported where it was.
-            in_flight_at_end: if (last && loaded.state.terminal().is_some()) || own_from > ends {
-                Vec::new()
+            holder: if followed {
+                None
             } else {
-                open.iter()
-                    .map(|(id, name)| (id.clone(), name.clone()))
-                    .collect()
+                newest_holder.clone()
             },
+            in_flight_at_end,
         });
     }
     Ok(Timeline {

@@ -157,6 +157,8 @@ pub async fn run(
     // cost a GET each time for nothing. Nothing else is remembered: a recovery handed back
     // (a failure, a yield) may be offered to this worker again under the same inbox.
     let ended: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>> = Arc::default();
+    // Set when an attempt that ran ends, so the loop wakes the coordinator to fill the slot.
+    let freed = Arc::new(AtomicBool::new(false));
     while !stop.load(Ordering::SeqCst) {
         if options
             .crash
@@ -170,12 +172,13 @@ pub async fn run(
             tracing::info!(worker_id = %options.id, "worker crashed (simulated)");
             return Ok(());
         }
-        let before = running.len();
         running.retain(|_, task| !task.is_finished());
-        if running.len() < before
+        if freed.swap(false, Ordering::SeqCst)
             && let Some(url) = coordinator.clone()
         {
-            // A slot freed: the coordinator may have recoveries waiting for one.
+            // A slot an attempt held freed: the coordinator may have recoveries waiting for
+            // one. (A task that started nothing, for a stale inbox entry, wakes nobody: an
+            // offer that keeps failing must not bounce between worker and coordinator.)
             tokio::spawn(async move {
                 if let Err(error) = crate::fleet::wake::poke(&url).await {
                     tracing::debug!(%error, "cannot wake the coordinator");
@@ -205,14 +208,19 @@ pub async fn run(
                     let busy = holder.busy();
                     let done = wakeup.clone();
                     let ended = Arc::clone(&ended);
+                    let freed = Arc::clone(&freed);
                     running.insert(
                         id,
                         tokio::spawn(async move {
-                            if attempt(&node, &worker, &task_id, &stats).await {
+                            let (over, ran) = attempt(&node, &worker, &task_id, &stats).await;
+                            if over {
                                 ended
                                     .lock()
                                     .unwrap_or_else(|e| e.into_inner())
                                     .insert(task_id);
+                            }
+                            if ran {
+                                freed.store(true, Ordering::SeqCst);
                             }
                             drop(busy);
                             // Back to the loop at once, to take the next assignment.
@@ -272,18 +280,20 @@ pub async fn run(
 }
 
 /// Attempts at one recovery offered to this worker: start, execute, report how it ended.
-/// Returns whether the recovery has ended for good (nothing to offer this worker again).
+/// Returns whether the recovery has ended for good (nothing to offer this worker again), and
+/// whether an attempt ran at all (a stale inbox entry starts none).
 /// At the step cap the recovery is yielded and, still offered to this worker, started again
 /// at once (each resume is bounded; none counts as a failure).
 #[tracing::instrument(name = "worker_attempt", skip_all, fields(worker_id = %worker, recovery_id = %id))]
-async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats) -> bool {
+async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats) -> (bool, bool) {
     let store = &node.store;
+    let mut ran = false;
     loop {
         let Ok(Some((record, etag))) = recovery::read(store, id).await else {
-            return false;
+            return (false, ran);
         };
         if record.state.is_terminal() {
-            return true;
+            return (true, ran);
         }
         // Running on this worker ID but not in this process: an earlier incarnation of this
         // worker died mid-attempt (its ID is ours now, so the coordinator still sees it
@@ -298,13 +308,13 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
             {
                 tracing::debug!(recovery_id = %id, %error, "cannot hand back an earlier incarnation's attempt");
             }
-            return false;
+            return (false, ran);
         }
         // Only a recovery offered to this worker and waiting for an attempt: a stale inbox
         // also lists parked and finished ones, which must not run again.
         if record.state != RecoveryState::Admitted || record.assigned_to.as_deref() != Some(worker)
         {
-            return false;
+            return (false, ran);
         }
         let start = Event::Start {
             worker: worker.to_owned(),
@@ -314,9 +324,10 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
                 Ok(started) => started,
                 Err(error) => {
                     tracing::debug!(recovery_id = %id, %error, "not started");
-                    return false;
+                    return (false, ran);
                 }
             };
+        ran = true;
         stats.started.fetch_add(1, Ordering::Relaxed);
         crate::metrics::count(crate::metrics::ATTEMPTS_STARTED);
         let attempt = record.attempts;
@@ -395,21 +406,21 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
             Ok(_) => {}
             Err(LifecycleError::Refused(refused)) => {
                 tracing::info!(recovery_id = %id, %refused, "attempt outcome not recorded");
-                return false;
+                return (false, ran);
             }
             Err(error) => {
                 // The record stays Running on this worker; while it lives the next scan leaves
                 // it alone, so report it loudly.
                 tracing::error!(recovery_id = %id, %error, "cannot record the attempt's outcome");
-                return false;
+                return (false, ran);
             }
         }
         if finished {
             recovery_finished(node, id, stats);
-            return true;
+            return (true, ran);
         }
         if !again {
-            return false;
+            return (false, ran);
         }
     }
 }

@@ -119,22 +119,33 @@ pub async fn run(
         Some((saved, generation)) => (saved.completed, Some(generation)),
         None => (Vec::new(), None),
     };
+    let changed = |spec: &StepSpec| WorkflowError::StepChanged {
+        workflow: workflow.to_owned(),
+        step: spec.step.clone(),
+        what: "prompt or session",
+    };
+    // Every step is checked before any is dispatched: a refused re-run starts nothing.
+    for spec in steps {
+        match completed.iter().find(|c| c.step == spec.step) {
+            Some(done)
+                if done
+                    .spec_sha256
+                    .as_ref()
+                    .is_some_and(|d| *d != spec.digest()) =>
+            {
+                return Err(changed(spec).into());
+            }
+            Some(_) => {}
+            None if !dispatched_as(store, workflow, spec).await? => {
+                return Err(changed(spec).into());
+            }
+            None => {}
+        }
+    }
     let mut report = WorkflowReport::default();
     let mut waiting = Vec::new();
     for spec in steps {
-        if let Some(done) = completed.iter().find(|c| c.step == spec.step) {
-            if done
-                .spec_sha256
-                .as_ref()
-                .is_some_and(|d| *d != spec.digest())
-            {
-                return Err(WorkflowError::StepChanged {
-                    workflow: workflow.to_owned(),
-                    step: spec.step.clone(),
-                    what: "prompt or session",
-                }
-                .into());
-            }
+        if completed.iter().any(|c| c.step == spec.step) {
             report.skipped.push(spec.step.clone());
             continue;
         }
@@ -196,6 +207,24 @@ pub async fn run(
     Ok(report)
 }
 
+/// Whether the step's run, if an earlier run of the workflow dispatched it, started from this
+/// spec (its first facts are its prompt and session); true when it was never dispatched.
+async fn dispatched_as(store: &Store, workflow: &str, spec: &StepSpec) -> Result<bool> {
+    let run = step_run(workflow, &spec.step);
+    // Never dispatched: no generation 1 (one look, not a load, which needs the chain).
+    let first = crate::core::layout::generation(&crate::core::layout::run_base(run.as_str()), 1);
+    if store.head(&first).await?.is_none() {
+        return Ok(true);
+    }
+    let existing = crate::store::generation::load(store, &run, Some(1)).await?;
+    let prompt = existing.state.facts().iter().find_map(|f| match &f.body {
+        crate::core::fact::FactBody::UserMessage(m) => Some(m.content.as_str()),
+        _ => None,
+    });
+    let session = spec.session_id.clone().map(SessionId::new);
+    Ok(prompt == Some(spec.prompt.as_str()) && existing.state.session_id() == session.as_ref())
+}
+
 /// Creates a step's run (meta and prompt) and hands it to the fleet, unless it exists.
 async fn dispatch(store: &Store, agent: &Agent, workflow: &str, spec: &StepSpec) -> Result<()> {
     let run = step_run(workflow, &spec.step);
@@ -215,22 +244,6 @@ async fn dispatch(store: &Store, agent: &Agent, workflow: &str, spec: &StepSpec)
         // Dispatched by an earlier, interrupted run of this workflow. If that one died before
         // indexing the step (and nothing recovered it yet), index it now; then wait for it.
         Err(GenerationError::AlreadyExists { .. }) => {
-            // With the same spec: the run's first facts are its prompt and session.
-            let existing = crate::store::generation::load(store, &run, Some(1)).await?;
-            let prompt = existing.state.facts().iter().find_map(|f| match &f.body {
-                crate::core::fact::FactBody::UserMessage(m) => Some(m.content.as_str()),
-                _ => None,
-            });
-            if prompt != Some(spec.prompt.as_str())
-                || existing.state.session_id() != session.as_ref()
-            {
-                return Err(WorkflowError::StepChanged {
-                    workflow: workflow.to_owned(),
-                    step: spec.step.clone(),
-                    what: "prompt or session",
-                }
-                .into());
-            }
             let recovering = recovery::read(store, &recovery_id_for(&run))
                 .await?
                 .is_some();

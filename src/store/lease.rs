@@ -241,6 +241,8 @@ pub struct Holder {
     wake: std::sync::Mutex<Option<String>>,
     /// The error of the last heartbeat, while heartbeats fail (see [`Holder::heartbeat_error`]).
     failing: std::sync::Mutex<Option<String>>,
+    /// When the last heartbeat was written, on this process's monotonic clock.
+    last_beat: std::sync::Mutex<Option<Duration>>,
 }
 
 /// Work in hand on a [`Holder`]: while any guard lives, the holder beats every third of its
@@ -279,6 +281,7 @@ impl Holder {
             pace: tokio::sync::Notify::new(),
             wake: std::sync::Mutex::new(None),
             failing: std::sync::Mutex::new(None),
+            last_beat: std::sync::Mutex::new(None),
         })
     }
 
@@ -323,12 +326,18 @@ impl Holder {
         let holder = Arc::clone(self);
         tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
-                if let Err(error) = holder.beat().await {
+                let failed = holder.beat().await.is_err_and(|error| {
                     tracing::warn!(holder_id = %holder.id, %error, "heartbeat failed");
-                }
-                // Every third of the TTL declared in that beat; becoming busy cuts an idle
-                // wait short, and a stop ends it at once.
-                let interval = holder.declared_ttl() / 3;
+                    true
+                });
+                // Every third of the TTL declared in that beat (sooner after a failure, which
+                // an idle worker's long pace would otherwise leave standing for minutes);
+                // becoming busy cuts an idle wait short, and a stop ends it at once.
+                let interval = if failed {
+                    (holder.ttl / 3).min(Duration::from_secs(5))
+                } else {
+                    holder.declared_ttl() / 3
+                };
                 crate::clock::sleep_unless(interval, &stop, Some(&holder.pace)).await;
             }
         })
@@ -389,6 +398,8 @@ impl Holder {
         match result {
             Ok(_) => {
                 *failing = None;
+                *self.last_beat.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(self.store.clock().monotonic());
                 Ok(())
             }
             Err(error) => {
@@ -399,13 +410,28 @@ impl Holder {
         }
     }
 
-    /// Why the last heartbeat failed, while they fail: the fleet will judge this process gone
-    /// once its TTL passes without one.
+    /// Why heartbeats are not landing, while they are not: the last one failed, or none was
+    /// written for a whole declared TTL (one stalled in retries) — the fleet judges this
+    /// process gone once its TTL passes without one.
     pub fn heartbeat_error(&self) -> Option<String> {
-        self.failing
+        if let Some(error) = self
+            .failing
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+        {
+            return Some(error);
+        }
+        let last = (*self.last_beat.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let silent = self.store.clock().monotonic().saturating_sub(last);
+        let ttl = self.declared_ttl();
+        (silent > ttl).then(|| {
+            format!(
+                "no heartbeat written for {} ms (TTL {} ms)",
+                silent.as_millis(),
+                ttl.as_millis()
+            )
+        })
     }
 
     /// Makes sure no other live process uses this holder ID before this one beats under it:

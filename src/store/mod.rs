@@ -425,7 +425,23 @@ impl Store {
             return Ok(());
         }
         match self.read(crate::core::layout::format_marker()).await? {
-            Some(_) => Ok(()),
+            // A bucket laid out by a newer build is refused here too (the marker was just read).
+            Some(object) => match serde_json::from_slice::<serde_json::Value>(&object.bytes)
+                .ok()
+                .and_then(|marker| marker.get("format")?.as_u64())
+            {
+                Some(found) if found > u64::from(crate::core::layout::FORMAT_VERSION) => {
+                    Err(StoreError::Failed {
+                        op: "open",
+                        key: crate::core::layout::format_marker().to_owned(),
+                        message: format!(
+                            "the bucket has layout format {found}, this build reads up to {}",
+                            crate::core::layout::FORMAT_VERSION
+                        ),
+                    })
+                }
+                _ => Ok(()),
+            },
             None => Err(StoreError::NoStore {
                 url: self.url.clone(),
                 reason: format!(
