@@ -163,7 +163,8 @@ enum Command {
     },
     /// Check that the store enforces conditional writes atomically (create-if-absent, stale
     /// compare-and-swap refused, one winner of a concurrent create race). Every command that
-    /// writes runs this check first; this command only reports it.
+    /// writes runs this check first; this command runs only the check. It writes a few probe
+    /// objects under probe/ (and, on a new location, the format marker: it is then a store).
     Probe {
         #[command(flatten)]
         store: StoreArgs,
@@ -395,6 +396,7 @@ enum RunsCommand {
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     if std::env::args().nth(1).as_deref() == Some("--help-markdown") {
         print!("{}", cli::shared::environment_markdown());
     }
@@ -533,6 +535,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => block_on(commands::bench_store(store, steps, facts, keep, json)),
         Command::Bench(command) => block_on(bench(command)),
     }
+}
+
+/// `rekindle runs ls | head` closes the pipe early: exit quietly (with the status a shell
+/// gives a process killed by SIGPIPE) instead of a panic and its backtrace.
+fn quiet_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.contains("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
 }
 
 fn block_on(future: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {

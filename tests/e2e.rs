@@ -726,7 +726,7 @@ async fn recover_all_admits_interrupted_runs() {
     let fleet = Fleet::new(dir.path(), bucket.display().to_string());
     fleet.crash_host("e2e-all");
     let text = stdout(&fleet.cli(&["recover", "--all"]));
-    assert!(text.contains("1 interrupted runs admitted"), "{text}");
+    assert!(text.contains("1 interrupted run admitted"), "{text}");
     let mut worker = fleet.worker("w0");
     let mut coordinator = fleet.coordinator("coordinator-a");
     let text = stdout(&fleet.cli(&["recover", "--all", "--wait"]));
@@ -1107,7 +1107,7 @@ async fn status_and_runs_show_an_outage_and_its_recovery() {
     assert_eq!(
         states,
         vec![
-            ("e2e-outage".to_owned(), "completed".to_owned()),
+            ("e2e-outage".to_owned(), "recovered".to_owned()),
             ("ops-retry-1".to_owned(), "completed".to_owned()),
         ]
     );

@@ -1940,3 +1940,82 @@ async fn an_offer_left_untaken_moves_to_another_worker() {
     coordinator.await.unwrap();
     beating.abort();
 }
+
+// Proves a worker that dies right after taking an offer is noticed within its TTL plus one
+// watch, not at the coordinator's next scan: a worker is watched at its full-rate TTL from
+// the tick that offers it a recovery (before, only from the tick after it started, up to a
+// scan interval later). Virtual time; the scan interval here is far longer than the bound.
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_dies_just_after_its_offer_is_noticed_within_its_ttl() {
+    let harness = Harness::new(3, 32, None).with_tool_delay(Duration::from_millis(400));
+    harness.crashed_host("offered", 1).await;
+    let host_epoch = harness
+        .ledger
+        .calls("offered")
+        .iter()
+        .map(|(_, epoch)| *epoch)
+        .max()
+        .unwrap();
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut options = CoordinatorOptions::new("c", TTL);
+    options.scan_interval = Duration::from_secs(20);
+    options.idle_scan_interval = Duration::from_secs(20);
+    options.watch_interval = Duration::from_millis(50);
+    let crash = Arc::new(AtomicBool::new(false));
+    let mut doomed_options = harness.worker_options("doomed");
+    doomed_options.crash = Some(Arc::clone(&crash));
+    doomed_options.idle_ttl = Some(Duration::from_secs(600));
+    let doomed = harness.spawn_worker(&store, doomed_options, &stop);
+    rekindle::clock::sleep(Duration::from_millis(200)).await;
+    let coordinator = tokio::spawn(coordinator::run(store.clone(), options, Arc::clone(&stop)));
+    harness
+        .until(
+            Duration::from_secs(60),
+            "the doomed worker's first call",
+            || async {
+                harness
+                    .ledger
+                    .calls("offered")
+                    .iter()
+                    .any(|(_, epoch)| *epoch > host_epoch)
+            },
+        )
+        .await;
+    let doomed_epoch = harness
+        .ledger
+        .calls("offered")
+        .iter()
+        .map(|(_, epoch)| *epoch)
+        .max()
+        .unwrap();
+    let mut rescuer_options = harness.worker_options("rescuer");
+    rescuer_options.idle_ttl = Some(Duration::from_secs(600));
+    let rescuer = harness.spawn_worker(&store, rescuer_options, &stop);
+    crash.store(true, Ordering::SeqCst);
+    let killed = rekindle::clock::Stopwatch::start();
+    harness
+        .until(
+            Duration::from_secs(60),
+            "the rescuer's first call",
+            || async {
+                harness
+                    .ledger
+                    .calls("offered")
+                    .iter()
+                    .any(|(_, epoch)| *epoch > doomed_epoch)
+            },
+        )
+        .await;
+    let resumed = killed.elapsed();
+    // Judged after its TTL (900 ms) plus one watch (50 ms), reassigned and polled: well under
+    // the 20 s scan interval it used to wait for.
+    assert!(
+        resumed < TTL * 3,
+        "resumed {resumed:?} after the worker died (TTL {TTL:?}, scan 20 s)"
+    );
+    stop.store(true, Ordering::SeqCst);
+    coordinator.await.unwrap().unwrap();
+    let _ = doomed.await;
+    let _ = rescuer.await;
+}

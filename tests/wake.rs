@@ -40,15 +40,20 @@ struct Fleet {
 
 impl Fleet {
     fn new() -> Fleet {
+        Self::with_tool(r#"["true"]"#)
+    }
+
+    /// A fleet whose one tool runs `command` (a TOML array).
+    fn with_tool(command: &str) -> Fleet {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("script.json"),
-            r#"[{"content": "one", "tool_calls": [{"name": "noop", "arguments": {}}]}, {"content": "done"}]"#,
+            r#"[{"content": "one", "tool_calls": [{"name": "noop", "arguments": {}}]}, {"content": "two", "tool_calls": [{"name": "noop", "arguments": {}}]}, {"content": "done"}]"#,
         )
         .unwrap();
         std::fs::write(
             dir.path().join("rekindle.toml"),
-            "[model]\nkind = \"scripted\"\nname = \"m\"\nscript = \"script.json\"\n[[tools]]\nname = \"noop\"\ncommand = [\"true\"]\n",
+            format!("[model]\nkind = \"scripted\"\nname = \"m\"\nscript = \"script.json\"\n[[tools]]\nname = \"noop\"\ncommand = {command}\n"),
         )
         .unwrap();
         let config = Config::load(&dir.path().join("rekindle.toml")).unwrap();
@@ -82,16 +87,18 @@ impl Fleet {
     }
 
     async fn worker(&mut self, id: &str) {
+        let stop = Arc::clone(&self.stop);
+        self.worker_until(id, stop).await;
+    }
+
+    /// A worker that stops when `stop` is set (as on SIGTERM).
+    async fn worker_until(&mut self, id: &str, stop: Arc<AtomicBool>) {
         let mut options = WorkerOptions::new(id, 4, TTL);
         options.poll_interval = TIMER;
         options.idle_ttl = Some(TIMER * 10);
         options.wake = Some(Self::endpoint().await);
         let logs = LogDir::open(self.dir.path().join(id)).unwrap();
-        let (store, stop, agent) = (
-            self.store.clone(),
-            Arc::clone(&self.stop),
-            self.agent.clone(),
-        );
+        let (store, agent) = (self.store.clone(), self.agent.clone());
         self.tasks.push(tokio::spawn(async move {
             let stats = Arc::new(WorkerStats::default());
             worker::run(store, agent, logs, options, stop, stats)
@@ -102,11 +109,14 @@ impl Fleet {
 
     /// A host that journals the run's opening and stops before its first model turn, as a
     /// crash would leave it; `beating` keeps its heartbeat alive (a holder that only seems
-    /// alive), else it is gone.
+    /// alive), else its heartbeat is removed and the coordinator woken (standing in for the
+    /// watch, which every timer here holds off for a minute).
     async fn interrupted_run(&self, run: &RunId, beating: bool) -> Arc<Holder> {
         let holder = Holder::new(&self.store, format!("host-{run}"), TTL);
+        // A host beats before it starts a run (else a coordinator may fence the run before
+        // its first commit, and there is nothing to recover).
+        holder.beat().await.unwrap();
         if beating {
-            holder.beat().await.unwrap();
             holder.spawn_heartbeat(Arc::clone(&self.stop));
         }
         let node = Node {
@@ -118,6 +128,11 @@ impl Fleet {
         };
         let stopped = node.start_run(run, None, "go").await.unwrap();
         assert!(matches!(stopped, Stopped::StopRequested), "{stopped:?}");
+        if !beating {
+            // Gone at once: its heartbeat disappears (a coordinator judges it without a TTL).
+            holder.retire().await.unwrap();
+            wake::wake_coordinator(&self.store).await;
+        }
         holder
     }
 
@@ -285,5 +300,39 @@ async fn a_recovery_offered_again_to_the_same_worker_wakes_it() {
     let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
     assert_eq!(record.state, RecoveryState::Admitted, "{record:?}");
     assert_eq!(record.assigned_to.as_deref(), Some("only"), "{record:?}");
+    fleet.stop().await;
+}
+
+// Proves a worker stopping (SIGTERM) wakes the coordinator once it has handed its recovery
+// back, so another worker takes it at once rather than at the next scan (a minute here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_handed_back_at_a_stop_moves_on_at_once() {
+    let mut fleet = Fleet::with_tool(r#"["sleep", "1"]"#);
+    fleet.coordinator().await;
+    let leaving = Arc::new(AtomicBool::new(false));
+    fleet.worker_until("leaving", Arc::clone(&leaving)).await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let run = RunId::new("handed-over");
+    let id = recovery_id_for(&run);
+    fleet.interrupted_run(&run, false).await;
+    // The leaving worker runs it (its first call sleeps a second), then is told to stop.
+    let waited = Stopwatch::start();
+    loop {
+        let record = recovery::read(&fleet.store, &id)
+            .await
+            .unwrap()
+            .map(|(r, _)| r);
+        if record.is_some_and(|r| r.state == RecoveryState::Running) {
+            break;
+        }
+        assert!(waited.elapsed() < LIMIT, "never started");
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    fleet.worker("staying").await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    leaving.store(true, Ordering::SeqCst);
+    fleet.finished_within(&id, LIMIT).await;
+    let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
+    assert_eq!(record.assigned_to.as_deref(), Some("staying"), "{record:?}");
     fleet.stop().await;
 }

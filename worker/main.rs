@@ -49,7 +49,8 @@ struct Args {
     /// --lease-ttl-ms, keeps the full rate.
     #[arg(long, default_value_t = 600_000)]
     idle_ttl_ms: u64,
-    /// On SIGTERM, how long running recoveries get to finish their step and commit.
+    /// On SIGTERM, how long running recoveries get to finish their step and commit; those
+    /// still running then are handed back (0: hand them back at once).
     #[arg(long, default_value_t = 60_000)]
     shutdown_deadline_ms: u64,
     /// Directory for local fact logs (default: $XDG_STATE_HOME/rekindle/runs).

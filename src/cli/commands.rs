@@ -196,8 +196,8 @@ pub(crate) async fn recover_all(
         let duration = watch.duration();
         if !duration.is_zero() {
             println!(
-                "watching {} running runs for {:.1} s (one lease TTL)",
-                watch.runs(),
+                "watching {} for {:.1} s (one lease TTL)",
+                render::plural(watch.runs() as u64, "running run"),
                 duration.as_secs_f64()
             );
         }
@@ -247,10 +247,14 @@ pub(crate) async fn recover_all(
             }
         }
     }
-    println!("{} interrupted runs admitted", admitted.len());
+    println!(
+        "{} admitted",
+        render::plural(admitted.len() as u64, "interrupted run")
+    );
     if alive > 0 {
         println!(
-            "{alive} runs left alone: their holders heartbeat (--takeover takes them over now)"
+            "{} left alone: their holders heartbeat (--takeover takes them over now)",
+            render::plural(alive as u64, "run")
         );
     }
     if wait {
@@ -295,11 +299,13 @@ pub(crate) async fn runs_ls(store: StoreArgs, listing: Listing, json: bool) -> a
         if let Ok(Some((record, _))) = recovery::read(&store, &RecoveryId::new(id)).await
             && let Some(result) = &record.result
         {
+            // The source's own state: a recovery continued it (and ended as `outcome`).
             rows.entry(record.source_run.to_string())
                 .or_insert_with(|| {
                     serde_json::json!({
                         "run": record.source_run,
-                        "state": outcome_word(result.outcome),
+                        "state": "recovered",
+                        "outcome": outcome_word(result.outcome),
                         "recovery": record.recovery_id,
                         "updated_at_ms": record.updated_at_ms,
                     })
@@ -369,11 +375,15 @@ pub(crate) async fn runs_ls(store: StoreArgs, listing: Listing, json: bool) -> a
     } else {
         println!("{:<40} {:<12} RECOVERY", "RUN", "STATE");
         for row in &out {
+            let recovery = match (row["recovery"].as_str(), row["outcome"].as_str()) {
+                (Some(id), Some(outcome)) => format!("{id} ({outcome})"),
+                (Some(id), None) => id.to_owned(),
+                (None, _) => "-".to_owned(),
+            };
             println!(
-                "{:<40} {:<12} {}",
+                "{:<40} {:<12} {recovery}",
                 row["run"].as_str().unwrap_or_default(),
                 row["state"].as_str().unwrap_or_default(),
-                row["recovery"].as_str().unwrap_or("-")
             );
         }
         if more {
@@ -745,6 +755,7 @@ pub(crate) async fn demo(
     seed: u64,
     json: bool,
 ) -> anyhow::Result<()> {
+    let temporary = store.is_none();
     let options = rekindle::fleet::demo::DemoOptions {
         runs,
         workers,
@@ -777,8 +788,15 @@ pub(crate) async fn demo(
             summary.tool_calls, summary.tool_calls_reexecuted, summary.runs_over_budget
         );
         println!(
-            "{} fleet requests, {:.1} per recovery (these and the time vary with pacing; the rest is fixed by --seed); store {}",
-            summary.fleet_requests, summary.requests_per_recovery, summary.store
+            "{} fleet requests, {:.1} per recovery (these and the time vary with pacing; the rest is fixed by --seed); store {}{}",
+            summary.fleet_requests,
+            summary.requests_per_recovery,
+            summary.store,
+            if temporary {
+                " (temporary, removed; --store keeps one)"
+            } else {
+                ""
+            }
         );
     }
     match summary.violation() {

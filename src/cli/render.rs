@@ -245,7 +245,9 @@ pub(crate) fn timeline(timeline: &rekindle::fleet::timeline::Timeline) -> String
     let mut walk = Some(timeline);
     while let Some(t) = walk {
         let _ = writeln!(out, "  {}", t.run);
-        if t.incarnations.is_empty() {
+        if t.retired {
+            let _ = writeln!(out, "    retired by gc: its steps are no longer kept");
+        } else if t.incarnations.is_empty() {
             let _ = writeln!(out, "    not started yet");
         }
         for i in &t.incarnations {

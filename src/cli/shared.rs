@@ -72,8 +72,8 @@ pub(crate) struct StoreSettingsArgs {
     /// S3 region (default: from the AWS environment or profile).
     #[arg(long)]
     pub region: Option<String>,
-    /// Deadline for one store request; a stalled request is retried after it.
-    #[arg(long, env = "REKINDLE_STORE_TIMEOUT_MS", default_value_t = 30_000)]
+    /// Deadline for one store request; a stalled request is retried after it (at least 1).
+    #[arg(long, env = "REKINDLE_STORE_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub store_timeout_ms: u64,
 }
 
@@ -134,8 +134,11 @@ fn faults_from_env() -> anyhow::Result<Option<FaultSettings>> {
 /// `default_level`).
 pub(crate) fn init_tracing(json: bool, default_level: &str) {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // Without RUST_LOG, the AWS SDK's own warnings (multi-kilobyte debug dumps while it looks
+    // for credentials) stay out of the way: the store error that follows names the problem.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{default_level},aws_config=error"))
+    });
     let format = std::env::var("REKINDLE_LOG_FORMAT").unwrap_or_default();
     let json = json
         || format == "json"
@@ -169,9 +172,7 @@ pub(crate) fn stop_on_signals() -> Arc<AtomicBool> {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        tracing::info!(
-            "stop requested: stopping gracefully (a worker finishes its current steps first)"
-        );
+        tracing::info!("stop requested: stopping gracefully");
         flag.store(true, Ordering::SeqCst);
     });
     stop

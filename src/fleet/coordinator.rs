@@ -202,7 +202,13 @@ pub async fn run(
                 Err(error) => tracing::warn!(%error, "cannot take the coordinator lease"),
             }
         }
-        let mut pause = options.scan_interval;
+        // A standby looks at the leader's lease at least once per TTL: taking over needs two
+        // looks a TTL apart, so a scan interval longer than the TTL would double the wait.
+        let mut pause = if leading.is_some() {
+            options.scan_interval
+        } else {
+            options.scan_interval.min(options.ttl)
+        };
         let mut watching = false;
         if let Some(held) = &leading {
             if let Err(error) = holder.check(held).await {
@@ -562,8 +568,26 @@ async fn tick(
             observer.records.remove(source);
         }
     }
+    // A worker offered a recovery this tick is judged and watched at its full rate from now
+    // on, not from the next scan: if it dies before or right after starting, its silence is
+    // seen within its TTL plus the watch interval.
+    for (_, registration) in observer.registrations.values() {
+        if offered.contains(&registration.worker)
+            && observer.judged_busy.insert(registration.worker.clone())
+        {
+            observer.liveness.forget(&registration.heartbeat);
+            if let Some(ttl) = registration.ttl_ms {
+                observer
+                    .declared
+                    .retain(|(key, _)| *key != registration.heartbeat);
+                observer
+                    .declared
+                    .push((registration.heartbeat.clone(), ttl));
+            }
+        }
+    }
     // The heartbeats whose silence would need action: hosts of running runs and workers
-    // running a recovery, while they live.
+    // running (or offered) a recovery, while they live.
     observer.watched = runs
         .iter()
         .filter(|run| run.entry.phase == Phase::Running && run.holder_alive)
@@ -760,10 +784,17 @@ fn judge_liveness(
     runs: &[RunView],
     heartbeats: Vec<(String, ETag)>,
 ) -> HashMap<String, bool> {
+    // Workers running a recovery, or offered one (a worker beats at its full rate from the
+    // moment it takes an offer up, before it starts): judged by their full-rate TTL.
     let running: std::collections::BTreeSet<&str> = runs
         .iter()
         .filter_map(|run| run.recovery.as_ref())
-        .filter(|record| record.state == RecoveryState::Running)
+        .filter(|record| {
+            matches!(
+                record.state,
+                RecoveryState::Running | RecoveryState::Admitted
+            )
+        })
         .filter_map(|record| record.assigned_to.as_deref())
         .collect();
     let mut busy = std::collections::BTreeSet::new();

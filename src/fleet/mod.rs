@@ -499,10 +499,12 @@ impl Node {
         log.append_all(writer.state().facts())?;
         tracing::info!(recovery_id = %record.recovery_id, source_run = %record.source_run, epoch = %held.epoch, "recovery started");
         let mut runner = self.runner(writer, log, held.clone());
-        if record.attempts == 1 {
+        // After an interruption: the source's (the first attempt) or a worker's that died
+        // mid-attempt (the coordinator abandoned it). Not after a clean hand-back.
+        if record.attempts == 1 || record.abandoned_by.is_some() {
+            let last_commit = runner.writer.state().facts().last().map_or(0, |f| f.at_ms);
             runner.resumed = Some(crate::fleet::runner::Resumed {
-                admitted_at_ms: record.admitted_at_ms,
-                interrupted_at_ms: runner.writer.state().facts().last().map_or(0, |f| f.at_ms),
+                latency: (record.attempts == 1).then_some((record.admitted_at_ms, last_commit)),
             });
         }
         let driven = self.drive_until_stopped(runner, &held, true).await;

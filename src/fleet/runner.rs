@@ -89,18 +89,17 @@ pub struct Runner {
     /// Set by a background lease watcher when the lease may be lost; the next step then
     /// confirms with one read and stops with the error if it is.
     pub lease_suspect: Arc<AtomicBool>,
-    /// For a recovery's first attempt: when it was admitted and when its source was last
-    /// committed (wall-clock milliseconds), measured against its first step, once.
+    /// For an attempt that resumes after an interruption (a recovery's first, or one after a
+    /// worker died): looked at once, at its first step, for the metrics.
     pub resumed: Option<Resumed>,
 }
 
-/// When a recovery was admitted and its source interrupted, for the latency metrics.
+/// An attempt resuming after an interruption, for the metrics.
 #[derive(Clone, Copy, Debug)]
 pub struct Resumed {
-    /// The recovery's admission, from its record.
-    pub admitted_at_ms: u64,
-    /// The source run's last committed fact.
-    pub interrupted_at_ms: u64,
+    /// For a recovery's first attempt: when it was admitted (from its record) and when its
+    /// source last committed (wall-clock milliseconds), measured against its first step.
+    pub latency: Option<(u64, u64)>,
 }
 
 impl Runner {
@@ -120,16 +119,18 @@ impl Runner {
                 return Ok(Stopped::StepCap);
             }
             if let Some(resumed) = self.resumed.take() {
-                let now = self.clock.wall_ms();
-                let since = |at: u64| std::time::Duration::from_millis(now.saturating_sub(at));
-                crate::metrics::observe(
-                    crate::metrics::ADMISSION_TO_FIRST_STEP,
-                    since(resumed.admitted_at_ms),
-                );
-                crate::metrics::observe(
-                    crate::metrics::INTERRUPTION_TO_RESUMPTION,
-                    since(resumed.interrupted_at_ms),
-                );
+                if let Some((admitted_at_ms, interrupted_at_ms)) = resumed.latency {
+                    let now = self.clock.wall_ms();
+                    let since = |at: u64| std::time::Duration::from_millis(now.saturating_sub(at));
+                    crate::metrics::observe(
+                        crate::metrics::ADMISSION_TO_FIRST_STEP,
+                        since(admitted_at_ms),
+                    );
+                    crate::metrics::observe(
+                        crate::metrics::INTERRUPTION_TO_RESUMPTION,
+                        since(interrupted_at_ms),
+                    );
+                }
                 if let Step::RunTools { calls } = self.writer.state().next_step()
                     && calls[0].confirmation == Confirmation::NotRequested
                 {

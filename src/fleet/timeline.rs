@@ -58,11 +58,25 @@ pub struct Timeline {
     /// Tool calls that may have run more than once: in flight at an interruption, with a
     /// result committed later (by a later incarnation or the recovery).
     pub ran_again: Vec<(CallId, String)>,
+    /// The run was retired by gc: only its outcome is left.
+    pub retired: bool,
 }
 
-/// Builds the timeline of `run` and of the recoveries that continued it.
+/// Builds the timeline of `run`'s whole lineage: from the run it recovers (if it is a
+/// recovery run, back to the first run), through every recovery that continued it. Asked
+/// about any run of the lineage, it draws the same picture.
 pub async fn build(store: &Store, run: &RunId) -> crate::Result<Timeline> {
-    let mut timeline = incarnations(store, run).await?;
+    let mut root = run.clone();
+    let mut seen = vec![root.clone()];
+    while let Some((record, _)) = recovery::read(store, &RecoveryId::new(root.as_str())).await? {
+        if seen.contains(&record.source_run) {
+            break;
+        }
+        root = record.source_run;
+        seen.push(root.clone());
+    }
+    let run = &root;
+    let mut timeline = member(store, run).await?;
     let mut seen = vec![run.clone()];
     let mut tail = &mut timeline;
     // Follow the lineage (a recovery run may itself have been recovered), without loops.
@@ -72,20 +86,7 @@ pub async fn build(store: &Store, run: &RunId) -> crate::Result<Timeline> {
             break;
         }
         seen.push(next_run.clone());
-        let continued = match incarnations(store, &next_run).await {
-            Ok(continued) => continued,
-            // Admitted, not started yet: the recovery run has no generation.
-            Err(crate::Error::Generation(generation::GenerationError::NotFound { .. })) => {
-                Timeline {
-                    run: next_run,
-                    incarnations: Vec::new(),
-                    ended: None,
-                    recovered_by: None,
-                    ran_again: Vec::new(),
-                }
-            }
-            Err(other) => return Err(other),
-        };
+        let continued = member(store, &next_run).await?;
         tail.recovered_by = Some((next, Box::new(continued)));
         tail = tail
             .recovered_by
@@ -112,6 +113,35 @@ pub async fn build(store: &Store, run: &RunId) -> crate::Result<Timeline> {
     Ok(timeline)
 }
 
+/// One run of the lineage: its incarnations, or what is left of it — nothing yet (a recovery
+/// admitted, not started) or its outcome (retired by gc after it ended).
+async fn member(store: &Store, run: &RunId) -> crate::Result<Timeline> {
+    let empty = |ended: Option<Terminal>, retired: bool| Timeline {
+        run: run.clone(),
+        incarnations: Vec::new(),
+        ended,
+        recovered_by: None,
+        ran_again: Vec::new(),
+        retired,
+    };
+    match incarnations(store, run).await {
+        Ok(timeline) => Ok(timeline),
+        Err(crate::Error::Generation(generation::GenerationError::NotFound { .. })) => {
+            Ok(empty(None, false))
+        }
+        Err(crate::Error::Generation(generation::GenerationError::Retired { outcome, .. })) => {
+            Ok(empty(
+                outcome.map(|outcome| Terminal {
+                    outcome,
+                    message: "retired by gc after it ended; its steps are no longer kept".into(),
+                }),
+                true,
+            ))
+        }
+        Err(other) => Err(other),
+    }
+}
+
 /// Calls with a committed result in the newest run of the lineage (which holds every fact of
 /// those before it), excluding those the interrupted incarnations already had.
 async fn completed_calls(store: &Store, timeline: &Timeline) -> crate::Result<Vec<CallId>> {
@@ -122,7 +152,12 @@ async fn completed_calls(store: &Store, timeline: &Timeline) -> crate::Result<Ve
         }
         newest = next;
     }
-    let loaded = generation::load(store, &newest.run, None).await?;
+    let loaded = match generation::load(store, &newest.run, None).await {
+        Ok(loaded) => loaded,
+        // The newest readable run was retired meanwhile: nothing left to compare against.
+        Err(generation::GenerationError::Retired { .. }) => return Ok(Vec::new()),
+        Err(other) => return Err(other.into()),
+    };
     Ok(loaded
         .state
         .facts()
@@ -250,5 +285,6 @@ async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
         ended: loaded.state.terminal().cloned(),
         recovered_by: None,
         ran_again: Vec::new(),
+        retired: false,
     })
 }

@@ -245,6 +245,7 @@ pub async fn run(
         readiness.draining();
     }
     tracing::info!(worker_id = %options.id, running = running.len(), "stopping: taking no new work");
+    let handing_back = !running.is_empty();
     let deadline = crate::clock::Stopwatch::start().deadline(options.shutdown_deadline);
     for (id, mut task) in running {
         if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
@@ -275,6 +276,15 @@ pub async fn run(
         let _ = store.delete(&layout::worker(&options.id)).await;
     }
     let _ = holder.retire().await;
+    // The recoveries this worker handed back on its way out go to others now, not at the
+    // coordinator's next scan (after its registration and heartbeat are gone, so they are
+    // not offered back to it).
+    if handing_back
+        && let Some(url) = &coordinator
+        && let Err(error) = crate::fleet::wake::poke(url).await
+    {
+        tracing::debug!(%error, "cannot wake the coordinator");
+    }
     tracing::info!(worker_id = %options.id, "worker stopped");
     Ok(())
 }
