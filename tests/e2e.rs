@@ -1060,6 +1060,16 @@ async fn status_and_runs_show_an_outage_and_its_recovery() {
     );
     assert!(drawn.contains("seeded with seq 1-"), "{drawn}");
     assert!(drawn.contains("ended: completed"), "{drawn}");
+    // Each incarnation names the process that held it: the host, the operator's admission
+    // (the fence) and the worker.
+    let epochs: Vec<&str> = drawn
+        .lines()
+        .filter(|l| l.trim_start().starts_with("epoch "))
+        .collect();
+    assert_eq!(epochs.len(), 3, "{drawn}");
+    assert!(epochs[0].contains("held by host-"), "{drawn}");
+    assert!(epochs[1].contains("held by cli-"), "{drawn}");
+    assert!(epochs[2].contains("held by w-outage"), "{drawn}");
     // The host was killed while (or right after) its first tool call ran: that call was in
     // flight, or its result was committed and nothing was.
     let ledger = fleet.ledger_lines();

@@ -273,6 +273,9 @@ async fn fence(
         _ => holder.acquire(source).await?,
     };
     let policy = SnapshotPolicy::default();
+    // The fence generation names the admitting process.
+    let writing = store.writing_as(holder.id());
+    let store = &writing;
     let fenced = match RunWriter::resume_from(store, source, held.epoch, policy, loaded).await {
         // Nothing committed yet: a host judged dead may only be slow. Take its first slot
         // with an empty generation at the fence epoch, so its first commit fails instead of

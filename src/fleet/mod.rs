@@ -354,7 +354,7 @@ impl Node {
         let (mut log, _) = self.logs.open_log(run.as_str())?;
         log.append_all(&facts)?;
         let writer = RunWriter::create_as(
-            &self.store,
+            &self.store.writing_as(self.holder.id()),
             run.clone(),
             facts,
             held.epoch,
@@ -427,11 +427,13 @@ impl Node {
         };
         tracing::Span::current().record("epoch", held.epoch.0);
         let policy = SnapshotPolicy::default();
+        // The recovery run's generations name this worker.
+        let store = &self.store.writing_as(self.holder.id());
         // Continue the recovery run if an earlier attempt started it, else seed it. The first
         // attempt (the lifecycle counts every start) cannot find one, so it seeds at once; a
         // run that exists anyway makes the seed's create fail, and it is resumed.
         let earlier = if record.attempts > 1 {
-            RunWriter::resume(&self.store, &run, held.epoch, policy).await
+            RunWriter::resume(store, &run, held.epoch, policy).await
         } else {
             Err(GenerationError::NotFound { run: run.clone() })
         };
@@ -469,7 +471,7 @@ impl Node {
                     .into());
                 }
                 match RunWriter::create_as(
-                    &self.store,
+                    store,
                     run.clone(),
                     source.state.into_facts(),
                     held.epoch,
@@ -479,7 +481,7 @@ impl Node {
                 {
                     Ok(writer) => writer,
                     Err(GenerationError::AlreadyExists { .. }) => {
-                        RunWriter::resume(&self.store, &run, held.epoch, policy).await?
+                        RunWriter::resume(store, &run, held.epoch, policy).await?
                     }
                     Err(other) => return Err(other.into()),
                 }
@@ -724,8 +726,13 @@ async fn commit_answer(
         .into());
     }
     let result = async {
-        let mut writer =
-            RunWriter::resume(store, run, held.epoch, SnapshotPolicy::default()).await?;
+        let mut writer = RunWriter::resume(
+            &store.writing_as(holder.id()),
+            run,
+            held.epoch,
+            SnapshotPolicy::default(),
+        )
+        .await?;
         // Decided again on the state as it is now that this process holds the run.
         let Some(body) = answer_fact(run, writer.state(), answer)? else {
             tracing::info!(run_id = %run, "already answered; finishing the hand-back");

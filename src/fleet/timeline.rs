@@ -4,8 +4,9 @@
 //!
 //! Built from what the bucket keeps forever: the newest generation's list of epoch starts, the
 //! first generation of each epoch (gc never deletes one), the folded facts, the lease and the
-//! recovery claim and record. Which process held an epoch is known for the newest epoch (the
-//! lease names it); the generations do not record their writers' names.
+//! recovery claim and record. Which process held an epoch is in the writer field of the epoch's
+//! first generation (`Store::writing_as`); for generations written before it was, the newest
+//! epoch's lease still names its holder.
 
 use std::collections::BTreeSet;
 
@@ -36,7 +37,7 @@ pub struct Incarnation {
     pub model_turns: u64,
     /// Tool results it committed.
     pub tool_results: u64,
-    /// The process holding it, when the bucket still says (the newest epoch's lease).
+    /// The process that held it (its first generation's writer, or the newest epoch's lease).
     pub holder: Option<String>,
     /// The tool call that may have been running when the next epoch began (the first call
     /// without a result that does not wait for a human), so the next incarnation may have
@@ -177,6 +178,7 @@ async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
     // carries no new facts, so after its last seq; generation 1 from seq 1 (for a recovery
     // run, its seed: facts another run committed).
     let mut starts: Vec<(u64, u64, u64, u64, bool)> = Vec::new();
+    let mut writers: Vec<Option<String>> = Vec::new();
     let mut seed_last_seq = 0;
     for (epoch, first) in &loaded.epoch_starts {
         let key = chain.key(*first);
@@ -195,6 +197,7 @@ async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
             header.first_seq
         };
         starts.push((epoch.0, *first, header.at_ms, begins, *first == 1));
+        writers.push(header.writer_holder().map(str::to_owned));
     }
     let facts = loaded.state.facts();
     let last_seq = loaded.state.last_seq().0;
@@ -271,11 +274,15 @@ async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
             seeded,
             model_turns,
             tool_results,
-            holder: if followed {
-                None
-            } else {
-                newest_holder.clone()
-            },
+            // The epoch's first generation names its writer (newer builds); else, for the
+            // newest epoch, its lease does.
+            holder: writers[i].clone().or_else(|| {
+                if followed {
+                    None
+                } else {
+                    newest_holder.clone()
+                }
+            }),
             in_flight_at_end,
         });
     }

@@ -336,6 +336,8 @@ pub struct Store {
     /// Directories fsynced by this store after local deletes (a test seam: object_store syncs
     /// writes itself and cannot be observed).
     local_directory_syncs: Arc<AtomicU64>,
+    /// The process writing generations through this handle (see [`Store::writing_as`]).
+    writer: Option<Arc<str>>,
 }
 
 impl Store {
@@ -511,6 +513,7 @@ impl Store {
             clock,
             sealer: None,
             local_directory_syncs: Arc::new(AtomicU64::new(0)),
+            writer: None,
         }
     }
 
@@ -540,6 +543,25 @@ impl Store {
     /// The URL the store was opened from, for messages and probes.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The same store, for generations written by the process `holder_id`: the writer field of
+    /// each generation it commits names it (before the writer's nonce), so a run's timeline
+    /// can say who held each epoch.
+    pub fn writing_as(&self, holder_id: &str) -> Store {
+        Store {
+            writer: Some(Arc::from(holder_id)),
+            ..self.clone()
+        }
+    }
+
+    /// A nonce for a new generation writer: unique, and prefixed by the writing process's
+    /// holder ID and `/` when this handle knows it.
+    pub fn writer_nonce(&self) -> String {
+        match &self.writer {
+            Some(holder) => format!("{holder}/{}", self.clock.nonce()),
+            None => self.clock.nonce(),
+        }
     }
 
     /// The same store with its own request counters (to measure one component's traffic).

@@ -31,7 +31,9 @@ pub struct Generation {
     pub base: u64,
     /// The lease epoch of the writer; never lower than the previous generation's.
     pub epoch: Epoch,
-    /// A nonce unique to the writer, to recognise our own write after a lost response.
+    /// A nonce unique to the writer, to recognise our own write after a lost response;
+    /// prefixed by the writing process's holder ID and `/` when it is known (a run's timeline
+    /// reads it, [`Generation::writer_holder`]).
     pub writer: String,
     /// Seq range covered: `first_seq..=last_seq` (empty when `first_seq > last_seq`).
     pub first_seq: u64,
@@ -54,6 +56,13 @@ pub struct Generation {
     /// The facts' JSONL, encrypted (see `seal.rs`), when client-side encryption is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed: Option<crate::store::seal::Sealed>,
+}
+
+impl Generation {
+    /// The holder ID of the process that wrote this generation, when its writer named it.
+    pub fn writer_holder(&self) -> Option<&str> {
+        self.writer.rsplit_once('/').map(|(holder, _)| holder)
+    }
 }
 
 /// Why committing, fencing or loading a run's generations failed.
