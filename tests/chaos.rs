@@ -80,7 +80,16 @@ impl Harness {
                 "--lease-ttl-ms",
                 &TTL_MS.to_string(),
             ])
-            .args(["--poll-interval-ms", "100", "--state-dir"])
+            // Idle-paced as in production, with an idle TTL short enough that a worker
+            // restarted under the ID of one killed while idle (it watches the old heartbeat
+            // for that TTL first) rejoins within the sweep.
+            .args([
+                "--poll-interval-ms",
+                "100",
+                "--idle-ttl-ms",
+                "3000",
+                "--state-dir",
+            ])
             .arg(self.dir.join(format!("w{i}")));
         // Worker 0 sees a faulty store; worker 2 can be cut off by a file.
         if i == 0 {

@@ -1142,3 +1142,40 @@ async fn status_and_runs_show_an_outage_and_its_recovery() {
     assert!(sigterm(&mut worker).success());
     assert!(sigterm(&mut coordinator).success());
 }
+
+// Proves a worker restarted under the ID of one killed while idle (it watches the old
+// heartbeat for its idle TTL, ten minutes, before taking the ID over) still stops on SIGTERM
+// at once, instead of after that wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_waiting_to_take_its_id_over_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+    let start = |fleet: &Fleet| {
+        fleet
+            .command(env!("CARGO_BIN_EXE_rekindle-worker"))
+            .args(["--config"])
+            .arg(&fleet.config)
+            .args(["--id", "w-same", "--state-dir"])
+            .arg(dir.path().join("w"))
+            .spawn()
+            .map(common::Proc::new)
+            .unwrap()
+    };
+    let mut first = start(&fleet);
+    let store = common::local(&bucket).await;
+    let heartbeat = rekindle::core::layout::heartbeat("w-same");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.read(&heartbeat).await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the first worker never beat");
+        rekindle::clock::sleep(Duration::from_millis(50)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let mut second = start(&fleet);
+    // It is watching the dead worker's heartbeat (idle TTL: ten minutes).
+    rekindle::clock::sleep(Duration::from_millis(500)).await;
+    assert!(second.try_wait().unwrap().is_none(), "it did not wait");
+    let status = sigterm(&mut second);
+    assert!(status.success(), "{status:?}");
+}

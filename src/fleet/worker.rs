@@ -110,7 +110,18 @@ pub async fn run(
     if let Some(idle) = options.idle_ttl {
         holder.set_idle_ttl(idle);
     }
-    holder.claim_identity().await?;
+    // Claiming the ID may watch an earlier incarnation's heartbeat for its TTL (its idle TTL,
+    // minutes, if it died idle): a stop cuts that short, as it does every other wait.
+    let stopped = async {
+        while !crate::clock::sleep_unless(crate::clock::STOP_CHECK * 50, &stop, None).await {}
+    };
+    tokio::select! {
+        claimed = holder.claim_identity() => claimed?,
+        () = stopped => {
+            tracing::info!(worker_id = %options.id, "stopped while waiting to take the worker ID over");
+            return Ok(());
+        }
+    }
     // Heartbeats stop only after the running recoveries are done and released.
     let beating_stop = Arc::new(AtomicBool::new(false));
     holder.beat().await.ok();
