@@ -25,24 +25,24 @@ struct Args {
     #[arg(long, env = "REKINDLE_COORDINATOR_ID")]
     id: Option<String>,
     /// How long a silent heartbeat means a dead process.
-    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 30_000, value_parser = shared::at_least_one::<u64>)]
     lease_ttl_ms: u64,
     /// How often the coordinator scans the index and heartbeats while runs are in flight.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 10_000, value_parser = shared::at_least_one::<u64>)]
     scan_interval_ms: u64,
     /// How often it scans while the last scan found no run (an idle fleet). A new run or
     /// admission wakes it at once when it can reach the coordinator's /wake.
-    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 60_000, value_parser = shared::at_least_one::<u64>)]
     idle_scan_interval_ms: u64,
     /// While processes hold runs, how often it lists the heartbeats between scans (and it
     /// looks again exactly when a silent holder's TTL runs out), so a killed host's or
     /// worker's runs resume within their TTL plus this. One LIST each; set it to the scan
     /// interval to turn the watch off.
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1_000, value_parser = shared::at_least_one::<u64>)]
     watch_interval_ms: u64,
     /// Failed attempts (errors, or a worker dying mid-attempt) before a recovery is
     /// dead-lettered. Step-cap yields, parks and graceful hand-backs do not count.
-    #[arg(long, default_value_t = rekindle::core::placement::DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = rekindle::core::placement::DEFAULT_MAX_ATTEMPTS, value_parser = shared::at_least_one::<u32>)]
     max_attempts: u32,
     /// Log as JSON lines.
     #[arg(long)]

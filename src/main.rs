@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::builder::TypedValueParser;
 use clap::{Parser, Subcommand};
 use cli::commands;
 use cli::shared::{StoreArgs, StoreSettingsArgs};
@@ -42,10 +41,10 @@ enum Command {
     /// takes the same store settings as every other command.
     Demo {
         /// Runs the hosts start (at least 1).
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+        #[arg(long, default_value_t = 100, value_parser = cli::shared::at_least_one::<usize>)]
         runs: usize,
         /// Workers recovering interrupted runs (at least 1: without one, nothing recovers).
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+        #[arg(long, default_value_t = 3, value_parser = cli::shared::at_least_one::<usize>)]
         workers: usize,
         /// Store URL: s3://bucket/prefix (e.g. s3://bucket/demo for MinIO), file:///abs/path
         /// (or a plain path), or memory://. Default: a temporary directory (REKINDLE_STORE is
@@ -81,7 +80,7 @@ enum Command {
         state_dir: Option<PathBuf>,
         /// How long this host's heartbeat may stay unchanged before the fleet judges it dead
         /// (at least 1).
-        #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 30_000, value_parser = cli::shared::at_least_one::<u64>)]
         lease_ttl_ms: u64,
         /// The user's prompt.
         prompt: String,
@@ -183,7 +182,7 @@ enum Command {
         /// Delete nothing superseded by a snapshot younger than this, and retire no run
         /// sooner: far longer than any request deadline plus clock skew between nodes (at
         /// least 1).
-        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 60, value_parser = cli::shared::at_least_one::<u64>)]
         grace_minutes: u64,
         /// Report what would be deleted and retired, and change nothing.
         #[arg(long)]
@@ -203,10 +202,10 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
         /// Steps of the committed run (one commit per fact; at least 1).
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 50, value_parser = cli::shared::at_least_one::<u64>)]
         steps: u64,
         /// Facts in the run that is loaded (at least 1).
-        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+        #[arg(long, default_value_t = 10_000, value_parser = cli::shared::at_least_one::<usize>)]
         facts: usize,
         /// Keep the two runs it writes (they are removed afterwards by default).
         #[arg(long)]
@@ -221,22 +220,22 @@ enum Command {
 #[derive(clap::Args, Clone, Debug)]
 struct WorkloadArgs {
     /// Runs the host starts.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+    #[arg(long, default_value_t = 200, value_parser = cli::shared::at_least_one::<usize>)]
     runs: usize,
     /// Steps per run (a model turn calling one tool).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+    #[arg(long, default_value_t = 10, value_parser = cli::shared::at_least_one::<usize>)]
     steps: usize,
     /// Workers recovering.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+    #[arg(long, default_value_t = 4, value_parser = cli::shared::at_least_one::<usize>)]
     workers: usize,
     /// Recoveries each worker runs at once.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 16, value_parser = cli::shared::at_least_one::<u32>)]
     concurrency: u32,
     /// How long each tool call sleeps, in ms.
     #[arg(long, default_value_t = 5)]
     step_ms: u64,
     /// Lease TTL of the host, workers and coordinator, in ms.
-    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 30_000, value_parser = cli::shared::at_least_one::<u64>)]
     ttl_ms: u64,
     /// Latency added to every store request, in ms (S3 is about 20).
     #[arg(long, default_value_t = 0)]
@@ -270,7 +269,7 @@ enum BenchCommand {
     /// count their requests, and print what that costs a month at S3 list prices.
     Idle {
         /// Workers in the fleet, beside one coordinator.
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize))]
+        #[arg(long, default_value_t = 10, value_parser = cli::shared::at_least_one::<usize>)]
         workers: usize,
         /// Store URL. Default: a fresh temporary directory, removed afterwards.
         #[arg(long)]
@@ -278,7 +277,7 @@ enum BenchCommand {
         #[command(flatten)]
         store_settings: StoreSettingsArgs,
         /// Minutes to measure (after a minute's warm-up).
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 10, value_parser = cli::shared::at_least_one::<u64>)]
         minutes: u64,
         /// Seconds of warm-up not counted (registration, first scans).
         #[arg(long, default_value_t = 60)]
@@ -358,7 +357,7 @@ enum RunsCommand {
         #[arg(long)]
         after: Option<String>,
         /// At most this many runs (at least 1).
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 1000, value_parser = cli::shared::at_least_one::<u64>)]
         limit: u64,
         /// Print JSON instead of text.
         #[arg(long)]

@@ -240,6 +240,12 @@ fn the_demo_and_flags_refuse_what_makes_no_sense() {
         assert!(text.contains(problem), "{args:?}: {text}");
     }
     assert!(!Path::new(store).exists());
+    let output = rekindle(&["demo", "--workers", "0"]);
+    assert!(
+        stderr(&output).contains("invalid value '0' for '--workers <WORKERS>': must be at least 1"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 // Proves `gc --dry-run` reports and changes nothing, `bench-store` removes the runs it wrote,

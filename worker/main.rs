@@ -33,16 +33,16 @@ struct Args {
     #[arg(long, env = "REKINDLE_WORKER_ID")]
     id: Option<String>,
     /// Recoveries executed at once (at least 1).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 4, value_parser = shared::at_least_one::<u32>)]
     concurrency: u32,
     /// How long this worker's heartbeat may stay unchanged before the fleet judges it dead
     /// and hands its recoveries to others (at least 1).
-    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 30_000, value_parser = shared::at_least_one::<u64>)]
     lease_ttl_ms: u64,
     /// How often the worker reads its inbox when nothing wakes it (default: 30 000 with
     /// --listen and an address to advertise, since the coordinator wakes it for each
     /// assignment; 2 000 otherwise, where only a coordinator on this machine could wake it).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = shared::at_least_one::<u64>)]
     poll_interval_ms: Option<u64>,
     /// While it runs no recovery, the worker beats only every third of this TTL (and the
     /// fleet judges it by it): an idle fleet costs little. 0, or a value not above

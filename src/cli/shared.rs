@@ -73,7 +73,7 @@ pub(crate) struct StoreSettingsArgs {
     #[arg(long)]
     pub region: Option<String>,
     /// Deadline for one store request; a stalled request is retried after it (at least 1).
-    #[arg(long, env = "REKINDLE_STORE_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "REKINDLE_STORE_TIMEOUT_MS", default_value_t = 30_000, value_parser = at_least_one::<u64>)]
     pub store_timeout_ms: u64,
 }
 
@@ -140,6 +140,11 @@ pub(crate) fn init_tracing(json: bool, default_level: &str) {
         tracing_subscriber::EnvFilter::new(format!("{default_level},aws_config=error"))
     });
     let format = std::env::var("REKINDLE_LOG_FORMAT").unwrap_or_default();
+    if !matches!(format.as_str(), "" | "json" | "text") {
+        eprintln!(
+            "warning: REKINDLE_LOG_FORMAT={format:?} is neither json nor text; logging as text"
+        );
+    }
     let json = json
         || format == "json"
         || (format != "text" && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some());
@@ -412,4 +417,19 @@ pub(crate) fn help_markdown<P: clap::CommandFactory>() {
         print!("{}", flags_markdown(&P::command()));
         std::process::exit(0);
     }
+}
+
+/// Parses a whole number of at least 1, for flags where 0 means nothing (a concurrency, a
+/// TTL, a count): refused with "must be at least 1".
+pub(crate) fn at_least_one<T: std::str::FromStr + PartialOrd + From<u8>>(
+    text: &str,
+) -> Result<T, String> {
+    let n: T = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a whole number"))?;
+    if n < T::from(1) {
+        return Err("must be at least 1".into());
+    }
+    Ok(n)
 }
