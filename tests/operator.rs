@@ -297,6 +297,22 @@ fn gc_dry_run_bench_store_and_rm_leave_the_store_as_they_say() {
     assert_eq!(report["dry_run"], true);
     assert_eq!(listed(store), before);
 
+    let output = rekindle(&[
+        "answer",
+        "no-such-run",
+        "--confirm",
+        "call_1_1",
+        "--approve",
+        "--store",
+        store,
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("no such run (it never took a lease)"),
+        "{}",
+        stderr(&output)
+    );
+
     let output = rekindle(&["runs", "rm", "no-such-run", "--store", store]);
     assert_eq!(output.status.code(), Some(1));
     assert!(

@@ -645,7 +645,22 @@ pub async fn answer_run(
         what: answer.describe(),
         now: String::new(),
     };
-    let entry = index::read(store, source).await?.ok_or_else(not_waiting)?;
+    let Some(entry) = index::read(store, source).await? else {
+        // Not in the index: ended, or never existed (every run that started took a lease).
+        let missing = crate::store::lease::read_lease(store, source)
+            .await?
+            .is_none();
+        return Err(FleetError::NotWaiting {
+            run: source.clone(),
+            what: answer.describe(),
+            now: if missing {
+                ": no such run (it never took a lease)".into()
+            } else {
+                ": it is not running, parked or recovering".into()
+            },
+        }
+        .into());
+    };
     match &entry.recovery_id {
         Some(id) => {
             let (record, etag) = recovery::read(store, id).await?.ok_or_else(not_waiting)?;
