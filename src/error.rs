@@ -333,6 +333,7 @@ fn fleet_kind(error: &FleetError) -> ErrorKind {
         | FleetError::NotWaiting { .. }
         | FleetError::IdReserved { .. } => ErrorKind::Refused,
         FleetError::PinMismatch { .. } => ErrorKind::Corrupt,
+        FleetError::FactRefused { .. } => ErrorKind::InvalidInput,
     }
 }
 

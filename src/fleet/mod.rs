@@ -209,6 +209,17 @@ pub enum FleetError {
         /// Whose the ID is: reserved for the fleet's recoveries, or a recovery's.
         why: String,
     },
+    /// A host journaling its own loop gave a fact the run's rules refuse (a result for a call
+    /// the model did not make, a fact after the end, ...); nothing was written.
+    #[error("run \"{run}\" refuses the {kind} fact: {error}")]
+    FactRefused {
+        /// The run being journaled.
+        run: RunId,
+        /// The refused fact's kind.
+        kind: &'static str,
+        /// The rule it breaks.
+        error: crate::core::fold::FoldError,
+    },
     #[error("run \"{run}\" is not parked waiting for {what}{now}")]
     /// An answer came for a run that is not parked waiting for it: the run has ended, runs,
     /// or waits for another call or question.
@@ -238,6 +249,59 @@ pub struct Node {
     pub holder: Arc<Holder>,
     /// Set to ask every run on this node to stop after its current step.
     pub stop: Arc<AtomicBool>,
+}
+
+/// A run this node holds and journals: its writer at the held epoch, its local log, and the
+/// index entry it wrote. A host that drives its own loop appends facts with [`Self::record`],
+/// each durable (local log, then one conditional PUT) before it returns, and hands the run back
+/// with [`Node::close_journaled`].
+pub struct Journaled {
+    /// Commits the run's facts at the held epoch; its state is the committed run.
+    pub writer: RunWriter,
+    log: crate::store::log::FactLog,
+    held: Held,
+    entry: IndexEntry,
+    written: crate::core::layout::ETag,
+}
+
+impl Journaled {
+    /// The run's committed state.
+    pub fn state(&self) -> &crate::core::fold::RunState {
+        self.writer.state()
+    }
+
+    /// The run.
+    pub fn run_id(&self) -> &RunId {
+        &self.held.run
+    }
+
+    /// The lease epoch this node journals at.
+    pub fn epoch(&self) -> crate::core::epoch::Epoch {
+        self.held.epoch
+    }
+
+    /// Appends one fact: checked against the run's rules, journaled locally (fsync), then
+    /// committed (one create-if-absent PUT, fenced by any newer epoch). Returns once it is in
+    /// the store.
+    pub async fn record(&mut self, body: FactBody, now_ms: u64) -> Result<()> {
+        let fact = Fact {
+            seq: Seq(self.writer.state().last_seq().0 + 1),
+            at_ms: now_ms,
+            body,
+        };
+        // The fold's rules first, so a fact the run refuses reaches neither the log nor the store.
+        if let Err(error) = self.writer.state().clone().apply(fact.clone()) {
+            return Err(FleetError::FactRefused {
+                run: self.held.run.clone(),
+                kind: fact.body.kind(),
+                error,
+            }
+            .into());
+        }
+        self.log.append(&fact)?;
+        self.writer.commit(vec![fact]).await?;
+        Ok(())
+    }
 }
 
 impl Node {
@@ -341,6 +405,66 @@ impl Node {
         session: Option<SessionId>,
         prompt: &str,
     ) -> Result<Stopped> {
+        let journaled = self.begin_run(run, session, prompt).await?;
+        self.drive_journaled(journaled).await
+    }
+
+    /// Continues a run this host (or another host process) started, under its own ID: takes
+    /// its lease (waiting out a holder that died, as a takeover does: the run's earlier
+    /// incarnation is fenced), refuses a run that a recovery has claimed (that recovery
+    /// continues it), checks the resume guard, and drives it until it ends, parks or is asked
+    /// to stop.
+    #[tracing::instrument(name = "host_resume", skip_all, fields(run_id = %run, holder_id = %self.holder.id()))]
+    pub async fn resume_run(&self, run: &RunId) -> Result<Stopped> {
+        let journaled = self.continue_run(run).await?;
+        self.drive_journaled(journaled).await
+    }
+
+    /// Drives a run journaled on this node until it stops here, then says where it stands.
+    async fn drive_journaled(&self, journaled: Journaled) -> Result<Stopped> {
+        let Journaled {
+            writer,
+            log,
+            held,
+            entry,
+            written,
+        } = journaled;
+        let runner = self.runner(writer, log, held.clone());
+        let (stopped, _) = self.drive_until_stopped(runner, &held, false).await?;
+        self.settle(&held, &entry, &written, &stopped).await?;
+        Ok(stopped)
+    }
+
+    /// Records in the index where a host's run stands after it stopped here, then releases
+    /// its lease (after the index: a coordinator that sees the lease free sees the entry too).
+    async fn settle(
+        &self,
+        held: &Held,
+        entry: &IndexEntry,
+        written: &crate::core::layout::ETag,
+        stopped: &Stopped,
+    ) -> Result<()> {
+        match stopped {
+            Stopped::Finished(_) => lifecycle::host_finished(&self.store, &held.run).await?,
+            Stopped::Parked(_) | Stopped::WaitingForInput => {
+                lifecycle::host_parked(&self.store, entry, written).await?
+            }
+            Stopped::StepCap | Stopped::StopRequested => {}
+        }
+        self.holder.release(held).await?;
+        Ok(())
+    }
+
+    /// The first half of [`Self::start_run`]: refuses a used or reserved ID, takes the new
+    /// run's lease, writes its index entry, journals and commits its opening facts. The run is
+    /// then the caller's to drive ([`Self::start_run`]) or to journal step by step
+    /// ([`Journaled`]).
+    pub async fn begin_run(
+        &self,
+        run: &RunId,
+        session: Option<SessionId>,
+        prompt: &str,
+    ) -> Result<Journaled> {
         self.refuse_recovery_id(run).await?;
         let held = self.holder.acquire_new(run).await?;
         let now = self.clock().wall_ms();
@@ -361,19 +485,109 @@ impl Node {
             SnapshotPolicy::default(),
         )
         .await?;
-        let runner = self.runner(writer, log, held.clone());
-        let (stopped, _) = self.drive_until_stopped(runner, &held, false).await?;
-        match &stopped {
-            Stopped::Finished(_) => lifecycle::host_finished(&self.store, run).await?,
-            Stopped::Parked(_) | Stopped::WaitingForInput => {
-                lifecycle::host_parked(&self.store, &entry, &written).await?
+        Ok(Journaled {
+            writer,
+            log,
+            held,
+            entry,
+            written,
+        })
+    }
+
+    /// The first half of [`Self::resume_run`]: the run's lease at a new epoch (its fence
+    /// generation committed), its local log seeded from the committed facts, its index entry
+    /// naming this holder.
+    pub async fn continue_run(&self, run: &RunId) -> Result<Journaled> {
+        if let Some(entry) = index::read(&self.store, run).await?
+            && let Some(recovery) = entry.recovery_id
+        {
+            return Err(FleetError::BeingRecovered {
+                run: run.clone(),
+                recovery,
             }
-            Stopped::StepCap | Stopped::StopRequested => {}
+            .into());
         }
-        // Released after the index says where the run stands: a coordinator that sees the
-        // lease free sees the entry too.
-        self.holder.release(&held).await?;
-        Ok(stopped)
+        let ttl = crate::store::lease::read_lease(&self.store, run)
+            .await?
+            .map_or(self.holder.ttl(), |view| {
+                std::time::Duration::from_millis(view.lease.ttl_ms)
+            });
+        let held = self
+            .holder
+            .acquire_or_wait(run, (ttl / 6).max(MIN_POLL), ttl * 2 + ttl / 2)
+            .await?;
+        let result = self.continue_held(run, &held).await;
+        if result.is_err() {
+            // Best effort: the lease expires anyway; releasing it lets the next try start now.
+            let _ = self.holder.release(&held).await;
+        }
+        result
+    }
+
+    async fn continue_held(&self, run: &RunId, held: &Held) -> Result<Journaled> {
+        // Checked after taking the lease: an admission claims before it fences, so either the
+        // claim is visible now or the admission's fence comes after anything committed here.
+        if let Some(recovery) = recovery::claimed_by(&self.store, run).await? {
+            return Err(FleetError::BeingRecovered {
+                run: run.clone(),
+                recovery,
+            }
+            .into());
+        }
+        let writer = RunWriter::resume(
+            &self.store.writing_as(self.holder.id()),
+            run,
+            held.epoch,
+            SnapshotPolicy::default(),
+        )
+        .await?;
+        let meta = writer.state().meta().cloned();
+        if let Some(meta) = &meta {
+            meta.fingerprint
+                .check_resume(&self.agent.config.fingerprint(), false)
+                .map_err(|error| FleetError::ResumeRefused {
+                    run: run.clone(),
+                    error,
+                })?;
+        }
+        let phase = if writer.state().parked().is_some() {
+            Phase::Parked
+        } else {
+            Phase::Running
+        };
+        let entry = self.entry(run, meta.and_then(|m| m.session_id), phase);
+        let written = lifecycle::host_started(&self.store, &entry).await?;
+        self.logs.remove_log(run.as_str())?;
+        let (mut log, _) = self.logs.open_log(run.as_str())?;
+        log.append_all(writer.state().facts())?;
+        Ok(Journaled {
+            writer,
+            log,
+            held: held.clone(),
+            entry,
+            written,
+        })
+    }
+
+    /// Ends a journaled run's stay on this node once its host stops journaling it: records
+    /// where it stands (ended, parked, or still running: the fleet recovers it once this
+    /// holder stops beating) and releases its lease.
+    pub async fn close_journaled(&self, journaled: Journaled) -> Result<()> {
+        let state = journaled.writer.state();
+        let stopped = if let Some(terminal) = state.terminal() {
+            Stopped::Finished(terminal.clone())
+        } else if let Some(parked) = state.parked() {
+            Stopped::Parked(parked.clone())
+        } else {
+            Stopped::StopRequested
+        };
+        self.settle(
+            &journaled.held,
+            &journaled.entry,
+            &journaled.written,
+            &stopped,
+        )
+        .await
     }
 
     /// Drives until the run is no longer runnable here. A host keeps going past the per-call

@@ -188,33 +188,12 @@ impl OpenAiModel {
     }
 
     fn body(&self, request: &ModelRequest<'_>) -> Value {
-        let mut messages = vec![json!({"role": "system", "content": request.system_prompt})];
-        for message in request.state.messages() {
-            messages.push(match message {
-                Message::User(text) => json!({"role": "user", "content": text}),
-                Message::Assistant(turn) => {
-                    let mut m = json!({"role": "assistant", "content": turn.content});
-                    if !turn.tool_calls.is_empty() {
-                        m["tool_calls"] = turn
-                            .tool_calls
-                            .iter()
-                            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-                            .collect();
-                    }
-                    m
-                }
-                Message::Tool {
-                    call_id, output, ..
-                } => json!({"role": "tool", "tool_call_id": call_id, "content": output}),
-            });
-        }
-        let mut body = json!({"model": self.model, "messages": messages});
+        let mut body = json!({
+            "model": self.model,
+            "messages": chat_messages(request.system_prompt, request.state),
+        });
         if !request.tools.is_empty() {
-            body["tools"] = request
-                .tools
-                .iter()
-                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.schema}}))
-                .collect();
+            body["tools"] = chat_tools(request.tools).into();
         }
         body
     }
@@ -266,6 +245,40 @@ impl OpenAiModel {
             message: self.redact(&message),
         })
     }
+}
+
+/// The conversation of a run as chat-completions messages: the system prompt, then every
+/// user message, assistant turn (with its tool calls) and tool result the run committed.
+pub fn chat_messages(system_prompt: &str, state: &RunState) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "system", "content": system_prompt})];
+    for message in state.messages() {
+        messages.push(match message {
+            Message::User(text) => json!({"role": "user", "content": text}),
+            Message::Assistant(turn) => {
+                let mut m = json!({"role": "assistant", "content": turn.content});
+                if !turn.tool_calls.is_empty() {
+                    m["tool_calls"] = turn
+                        .tool_calls
+                        .iter()
+                        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                        .collect();
+                }
+                m
+            }
+            Message::Tool {
+                call_id, output, ..
+            } => json!({"role": "tool", "tool_call_id": call_id, "content": output}),
+        });
+    }
+    messages
+}
+
+/// Tool definitions as the chat-completions `tools` field declares them.
+pub fn chat_tools(tools: &[ToolDefinition]) -> Vec<Value> {
+    tools
+        .iter()
+        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.schema}}))
+        .collect()
 }
 
 /// reqwest errors can repeat the URL with its query; the URL is named once by the caller.

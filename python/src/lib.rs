@@ -1,0 +1,1290 @@
+//! `rekindle._native`: the Python package's bindings over the Rekindle library.
+//!
+//! This crate owns only the crossing between Python and the library: opening stores, building
+//! an [`Agent`] whose model and tools are Python objects, running the library's futures on one
+//! shared tokio runtime with the GIL released, and turning [`rekindle::Error`] into Python
+//! exceptions by its [`ErrorKind`]. Durability, fencing, admission and the drive loop are the
+//! library's; nothing here writes to a store on its own.
+//!
+//! The Python side (`python/rekindle/__init__.py`) adapts models and tools to two plain-JSON
+//! calls, `_complete(messages, tools, turn)` and `_call(name, arguments, run_id, call_id,
+//! epoch)`, so this crate never inspects Python types beyond strings, numbers and lists.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use serde_json::{Value, json};
+
+use rekindle::clock::SystemClock;
+use rekindle::core::fact::{
+    CallId, ConfirmationRequested, FactBody, ModelTurn, Outcome, QuestionAsked, QuestionId,
+    RecoveryId, RunId, SessionId, Terminal, ToolCall, ToolResult, Usage, UserMessage,
+};
+use rekindle::core::fold::RunState;
+use rekindle::fleet::admission::Takeover;
+use rekindle::fleet::runner::Stopped;
+use rekindle::fleet::worker::{WorkerOptions, WorkerStats};
+use rekindle::fleet::{Agent, Answer, Journaled, Node};
+use rekindle::host::config::{Config as RustConfig, ToolConfig};
+use rekindle::host::model::{ModelError, ModelRequest, chat_messages, chat_tools};
+use rekindle::host::tools::{ToolContext, ToolDefinition, ToolOutput};
+use rekindle::host::{CommandTools, Model, Tools};
+use rekindle::store::lease::Holder;
+use rekindle::store::log::LogDir;
+use rekindle::store::RetryPolicy;
+use rekindle::store::settings::{S3Addressing, StoreSettings, StoreUrl};
+use rekindle::{Error, ErrorKind};
+
+create_exception!(
+    rekindle,
+    RekindleError,
+    PyException,
+    "Base of every Rekindle error; `kind` says what to do next."
+);
+create_exception!(
+    rekindle,
+    ConflictError,
+    RekindleError,
+    "Someone else changed the state first: reread and retry."
+);
+create_exception!(
+    rekindle,
+    UnavailableError,
+    RekindleError,
+    "The store, the disk or the model is unavailable: back off and retry."
+);
+create_exception!(
+    rekindle,
+    FencedError,
+    RekindleError,
+    "Another writer owns the run now: stop, do not retry."
+);
+create_exception!(
+    rekindle,
+    NotFoundError,
+    RekindleError,
+    "The named run, recovery or object does not exist."
+);
+create_exception!(
+    rekindle,
+    RefusedError,
+    RekindleError,
+    "The current state forbids the request: change the request or accept the state."
+);
+create_exception!(
+    rekindle,
+    InvalidInputError,
+    RekindleError,
+    "The request or the configuration is wrong: fix the input."
+);
+create_exception!(
+    rekindle,
+    CorruptError,
+    RekindleError,
+    "Stored data is damaged or from a newer build: a human must look."
+);
+create_exception!(
+    rekindle,
+    InternalError,
+    RekindleError,
+    "A bug in Rekindle."
+);
+
+/// The library's error as the Python exception of its kind, with the whole message (each
+/// `source()` appended once, as the binaries print it).
+fn py_error(error: Error) -> PyErr {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(inner) = source {
+        let text = inner.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = inner.source();
+    }
+    match error.kind() {
+        ErrorKind::Conflict => ConflictError::new_err(message),
+        ErrorKind::Unavailable => UnavailableError::new_err(message),
+        ErrorKind::Fenced => FencedError::new_err(message),
+        ErrorKind::NotFound => NotFoundError::new_err(message),
+        ErrorKind::Refused => RefusedError::new_err(message),
+        ErrorKind::InvalidInput => InvalidInputError::new_err(message),
+        ErrorKind::Corrupt => CorruptError::new_err(message),
+        _ => InternalError::new_err(message),
+    }
+}
+
+fn invalid(message: impl Into<String>) -> PyErr {
+    InvalidInputError::new_err(message.into())
+}
+
+/// The one runtime every call of the package runs on.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("rekindle")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    })
+}
+
+/// How often a blocking call looks at Python's pending signals (Ctrl-C, a handler that calls
+/// `stop()`) while the library works without the GIL.
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+/// Runs `work` on the runtime with the GIL released, looking at Python's signals every
+/// [`SIGNAL_CHECK`]. A signal handler that raises (Ctrl-C's `KeyboardInterrupt`): with `stop`,
+/// the flag is set and the work is awaited to its graceful end, then the exception is raised;
+/// without, the work is dropped where it is (as a crash would leave it, which every write is
+/// safe against) and the exception is raised at once.
+fn block<T: Send + 'static>(
+    py: Python<'_>,
+    stop: Option<&Arc<AtomicBool>>,
+    work: impl Future<Output = T> + Send + 'static,
+) -> PyResult<T> {
+    let mut task = runtime().spawn(work);
+    let mut interrupted: Option<PyErr> = None;
+    loop {
+        let done = py.detach(|| {
+            runtime().block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut task).await })
+        });
+        match done {
+            Ok(Ok(value)) => {
+                return match interrupted {
+                    Some(error) => Err(error),
+                    None => Ok(value),
+                };
+            }
+            Ok(Err(join)) => {
+                return Err(InternalError::new_err(format!(
+                    "a Rekindle task failed: {join}"
+                )));
+            }
+            Err(_elapsed) => {
+                if interrupted.is_none()
+                    && let Err(error) = py.check_signals()
+                {
+                    match stop {
+                        Some(stop) => {
+                            stop.store(true, Ordering::SeqCst);
+                            interrupted = Some(error);
+                        }
+                        None => {
+                            task.abort();
+                            return Err(error);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `block` for the library's fallible calls.
+fn call<T: Send + 'static>(
+    py: Python<'_>,
+    work: impl Future<Output = rekindle::Result<T>> + Send + 'static,
+) -> PyResult<T> {
+    block(py, None, work)?.map_err(py_error)
+}
+
+/// A JSON value as the Python object `json.loads` makes of it.
+fn to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
+    let json = py.import("json")?;
+    Ok(json.call_method1("loads", (value.to_string(),))?.unbind())
+}
+
+/// A Python object as JSON, through `json.dumps` (anything it cannot encode is an error).
+fn from_py(py: Python<'_>, object: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let json = py.import("json")?;
+    let text: String = json.call_method1("dumps", (object,))?.extract()?;
+    serde_json::from_str(&text).map_err(|e| invalid(format!("not JSON: {e}")))
+}
+
+fn serialize(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// A run's folded state as the package shows it.
+fn state_json(state: &RunState) -> Value {
+    let messages: Vec<Value> = chat_messages("", state).into_iter().skip(1).collect();
+    let pending: Vec<Value> = state.pending_calls().iter().map(serialize).collect();
+    json!({
+        "run_id": state.run_id().map(|r| r.to_string()),
+        "session_id": state.session_id().map(|s| s.to_string()),
+        "last_seq": state.last_seq().0,
+        "next_step": serialize(&state.next_step()),
+        "pending_tool_calls": pending,
+        "parked": state.parked().map(serialize),
+        "terminal": state.terminal().map(serialize),
+        "counters": serialize(state.counters()),
+        "messages": messages,
+    })
+}
+
+fn stopped_json(run: &RunId, stopped: &Stopped) -> Value {
+    let (status, detail) = match stopped {
+        Stopped::Finished(terminal) => ("finished", json!({"terminal": serialize(terminal)})),
+        Stopped::Parked(parked) => ("parked", json!({"parked": serialize(parked)})),
+        Stopped::WaitingForInput => ("waiting_for_input", json!({})),
+        Stopped::StepCap | Stopped::StopRequested => ("stopped", json!({})),
+    };
+    let mut value = json!({"run_id": run.to_string(), "status": status});
+    if let (Value::Object(map), Value::Object(extra)) = (&mut value, detail) {
+        map.extend(extra);
+    }
+    value
+}
+
+/// The holder ID of a process of this package, unless one is given: role, host, PID.
+fn default_id(role: &str) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "local".into());
+    format!("{role}-{host}-{}", std::process::id())
+}
+
+fn state_dir(given: Option<PathBuf>) -> PyResult<LogDir> {
+    let dir = match given {
+        Some(dir) => dir,
+        None => rekindle::store::log::default_dir().map_err(|e| py_error(e.into()))?,
+    };
+    LogDir::open(dir).map_err(|e| py_error(e.into()))
+}
+
+/// A Rekindle store: a local directory, `s3://bucket/prefix`, or `memory://`.
+#[pyclass(frozen, module = "rekindle")]
+struct Store {
+    inner: rekindle::store::Store,
+    url: String,
+}
+
+#[pymethods]
+impl Store {
+    #[new]
+    #[pyo3(signature = (url, *, endpoint=None, allow_http=None, region=None, virtual_hosted_style=false, timeout_ms=30_000, create=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        endpoint: Option<String>,
+        allow_http: Option<bool>,
+        region: Option<String>,
+        virtual_hosted_style: bool,
+        timeout_ms: u64,
+        create: bool,
+    ) -> PyResult<Self> {
+        let parsed = StoreUrl::parse(url).map_err(|e| py_error(e.into()))?;
+        let sealer = match rekindle::store::seal::SealKeys::from_env()
+            .map_err(|e| py_error(e.into()))?
+        {
+            Some(keys) => Some(Arc::new(
+                rekindle::store::seal::Sealer::configure(&keys).map_err(|e| py_error(e.into()))?,
+            )),
+            None => None,
+        };
+        let settings = StoreSettings {
+            endpoint,
+            addressing: if virtual_hosted_style {
+                S3Addressing::VirtualHosted
+            } else {
+                S3Addressing::Path
+            },
+            allow_http: allow_http.unwrap_or_else(|| {
+                std::env::var("AWS_ALLOW_HTTP")
+                    .is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+            }),
+            region,
+            retry: RetryPolicy {
+                attempt_timeout: Duration::from_millis(timeout_ms.max(1)),
+                ..RetryPolicy::default()
+            },
+            sealer,
+            faults: None,
+            skip_probe: !create,
+        };
+        let inner = call(py, async move {
+            let store = rekindle::store::Store::open(&parsed, &settings, SystemClock::shared())
+                .await
+                .map_err(Error::from)?;
+            if !create {
+                store.check_exists().await.map_err(Error::from)?;
+            }
+            Ok(store)
+        })?;
+        Ok(Store {
+            url: url.to_owned(),
+            inner,
+        })
+    }
+
+    /// The URL the store was opened with.
+    #[getter]
+    fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// Requests this process sent to the store so far, by kind (`get`, `put`,
+    /// `conditional_put`, ...), with `requests` their total.
+    fn requests(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let metrics = self.inner.metrics();
+        let mut value = serialize(&metrics);
+        if let Value::Object(map) = &mut value {
+            map.insert("requests".into(), metrics.requests().into());
+        }
+        to_py(py, &value)
+    }
+
+    /// Spawns the recovery of `source_run_id` under `recovery_id` (JSON of its record).
+    #[pyo3(signature = (source_run_id, recovery_id, *, force=false, takeover=false))]
+    fn spawn_recovery(
+        &self,
+        py: Python<'_>,
+        source_run_id: &str,
+        recovery_id: &str,
+        force: bool,
+        takeover: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let store = self.inner.clone();
+        let source = RunId::new(source_run_id);
+        let id = RecoveryId::new(recovery_id);
+        let takeover = if takeover {
+            Takeover::Now
+        } else {
+            Takeover::IfSilent
+        };
+        let record = call(py, async move {
+            let holder = Holder::new(&store, default_id("py-admit"), Duration::from_secs(15));
+            rekindle::fleet::spawn_recovery(&store, &holder, &source, &id, force, takeover).await
+        })?;
+        to_py(py, &serialize(&record))
+    }
+
+    /// Answers a parked run: a confirmation (`call_id`, `approve`) or a question
+    /// (`question_id`, `text`).
+    #[pyo3(signature = (run_id, *, call_id=None, approve=None, question_id=None, text=None))]
+    fn answer(
+        &self,
+        py: Python<'_>,
+        run_id: &str,
+        call_id: Option<String>,
+        approve: Option<bool>,
+        question_id: Option<String>,
+        text: Option<String>,
+    ) -> PyResult<()> {
+        let answer = match (call_id, approve, question_id, text) {
+            (Some(call), Some(approve), None, None) => Answer::Confirm {
+                call_id: CallId::new(call),
+                approve,
+            },
+            (None, None, Some(question), Some(text)) => Answer::Question {
+                question_id: QuestionId::new(question),
+                text,
+            },
+            _ => {
+                return Err(invalid(
+                    "answer takes either call_id= and approve= or question_id= and text=",
+                ));
+            }
+        };
+        let store = self.inner.clone();
+        let run = RunId::new(run_id);
+        call(py, async move {
+            let holder = Holder::new(&store, default_id("py-answer"), Duration::from_secs(15));
+            rekindle::fleet::answer(&store, &holder, &run, answer).await
+        })
+    }
+
+    /// One look at the fleet: the leader, workers, runs not yet done, stuck work.
+    fn status(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let store = self.inner.clone();
+        let overview = call(py, async move {
+            rekindle::fleet::overview::observe(&store).await
+        })?;
+        let mut value = serialize(&overview);
+        if let Value::Object(map) = &mut value {
+            map.insert(
+                "stuck_reasons".into(),
+                serialize(&rekindle::fleet::overview::diagnose(&overview)),
+            );
+        }
+        to_py(py, &value)
+    }
+
+    /// The runs not yet done, each with its state and recovery.
+    fn runs(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let store = self.inner.clone();
+        let overview = call(py, async move {
+            rekindle::fleet::overview::observe(&store).await
+        })?;
+        to_py(py, &serialize(&overview.runs))
+    }
+
+    /// A run's committed state, folded: its messages, pending tool calls, park, end.
+    fn load(&self, py: Python<'_>, run_id: &str) -> PyResult<Py<PyAny>> {
+        let store = self.inner.clone();
+        let run = RunId::new(run_id);
+        let loaded = call(py, async move {
+            Ok(rekindle::store::generation::load(&store, &run, None).await?)
+        })?;
+        to_py(py, &state_json(&loaded.state))
+    }
+
+    /// The recovery record of `recovery_id`, or `None`.
+    fn recovery(&self, py: Python<'_>, recovery_id: &str) -> PyResult<Py<PyAny>> {
+        let store = self.inner.clone();
+        let id = RecoveryId::new(recovery_id);
+        let record = call(py, async move {
+            Ok(rekindle::store::recovery::read(&store, &id).await?)
+        })?;
+        to_py(py, &record.map_or(Value::Null, |(record, _)| serialize(&record)))
+    }
+
+    /// Saves a session snapshot if the newest one still has digest `expected` (`None`: there
+    /// is none yet); raises `ConflictError` otherwise. Returns its generation and digest.
+    #[pyo3(signature = (session_id, data, *, expected=None))]
+    fn save_session(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        data: &Bound<'_, PyAny>,
+        expected: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
+        let contents = rekindle::store::checkpoint::SessionData {
+            data: from_py(py, data)?,
+            ..Default::default()
+        };
+        let store = self.inner.clone();
+        let session = SessionId::new(session_id);
+        let saved = call(py, async move {
+            Ok(rekindle::store::checkpoint::save_session(
+                &store,
+                &session,
+                contents,
+                expected.as_deref(),
+            )
+            .await?)
+        })?;
+        to_py(
+            py,
+            &json!({"generation": saved.generation, "digest": saved.digest}),
+        )
+    }
+
+    /// The newest session snapshot (`data`, `generation`, `digest`), or `None`.
+    fn load_session(&self, py: Python<'_>, session_id: &str) -> PyResult<Py<PyAny>> {
+        let store = self.inner.clone();
+        let session = SessionId::new(session_id);
+        let loaded = call(py, async move {
+            Ok(rekindle::store::checkpoint::load_session(&store, &session).await?)
+        })?;
+        let value = match loaded {
+            Some((envelope, saved)) => json!({
+                "data": envelope.contents.data,
+                "generation": saved.generation,
+                "digest": saved.digest,
+            }),
+            None => Value::Null,
+        };
+        to_py(py, &value)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("rekindle.Store({:?})", self.url)
+    }
+}
+
+/// A run's configuration: model name, system prompt, budgets, thinking mode; the fingerprint
+/// a resume is checked against and work is placed by.
+#[pyclass(frozen, module = "rekindle")]
+#[derive(Clone)]
+struct Config {
+    inner: RustConfig,
+}
+
+#[pymethods]
+impl Config {
+    #[new]
+    #[pyo3(signature = (model_name, *, system_prompt=String::new(), max_iterations=None, max_tokens=None, max_tool_rounds=None, steps_per_resume=None, thinking=None))]
+    fn new(
+        model_name: String,
+        system_prompt: String,
+        max_iterations: Option<u64>,
+        max_tokens: Option<u64>,
+        max_tool_rounds: Option<u64>,
+        steps_per_resume: Option<u32>,
+        thinking: Option<String>,
+    ) -> PyResult<Self> {
+        let mut text = String::from("[model]\nkind = \"openai\"\nname = \"\"\n");
+        text.push_str("base_url = \"http://unused\"\n");
+        let mut inner = RustConfig::parse(&text).map_err(invalid)?;
+        inner.model.kind = "python".into();
+        inner.model.base_url = None;
+        inner.model.name = model_name;
+        inner.model.thinking = thinking;
+        inner.system_prompt = system_prompt;
+        inner.budgets.max_iterations = max_iterations;
+        inner.budgets.max_tokens = max_tokens;
+        inner.budgets.max_tool_rounds = max_tool_rounds;
+        inner.budgets.steps_per_resume = steps_per_resume;
+        inner.dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        Ok(Config { inner })
+    }
+
+    /// Reads a `rekindle.toml` (its model and command tools are used unless `model=` and
+    /// `tools=` are given where the config is used).
+    #[staticmethod]
+    fn load(path: PathBuf) -> PyResult<Self> {
+        let inner = RustConfig::load(&path).map_err(|e| py_error(e.into()))?;
+        Ok(Config { inner })
+    }
+
+    #[getter]
+    fn model_name(&self) -> String {
+        self.inner.model.name.clone()
+    }
+
+    #[getter]
+    fn system_prompt(&self) -> String {
+        self.inner.system_prompt.clone()
+    }
+
+    /// The SHA-256 of the configuration's fingerprint with these tools (a list of
+    /// `(name, description, schema_json, confirm)`, as the package's `Tool`s give them).
+    #[pyo3(signature = (tools=None))]
+    fn fingerprint(&self, tools: Option<Vec<ToolSpecTuple>>) -> PyResult<String> {
+        let mut config = self.inner.clone();
+        if let Some(tools) = tools {
+            config.tools = tool_configs(tools)?;
+        }
+        Ok(config.fingerprint().sha256())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "rekindle.Config(model_name={:?}, fingerprint={})",
+            self.inner.model.name,
+            &self.inner.fingerprint().sha256()[..12]
+        )
+    }
+}
+
+/// A tool as the Python side declares it: name, description, JSON Schema, confirm.
+type ToolSpecTuple = (String, String, String, bool);
+
+fn tool_configs(tools: Vec<ToolSpecTuple>) -> PyResult<Vec<ToolConfig>> {
+    let mut configs: Vec<ToolConfig> = Vec::new();
+    for (name, description, schema, confirm) in tools {
+        if configs.iter().any(|t| t.name == name) {
+            return Err(invalid(format!("tool '{name}' is given twice")));
+        }
+        let schema: Value = serde_json::from_str(&schema)
+            .map_err(|e| invalid(format!("tool '{name}': its schema is not JSON: {e}")))?;
+        configs.push(ToolConfig {
+            name,
+            description,
+            schema,
+            command: Vec::new(),
+            timeout_ms: 0,
+            confirm,
+        });
+    }
+    Ok(configs)
+}
+
+/// A Python model: the package's adapter answers `_complete(messages_json, tools_json,
+/// turn)` with one assistant turn as JSON.
+struct PythonModel {
+    adapter: Arc<Py<PyAny>>,
+    name: String,
+}
+
+#[async_trait]
+impl Model for PythonModel {
+    async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelTurn, ModelError> {
+        let messages = Value::from(chat_messages(request.system_prompt, request.state)).to_string();
+        let tools = Value::from(chat_tools(request.tools)).to_string();
+        let turn = request.state.counters().model_turns;
+        let adapter = Arc::clone(&self.adapter);
+        let failed = |message: String| ModelError::Endpoint {
+            url: format!("python model '{}'", self.name),
+            message,
+        };
+        let answered = tokio::task::spawn_blocking(move || {
+            Python::attach(|py| -> PyResult<String> {
+                adapter
+                    .bind(py)
+                    .call_method1("_complete", (messages, tools, turn))?
+                    .extract()
+            })
+        })
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .map_err(|e| failed(e.to_string()))?;
+        serde_json::from_str(&answered).map_err(|e| ModelError::Garbage {
+            url: format!("python model '{}'", self.name),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// A model for runs whose host drives its own loop: never asked.
+struct HostDriven;
+
+#[async_trait]
+impl Model for HostDriven {
+    async fn complete(&self, _request: ModelRequest<'_>) -> Result<ModelTurn, ModelError> {
+        Err(ModelError::Config(
+            "this node journals runs its host drives; it has no model".into(),
+        ))
+    }
+}
+
+/// Python tools: the package's adapter runs `_call(name, arguments, run_id, call_id, epoch)`
+/// and answers `(output, is_error)`.
+struct PythonTools {
+    adapter: Arc<Py<PyAny>>,
+    definitions: Vec<ToolDefinition>,
+    confirm: HashSet<String>,
+}
+
+#[async_trait]
+impl Tools for PythonTools {
+    fn definitions(&self) -> Vec<ToolDefinition> {
+        self.definitions.clone()
+    }
+
+    fn needs_confirmation(&self, name: &str) -> bool {
+        self.confirm.contains(name)
+    }
+
+    async fn call(&self, call: &ToolCall, context: &ToolContext) -> ToolOutput {
+        let adapter = Arc::clone(&self.adapter);
+        let args = (
+            call.name.clone(),
+            call.arguments.clone(),
+            context.run_id.clone(),
+            call.id.to_string(),
+            context.epoch.0,
+        );
+        let started = std::time::Instant::now();
+        let result = tokio::task::spawn_blocking(move || {
+            Python::attach(|py| -> PyResult<(String, bool)> {
+                adapter.bind(py).call_method1("_call", args)?.extract()
+            })
+        })
+        .await;
+        let (output, is_error) = match result {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(error)) => (format!("tool '{}' failed: {error}", call.name), true),
+            Err(error) => (format!("tool '{}' failed: {error}", call.name), true),
+        };
+        ToolOutput {
+            output,
+            is_error,
+            duration_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+/// The agent a host or worker runs: the config's own model and command tools, or the Python
+/// model and tools given (which replace the config's `[[tools]]`).
+fn agent(
+    py: Python<'_>,
+    config: &Config,
+    model: Option<Bound<'_, PyAny>>,
+    tools: Option<Bound<'_, PyAny>>,
+) -> PyResult<Agent> {
+    let mut config = config.inner.clone();
+    let tools: Arc<dyn Tools> = match tools {
+        Some(adapter) => {
+            let specs: Vec<ToolSpecTuple> = adapter.call_method0("_specs")?.extract()?;
+            config.tools = tool_configs(specs)?;
+            let definitions = config
+                .tools
+                .iter()
+                .map(|t| ToolDefinition {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    schema: t.schema.clone(),
+                })
+                .collect();
+            let confirm = config
+                .tools
+                .iter()
+                .filter(|t| t.confirm)
+                .map(|t| t.name.clone())
+                .collect();
+            Arc::new(PythonTools {
+                adapter: Arc::new(adapter.unbind()),
+                definitions,
+                confirm,
+            })
+        }
+        None => Arc::new(CommandTools::new(config.tools.clone())),
+    };
+    let model: Arc<dyn Model> = match model {
+        Some(adapter) => Arc::new(PythonModel {
+            adapter: Arc::new(adapter.unbind()),
+            name: config.model.name.clone(),
+        }),
+        None if config.model.kind == "python" => Arc::new(HostDriven),
+        None => {
+            let built = Agent::from_config(config.clone()).map_err(py_error)?;
+            built.model
+        }
+    };
+    let _ = py;
+    Ok(Agent {
+        config,
+        model,
+        tools,
+    })
+}
+
+/// A process's lease holder, beating from creation until `close()` (or until the object is
+/// dropped): the runs it holds stay its own while it lives, and are recovered once it stops.
+struct Beating {
+    holder: Arc<Holder>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Beating {
+    fn start(py: Python<'_>, holder: Arc<Holder>) -> PyResult<Beating> {
+        let first = Arc::clone(&holder);
+        call(py, async move { Ok(first.beat().await?) })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let beating = Arc::clone(&holder);
+        let flag = Arc::clone(&stop);
+        runtime().spawn(async move {
+            let _ = beating.spawn_heartbeat(flag).await;
+        });
+        Ok(Beating { holder, stop })
+    }
+
+    /// Stops beating and removes the heartbeat, so the fleet sees this process gone at once.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.stop.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let holder = Arc::clone(&self.holder);
+        call(py, async move { Ok(holder.retire().await?) })
+    }
+}
+
+impl Drop for Beating {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A host: starts runs and drives them with its model and tools, continues its own runs,
+/// runs workflows, and journals runs whose loop it drives itself.
+#[pyclass(module = "rekindle")]
+struct Host {
+    node: Node,
+    beating: Beating,
+}
+
+#[pymethods]
+impl Host {
+    #[new]
+    #[pyo3(signature = (store, config, *, model=None, tools=None, state_dir=None, holder_id=None, lease_ttl_ms=15_000))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        store: &Store,
+        config: &Config,
+        model: Option<Bound<'_, PyAny>>,
+        tools: Option<Bound<'_, PyAny>>,
+        state_dir: Option<PathBuf>,
+        holder_id: Option<String>,
+        lease_ttl_ms: u64,
+    ) -> PyResult<Self> {
+        if lease_ttl_ms == 0 {
+            return Err(invalid("lease_ttl_ms must be at least 1"));
+        }
+        let agent = agent(py, config, model, tools)?;
+        let logs = state_dir_or_default(state_dir)?;
+        let holder = Holder::new(
+            &store.inner,
+            holder_id.unwrap_or_else(|| default_id("py-host")),
+            Duration::from_millis(lease_ttl_ms),
+        );
+        let beating = Beating::start(py, Arc::clone(&holder))?;
+        Ok(Host {
+            node: Node {
+                store: store.inner.clone(),
+                agent,
+                logs,
+                holder,
+                stop: Arc::new(AtomicBool::new(false)),
+            },
+            beating,
+        })
+    }
+
+    /// The holder ID this host writes into its runs' leases.
+    #[getter]
+    fn holder_id(&self) -> String {
+        self.node.holder.id().to_owned()
+    }
+
+    /// The SHA-256 of this host's configuration fingerprint.
+    #[getter]
+    fn fingerprint(&self) -> String {
+        self.node.agent.fingerprint_sha256()
+    }
+
+    /// Starts run `run_id` with `prompt` and drives it until it ends, parks or is stopped.
+    #[pyo3(signature = (run_id, prompt, *, session_id=None))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        run_id: &str,
+        prompt: &str,
+        session_id: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
+        let node = self.node.clone();
+        let run = RunId::new(run_id);
+        let prompt = prompt.to_owned();
+        let stopped = block(py, Some(&self.node.stop), {
+            let run = run.clone();
+            async move {
+                node.start_run(&run, session_id.map(SessionId::new), &prompt)
+                    .await
+            }
+        })?
+        .map_err(py_error)?;
+        to_py(py, &stopped_json(&run, &stopped))
+    }
+
+    /// Continues run `run_id` under its own ID (its earlier holder is fenced) and drives it.
+    fn resume_run(&self, py: Python<'_>, run_id: &str) -> PyResult<Py<PyAny>> {
+        let node = self.node.clone();
+        let run = RunId::new(run_id);
+        let stopped = block(py, Some(&self.node.stop), {
+            let run = run.clone();
+            async move { node.resume_run(&run).await }
+        })?
+        .map_err(py_error)?;
+        to_py(py, &stopped_json(&run, &stopped))
+    }
+
+    /// Starts run `run_id` for a loop the host drives itself: returns a `JournalRun`.
+    #[pyo3(signature = (run_id, prompt, *, session_id=None))]
+    fn start(
+        &self,
+        py: Python<'_>,
+        run_id: &str,
+        prompt: &str,
+        session_id: Option<String>,
+    ) -> PyResult<JournalRun> {
+        let node = self.node.clone();
+        let run = RunId::new(run_id);
+        let prompt = prompt.to_owned();
+        let journaled = call(py, async move {
+            node.begin_run(&run, session_id.map(SessionId::new), &prompt)
+                .await
+        })?;
+        Ok(JournalRun::new(self.node.clone(), journaled))
+    }
+
+    /// Takes run `run_id` over (fencing its earlier holder) for a loop the host drives itself.
+    fn resume(&self, py: Python<'_>, run_id: &str) -> PyResult<JournalRun> {
+        let node = self.node.clone();
+        let run = RunId::new(run_id);
+        let journaled = call(py, async move { node.continue_run(&run).await })?;
+        Ok(JournalRun::new(self.node.clone(), journaled))
+    }
+
+    /// Runs (or resumes) workflow `workflow_id`: each spec (`{"step", "prompt",
+    /// "session_id"?}`) becomes a run the fleet executes; finished steps are skipped.
+    #[pyo3(signature = (specs, workflow_id, *, poll_ms=500))]
+    fn parallel_resumable(
+        &self,
+        py: Python<'_>,
+        specs: &Bound<'_, PyAny>,
+        workflow_id: &str,
+        poll_ms: u64,
+    ) -> PyResult<Py<PyAny>> {
+        let steps: Vec<rekindle::fleet::workflow::StepSpec> =
+            serde_json::from_value(from_py(py, specs)?)
+                .map_err(|e| invalid(format!("workflow '{workflow_id}': {e}")))?;
+        let store = self.node.store.clone();
+        let agent = self.node.agent.clone();
+        let workflow = workflow_id.to_owned();
+        let report = call(py, async move {
+            rekindle::fleet::workflow::run(
+                &store,
+                &agent,
+                &workflow,
+                &steps,
+                Duration::from_millis(poll_ms.max(10)),
+            )
+            .await
+        })?;
+        to_py(
+            py,
+            &json!({
+                "skipped": report.skipped,
+                "dispatched": report.dispatched,
+                "completed": serialize(&report.completed),
+            }),
+        )
+    }
+
+    /// Asks every run this host drives to stop after its current step.
+    fn stop(&self) {
+        self.node.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops the heartbeat and removes it: runs this host left unfinished are recovered by the
+    /// fleet at once rather than after a TTL.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.beating.close(py)
+    }
+}
+
+fn state_dir_or_default(given: Option<PathBuf>) -> PyResult<LogDir> {
+    state_dir(given)
+}
+
+/// A run whose loop the host drives: each `record_*` is durable (local log, then one
+/// conditional PUT) before it returns.
+#[pyclass(module = "rekindle")]
+struct JournalRun {
+    node: Node,
+    run: RunId,
+    journaled: Arc<tokio::sync::Mutex<Option<Journaled>>>,
+}
+
+impl JournalRun {
+    fn new(node: Node, journaled: Journaled) -> Self {
+        JournalRun {
+            node,
+            run: journaled.run_id().clone(),
+            journaled: Arc::new(tokio::sync::Mutex::new(Some(journaled))),
+        }
+    }
+
+    /// Records one fact; with `close`, then hands the run back (it ended or parked).
+    fn record(&self, py: Python<'_>, body: FactBody, close: bool) -> PyResult<Py<PyAny>> {
+        let slot = Arc::clone(&self.journaled);
+        let node = self.node.clone();
+        let run = self.run.clone();
+        let state = call(py, async move {
+            let mut guard = slot.lock().await;
+            let Some(journaled) = guard.as_mut() else {
+                return Err(rekindle::fleet::FleetError::NotWaiting {
+                    run,
+                    what: format!("a {} fact", body.kind()),
+                    now: "; this journal handed it back (finished, parked or closed)".into(),
+                }
+                .into());
+            };
+            let now = node.store.clock().wall_ms();
+            journaled.record(body, now).await?;
+            let state = state_json(journaled.state());
+            if close && let Some(journaled) = guard.take() {
+                node.close_journaled(journaled).await?;
+            }
+            Ok(state)
+        })?;
+        to_py(py, &state)
+    }
+}
+
+#[pymethods]
+impl JournalRun {
+    #[getter]
+    fn run_id(&self) -> String {
+        self.run.to_string()
+    }
+
+    /// The committed state (`None` once handed back).
+    fn state(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let slot = Arc::clone(&self.journaled);
+        let state = block(py, None, async move {
+            slot.lock().await.as_ref().map(|j| state_json(j.state()))
+        })?;
+        to_py(py, &state.unwrap_or(Value::Null))
+    }
+
+    /// The lease epoch this host journals at (a tool's idempotency key includes it).
+    #[getter]
+    fn epoch(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        let slot = Arc::clone(&self.journaled);
+        block(py, None, async move {
+            slot.lock().await.as_ref().map(|j| j.epoch().0)
+        })
+    }
+
+    /// Records the model's turn: its text and the tool calls it made (`{"id", "name",
+    /// "arguments"}`, arguments a JSON string or an object). Returns the state after it.
+    #[pyo3(signature = (content=None, tool_calls=None, *, input_tokens=0, output_tokens=0, reasoning=None))]
+    fn record_model_turn(
+        &self,
+        py: Python<'_>,
+        content: Option<String>,
+        tool_calls: Option<&Bound<'_, PyList>>,
+        input_tokens: u64,
+        output_tokens: u64,
+        reasoning: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut calls = Vec::new();
+        if let Some(list) = tool_calls {
+            for item in list.iter() {
+                let value = from_py(py, &item)?;
+                let id = value["id"]
+                    .as_str()
+                    .ok_or_else(|| invalid("a tool call needs a string 'id'"))?;
+                let name = value["name"]
+                    .as_str()
+                    .ok_or_else(|| invalid(format!("tool call '{id}' needs a string 'name'")))?;
+                let arguments = match &value["arguments"] {
+                    Value::String(text) => text.clone(),
+                    Value::Null => "{}".into(),
+                    other => other.to_string(),
+                };
+                calls.push(ToolCall {
+                    id: CallId::new(id),
+                    name: name.to_owned(),
+                    arguments,
+                });
+            }
+        }
+        let body = FactBody::ModelTurn(ModelTurn {
+            content,
+            tool_calls: calls,
+            reasoning,
+            usage: Usage {
+                input_tokens,
+                output_tokens,
+            },
+        });
+        self.record(py, body, false)
+    }
+
+    /// Records a tool call's result.
+    #[pyo3(signature = (call_id, output, *, is_error=false, duration_ms=0))]
+    fn record_tool_result(
+        &self,
+        py: Python<'_>,
+        call_id: &str,
+        output: String,
+        is_error: bool,
+        duration_ms: u64,
+    ) -> PyResult<Py<PyAny>> {
+        let body = FactBody::ToolResult(ToolResult {
+            call_id: CallId::new(call_id),
+            output,
+            is_error,
+            duration_ms,
+        });
+        self.record(py, body, false)
+    }
+
+    /// Records more user input (after a final answer, the run continues with it).
+    fn record_user_message(&self, py: Python<'_>, text: String) -> PyResult<Py<PyAny>> {
+        let body = FactBody::UserMessage(UserMessage { content: text });
+        self.record(py, body, false)
+    }
+
+    /// Parks the run until a human approves or denies tool call `call_id` (`Store.answer`);
+    /// the run is handed back: the fleet continues it after the answer.
+    fn ask_confirmation(
+        &self,
+        py: Python<'_>,
+        call_id: &str,
+        prompt: String,
+    ) -> PyResult<Py<PyAny>> {
+        let body = FactBody::ConfirmationRequested(ConfirmationRequested {
+            call_id: CallId::new(call_id),
+            prompt,
+        });
+        self.record(py, body, true)
+    }
+
+    /// Parks the run until a human answers question `question_id`; handed back as above.
+    fn ask_question(&self, py: Python<'_>, question_id: &str, text: String) -> PyResult<Py<PyAny>> {
+        let body = FactBody::QuestionAsked(QuestionAsked {
+            question_id: QuestionId::new(question_id),
+            text,
+        });
+        self.record(py, body, true)
+    }
+
+    /// Ends the run (`outcome`: completed, failed, cancelled, budget) and hands it back.
+    #[pyo3(signature = (outcome="completed", message=String::new()))]
+    fn finish(&self, py: Python<'_>, outcome: &str, message: String) -> PyResult<Py<PyAny>> {
+        let outcome: Outcome = serde_json::from_value(Value::String(outcome.to_owned()))
+            .map_err(|_| {
+                invalid(format!(
+                    "outcome '{outcome}' is not one of completed, failed, cancelled, budget, step_cap, dead_lettered"
+                ))
+            })?;
+        let body = FactBody::Terminal(Terminal { outcome, message });
+        self.record(py, body, true)
+    }
+
+    /// Hands the run back unfinished: its lease is released, and the fleet recovers it once
+    /// this host stops beating (or this host resumes it later).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let slot = Arc::clone(&self.journaled);
+        let node = self.node.clone();
+        call(py, async move {
+            match slot.lock().await.take() {
+                Some(journaled) => node.close_journaled(journaled).await,
+                None => Ok(()),
+            }
+        })
+    }
+}
+
+/// A worker: executes the recoveries the coordinator assigns to it, with this process's
+/// model and tools.
+#[pyclass(module = "rekindle")]
+struct Worker {
+    store: rekindle::store::Store,
+    agent: Agent,
+    logs: LogDir,
+    options: WorkerOptions,
+    stop: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+}
+
+#[pymethods]
+impl Worker {
+    #[new]
+    #[pyo3(signature = (store, config, *, model=None, tools=None, worker_id=None, concurrency=1, ttl_ms=30_000, poll_interval_ms=1_000, state_dir=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        store: &Store,
+        config: &Config,
+        model: Option<Bound<'_, PyAny>>,
+        tools: Option<Bound<'_, PyAny>>,
+        worker_id: Option<String>,
+        concurrency: u32,
+        ttl_ms: u64,
+        poll_interval_ms: u64,
+        state_dir: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        if concurrency == 0 || ttl_ms == 0 || poll_interval_ms == 0 {
+            return Err(invalid(
+                "concurrency, ttl_ms and poll_interval_ms must be at least 1",
+            ));
+        }
+        if model.is_none() && config.inner.model.kind == "python" {
+            return Err(invalid(
+                "a worker needs a model: pass model= or a Config.load()ed rekindle.toml with one",
+            ));
+        }
+        let agent = agent(py, config, model, tools)?;
+        let mut options = WorkerOptions::new(
+            worker_id.unwrap_or_else(|| default_id("py-worker")),
+            concurrency,
+            Duration::from_millis(ttl_ms),
+        );
+        options.poll_interval = Duration::from_millis(poll_interval_ms);
+        Ok(Worker {
+            store: store.inner.clone(),
+            agent,
+            logs: state_dir_or_default(state_dir)?,
+            options,
+            stop: Arc::new(AtomicBool::new(false)),
+            stats: Arc::new(WorkerStats::default()),
+        })
+    }
+
+    #[getter]
+    fn worker_id(&self) -> String {
+        self.options.id.clone()
+    }
+
+    #[getter]
+    fn fingerprint(&self) -> String {
+        self.agent.fingerprint_sha256()
+    }
+
+    /// Runs until `stop()` (from a signal handler or another thread) or Ctrl-C; then lets the
+    /// running recoveries finish their step, hands them back and returns.
+    fn run(&self, py: Python<'_>) -> PyResult<()> {
+        let work = rekindle::fleet::worker::run(
+            self.store.clone(),
+            self.agent.clone(),
+            self.logs.clone(),
+            self.options.clone(),
+            Arc::clone(&self.stop),
+            Arc::clone(&self.stats),
+        );
+        block(py, Some(&self.stop), work)?.map_err(py_error)
+    }
+
+    /// Asks the worker to stop gracefully.
+    fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Attempts started, recoveries finished and attempts failed so far.
+    fn stats(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::SeqCst);
+        to_py(
+            py,
+            &json!({
+                "started": load(&self.stats.started),
+                "finished": load(&self.stats.finished),
+                "failed": load(&self.stats.failed),
+            }),
+        )
+    }
+}
+
+/// Rekindle's native module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Store>()?;
+    m.add_class::<Config>()?;
+    m.add_class::<Host>()?;
+    m.add_class::<JournalRun>()?;
+    m.add_class::<Worker>()?;
+    for (name, class, kind) in [
+        ("RekindleError", py.get_type::<RekindleError>(), "error"),
+        ("ConflictError", py.get_type::<ConflictError>(), "conflict"),
+        (
+            "UnavailableError",
+            py.get_type::<UnavailableError>(),
+            "unavailable",
+        ),
+        ("FencedError", py.get_type::<FencedError>(), "fenced"),
+        ("NotFoundError", py.get_type::<NotFoundError>(), "not_found"),
+        ("RefusedError", py.get_type::<RefusedError>(), "refused"),
+        (
+            "InvalidInputError",
+            py.get_type::<InvalidInputError>(),
+            "invalid_input",
+        ),
+        ("CorruptError", py.get_type::<CorruptError>(), "corrupt"),
+        ("InternalError", py.get_type::<InternalError>(), "internal"),
+    ] {
+        class.setattr("kind", kind)?;
+        m.add(name, class)?;
+    }
+    Ok(())
+}
