@@ -38,9 +38,9 @@ use rekindle::host::config::{Config as RustConfig, ToolConfig};
 use rekindle::host::model::{ModelError, ModelRequest, chat_messages, chat_tools};
 use rekindle::host::tools::{ToolContext, ToolDefinition, ToolOutput};
 use rekindle::host::{CommandTools, Model, Tools};
+use rekindle::store::RetryPolicy;
 use rekindle::store::lease::Holder;
 use rekindle::store::log::LogDir;
-use rekindle::store::RetryPolicy;
 use rekindle::store::settings::{S3Addressing, StoreSettings, StoreUrl};
 use rekindle::{Error, ErrorKind};
 
@@ -92,12 +92,7 @@ create_exception!(
     RekindleError,
     "Stored data is damaged or from a newer build: a human must look."
 );
-create_exception!(
-    rekindle,
-    InternalError,
-    RekindleError,
-    "A bug in Rekindle."
-);
+create_exception!(rekindle, InternalError, RekindleError, "A bug in Rekindle.");
 
 /// The library's error as the Python exception of its kind, with the whole message (each
 /// `source()` appended once, as the binaries print it).
@@ -451,7 +446,10 @@ impl Store {
         let record = call(py, async move {
             Ok(rekindle::store::recovery::read(&store, &id).await?)
         })?;
-        to_py(py, &record.map_or(Value::Null, |(record, _)| serialize(&record)))
+        to_py(
+            py,
+            &record.map_or(Value::Null, |(record, _)| serialize(&record)),
+        )
     }
 
     /// Saves a session snapshot if the newest one still has digest `expected` (`None`: there
@@ -681,7 +679,7 @@ impl Tools for PythonTools {
             call.id.to_string(),
             context.epoch.0,
         );
-        let started = std::time::Instant::now();
+        let started = rekindle::clock::Stopwatch::start();
         let result = tokio::task::spawn_blocking(move || {
             Python::attach(|py| -> PyResult<(String, bool)> {
                 adapter.bind(py).call_method1("_call", args)?.extract()

@@ -1,0 +1,296 @@
+"""The Python package end to end: Python hosts killed -9 and finished by Python workers under
+the real coordinator binary, idempotent recovery IDs, parked confirmations answered from
+Python, workflows resumed after their driver dies, zombie hosts fenced, the journal API, and
+the errors a user meets."""
+
+import asyncio
+import collections
+import json
+import os
+import signal
+import threading
+
+import pytest
+
+import rekindle
+from agent_proc import config, make_tools, model
+from conftest import finished, wait_for
+
+
+def audit(lines, run_id, steps, interruptions):
+    """Every call of the run ran, none more often than once plus the interruptions."""
+    counts = collections.Counter(line["call"] for line in lines if line["run"] == run_id)
+    expected = {f"call_{n}_1" for n in range(1, steps + 1)}
+    assert set(counts) == expected, counts
+    over = {call: n for call, n in counts.items() if n > 1 + interruptions}
+    assert not over, f"calls ran more often than once plus {interruptions} interruption(s): {over}"
+    return counts
+
+
+def test_host_killed_mid_run_is_finished_by_a_python_worker(store_url, fleet_for):
+    fleet = fleet_for(store_url)
+    store = rekindle.Store(store_url)
+    fleet.coordinator()
+    worker = fleet.worker()
+    host = fleet.agent("host", "run-1", 5, 3)
+    assert host.wait(timeout=60) == -signal.SIGKILL, fleet.log(host)
+    terminal = wait_for("the recovery to finish", lambda: finished(store, "recovery-of-run-1"))
+    assert terminal["outcome"] == "completed"
+    counts = audit(fleet.ledger_lines(), "run-1", steps=5, interruptions=1)
+    # The call in flight when the host died ran twice (its side effect happened, its result
+    # was never committed); every other call ran once.
+    assert counts["call_3_1"] == 2 and sum(counts.values()) == 6, counts
+    epochs = {line["epoch"] for line in fleet.ledger_lines() if line["call"] == "call_3_1"}
+    assert len(epochs) == 2, "the repeat runs at a new epoch, so downstream can tell"
+    record = store.recovery("recovery-of-run-1")
+    assert record["source_run"] == "run-1" and record["state"] == "finished", record
+    # A graceful stop: SIGTERM reaches the worker's handler, which calls stop().
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, fleet.log(worker)
+    stats = json.loads(worker.stdout.read().strip().splitlines()[-1])
+    assert stats["finished"] == 1 and stats["failed"] == 0, stats
+
+
+def test_the_same_recovery_id_admitted_twice_executes_once(local_url, fleet_for):
+    fleet = fleet_for(local_url)
+    store = rekindle.Store(local_url)
+    host = fleet.agent("host", "run-2", 4, 2)
+    assert host.wait(timeout=60) == -signal.SIGKILL, fleet.log(host)
+    # Two admissions of one ID at once (a retried request): one recovery.
+    records = [None, None]
+
+    def admit(i):
+        records[i] = store.spawn_recovery("run-2", "my-recovery", takeover=True)
+
+    threads = [threading.Thread(target=admit, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert records[0]["recovery_id"] == records[1]["recovery_id"] == "my-recovery"
+    assert records[0]["source_generation"] == records[1]["source_generation"]
+    # Another ID for the same run is refused, naming the first.
+    with pytest.raises(rekindle.RefusedError) as refused:
+        store.spawn_recovery("run-2", "another-recovery", takeover=True)
+    assert refused.value.kind == "refused" and "my-recovery" in str(refused.value)
+    fleet.coordinator()
+    fleet.worker()
+    assert wait_for("the recovery", lambda: finished(store, "my-recovery"))["outcome"] == "completed"
+    # Replayed after it finished: the same record, nothing runs again.
+    again = store.spawn_recovery("run-2", "my-recovery", takeover=True)
+    assert again["recovery_id"] == "my-recovery" and again["state"] == "finished", again
+    counts = audit(fleet.ledger_lines(), "run-2", steps=4, interruptions=1)
+    assert sum(counts.values()) == 5, counts
+    with pytest.raises(rekindle.NotFoundError):
+        store.load("recovery-of-run-2")
+
+
+def test_a_parked_confirmation_is_answered_from_python(local_url, fleet_for, tmp_path):
+    fleet = fleet_for(local_url)
+    store = rekindle.Store(local_url)
+    tools = make_tools(fleet.ledger, confirm=True)
+    with rekindle.Host(store, config(), model=model, tools=tools, state_dir=str(tmp_path / "host")) as host:
+        result = host.run("run-3", "steps=1")
+    assert result["status"] == "parked", result
+    parked = result["parked"]
+    assert parked["waiting_for"] == "confirmation" and parked["call_id"] == "call_1_1", parked
+    assert fleet.ledger_lines() == [], "a call waiting for confirmation has not run"
+    with pytest.raises(rekindle.RefusedError) as wrong:
+        store.answer("run-3", call_id="call_9_9", approve=True)
+    assert "call_1_1" in str(wrong.value)
+    with pytest.raises(rekindle.InvalidInputError):
+        store.answer("run-3", call_id="call_1_1")
+    store.answer("run-3", call_id="call_1_1", approve=True)
+    fleet.coordinator()
+    # The worker's tools need confirmation too: the same fingerprint.
+    worker = rekindle.Worker(store, config(), model=model, tools=tools, worker_id="py-confirm-worker",
+                             state_dir=str(tmp_path / "worker"), ttl_ms=3000, poll_interval_ms=200)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        terminal = wait_for("the answered run to finish", lambda: finished(store, "recovery-of-run-3"))
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert terminal["outcome"] == "completed"
+    assert [line["call"] for line in fleet.ledger_lines()] == ["call_1_1"]
+
+
+def test_a_workflow_whose_driver_dies_is_resumed(local_url, fleet_for, tmp_path):
+    fleet = fleet_for(local_url)
+    store = rekindle.Store(local_url)
+    fleet.coordinator()
+    fleet.worker()
+    specs = [{"step": name, "prompt": "steps=2"} for name in ("a", "b", "c")]
+    driver = fleet.agent("workflow", "wf", json.dumps(specs))
+    wait_for("a step to finish", lambda: any(finished(store, f"recovery-of-wf.{s}") for s in "abc"))
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    with rekindle.Host(store, config(), model=model, tools=make_tools(fleet.ledger),
+                       state_dir=str(tmp_path / "again")) as host:
+        report = host.parallel_resumable(specs, "wf", poll_ms=100)
+        assert sorted(report["skipped"] + report["dispatched"]) == ["a", "b", "c"], report
+        assert {c["outcome"] for c in report["completed"]} <= {"completed"}
+        # A rerun after it finished skips everything.
+        again = host.parallel_resumable(specs, "wf", poll_ms=100)
+        assert sorted(again["skipped"]) == ["a", "b", "c"] and again["dispatched"] == [], again
+        # A changed step is refused, not silently skipped.
+        with pytest.raises(rekindle.RekindleError) as changed:
+            host.parallel_resumable([{"step": "a", "prompt": "steps=3"}], "wf")
+        assert "step 'a'" in str(changed.value)
+    # No step ran twice: the driver died, not a step.
+    for step in "abc":
+        counts = audit(fleet.ledger_lines(), f"wf.{step}", steps=2, interruptions=0)
+        assert sum(counts.values()) == 2
+
+
+def test_a_zombie_python_host_is_fenced(local_url, tmp_path):
+    store = rekindle.Store(local_url)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(n, ctx):
+        entered.set()
+        release.wait(30)
+        return "slow done"
+
+    tools = [rekindle.Tool(slow, name="step", schema={"type": "object", "properties": {"n": {"type": "integer"}}})]
+    outcome = {}
+    with rekindle.Host(store, config(), model=model, tools=tools, state_dir=str(tmp_path / "zombie")) as host:
+        def drive():
+            try:
+                outcome["result"] = host.run("run-z", "steps=2")
+            except rekindle.RekindleError as error:
+                outcome["error"] = error
+
+        thread = threading.Thread(target=drive)
+        thread.start()
+        assert entered.wait(30)
+        # The host is alive but judged stuck: an operator takes the run over.
+        record = store.spawn_recovery("run-z", "run-z-takeover", takeover=True)
+        assert record["source_run"] == "run-z"
+        release.set()
+        thread.join(30)
+    error = outcome.get("error")
+    assert isinstance(error, rekindle.FencedError), outcome
+    assert error.kind == "fenced" and "run-z" in str(error)
+    # The journal path is fenced the same way.
+    with rekindle.Host(store, config(), state_dir=str(tmp_path / "journal")) as host:
+        run = host.start("run-j", "steps=1")
+        run.record_model_turn(None, [{"id": "x", "name": "step", "arguments": {"n": 1}}])
+        store.spawn_recovery("run-j", "run-j-takeover", takeover=True)
+        with pytest.raises(rekindle.FencedError):
+            run.record_tool_result("x", "too late")
+    assert store.load("run-j")["pending_tool_calls"][0]["call"]["id"] == "x"
+
+
+def test_a_journaling_host_killed_mid_loop_is_resumed_by_another(local_url, fleet_for, tmp_path):
+    fleet = fleet_for(local_url)
+    store = rekindle.Store(local_url)
+    proc = fleet.agent("journal", "run-k")
+    assert proc.stdout.readline().strip() == "journaled"
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    state = store.load("run-k")
+    assert [p["call"]["id"] for p in state["pending_tool_calls"]] == ["b"], state
+    assert state["terminal"] is None
+    with rekindle.Host(store, config(), state_dir=str(tmp_path / "second")) as host:
+        run = host.resume("run-k")
+        assert run.epoch == 2
+        assert [p["call"]["id"] for p in run.state()["pending_tool_calls"]] == ["b"]
+        run.record_tool_result("b", "step 2 done")
+        after = run.record_model_turn("finished after 2 steps")
+        assert after["next_step"]["step"] == "finish", after["next_step"]
+        ended = run.finish("completed", "done")
+        assert ended["terminal"]["outcome"] == "completed"
+        with pytest.raises(rekindle.RefusedError):
+            run.record_user_message("after the end")
+    assert store.load("run-k")["terminal"]["outcome"] == "completed"
+    assert store.runs() == [], "a finished run leaves the index"
+
+
+def test_asyncio_hosts_and_async_models_and_tools(local_url, tmp_path):
+    store = rekindle.Store(local_url)
+    seen = []
+
+    async def amodel(messages, tools):
+        await asyncio.sleep(0)
+        return model(messages, tools)
+
+    async def step(n, ctx):
+        await asyncio.sleep(0)
+        seen.append((ctx.call_id, ctx.idempotency_key))
+        return {"n": n}
+
+    async def main():
+        with rekindle.Host(store, config(), model=amodel, tools=[rekindle.Tool(step, schema={"type": "object"})],
+                           state_dir=str(tmp_path / "async")) as host:
+            return await asyncio.gather(host.arun("as-1", "steps=2"), host.arun("as-2", "steps=1"))
+
+    results = asyncio.run(main())
+    assert [r["status"] for r in results] == ["finished", "finished"], results
+    assert sorted(seen) == [("call_1_1", "as-1:call_1_1"), ("call_1_1", "as-2:call_1_1"), ("call_2_1", "as-1:call_2_1")]
+    tool_messages = [m for m in store.load("as-1")["messages"] if m["role"] == "tool"]
+    assert tool_messages[0]["content"] == '{"n": 1}'
+
+
+def test_models_tools_and_their_failures(local_url, tmp_path):
+    store = rekindle.Store(local_url)
+
+    class Completions:
+        def create(self, model, messages, tools=None):
+            # An OpenAI-style response object: model_dump() gives the wire form.
+            class Response:
+                def model_dump(self_inner):
+                    if tools and not any(m["role"] == "tool" for m in messages):
+                        return {"choices": [{"message": {"content": None, "tool_calls": [
+                            {"id": "c-1", "type": "function", "function": {"name": "boom", "arguments": "{}"}}]}}],
+                            "usage": {"prompt_tokens": 7, "completion_tokens": 2}}
+                    return {"choices": [{"message": {"content": "saw: " + messages[-1]["content"]}}]}
+            return Response()
+
+    class Client:
+        chat = type("Chat", (), {"completions": Completions()})()
+
+    def boom():
+        raise ValueError("the disk is full")
+
+    with rekindle.Host(store, config(), model=Client(), tools=[boom], state_dir=str(tmp_path / "m")) as host:
+        result = host.run("tools-1", "go")
+        assert result["status"] == "finished"
+        state = store.load("tools-1")
+        tool = [m for m in state["messages"] if m["role"] == "tool"][0]
+        assert tool["content"] == "ValueError: the disk is full" and state["counters"]["tool_errors"] == 1
+        assert state["counters"]["input_tokens"] == 7
+        # A model that raises fails the run's step with an error naming the model.
+        def broken(messages, tools):
+            raise RuntimeError("endpoint down")
+    with rekindle.Host(store, config(), model=broken, state_dir=str(tmp_path / "b")) as host:
+        with pytest.raises(rekindle.UnavailableError) as down:
+            host.run("broken-1", "go")
+        assert "py-test-model" in str(down.value) and "endpoint down" in str(down.value)
+    # Opening and configuration mistakes name the problem.
+    with pytest.raises(rekindle.InvalidInputError):
+        rekindle.Store("s3://")
+    with pytest.raises(rekindle.RekindleError) as missing:
+        rekindle.Store(str(tmp_path / "nowhere"), create=False)
+    assert "nowhere" in str(missing.value)
+    with pytest.raises(rekindle.InvalidInputError):
+        rekindle.Worker(store, config(), tools=[boom])
+    with pytest.raises(rekindle.InvalidInputError):
+        rekindle.Host(store, config(), tools=[boom, boom])
+    with pytest.raises(rekindle.NotFoundError):
+        store.load("no-such-run")
+
+
+def test_sessions_save_and_load_with_compare_and_swap(local_url):
+    store = rekindle.Store(local_url)
+    assert store.load_session("s-1") is None
+    first = store.save_session("s-1", {"notes": ["a"]})
+    loaded = store.load_session("s-1")
+    assert loaded["data"] == {"notes": ["a"]} and loaded["digest"] == first["digest"]
+    second = store.save_session("s-1", {"notes": ["a", "b"]}, expected=first["digest"])
+    assert second["generation"] == first["generation"] + 1
+    with pytest.raises(rekindle.ConflictError) as stale:
+        store.save_session("s-1", {"notes": ["lost"]}, expected=first["digest"])
+    assert stale.value.kind == "conflict" and "s-1" in str(stale.value)
+    assert store.load_session("s-1")["data"] == {"notes": ["a", "b"]}
