@@ -294,3 +294,46 @@ def test_sessions_save_and_load_with_compare_and_swap(local_url):
         store.save_session("s-1", {"notes": ["lost"]}, expected=first["digest"])
     assert stale.value.kind == "conflict" and "s-1" in str(stale.value)
     assert store.load_session("s-1")["data"] == {"notes": ["a", "b"]}
+
+
+def test_resume_run_continues_a_stopped_run_under_its_own_id(local_url, fleet_for, tmp_path):
+    fleet = fleet_for(local_url)
+    store = rekindle.Store(local_url)
+    holder = {}
+    ran = []
+
+    def step(n, ctx):
+        ran.append((ctx.call_id, ctx.epoch))
+        # A tool may use the store (the package's calls nest).
+        assert store.load(ctx.run_id)["pending_tool_calls"][0]["call"]["id"] == ctx.call_id
+        if n == 2:
+            holder["host"].stop()
+        return f"step {n} done"
+
+    tools = [rekindle.Tool(step, schema={"type": "object", "properties": {"n": {"type": "integer"}}})]
+    with rekindle.Host(store, config(), model=model, tools=tools, state_dir=str(tmp_path / "one")) as host:
+        holder["host"] = host
+        stopped = host.run("run-r", "steps=3")
+        assert stopped["status"] == "stopped", stopped
+    # Another host process continues it under the same ID, fencing the first.
+    with rekindle.Host(store, config(), model=model, tools=tools, state_dir=str(tmp_path / "two")) as host:
+        result = host.resume_run("run-r")
+    assert result["status"] == "finished", result
+    assert ran == [("call_1_1", 1), ("call_2_1", 1), ("call_3_1", 2)], ran
+    # A run a recovery has claimed is that recovery's to continue.
+    proc = fleet.agent("host", "run-s", 3, 2)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    store.spawn_recovery("run-s", "run-s-recovery", takeover=True)
+    with rekindle.Host(store, config(), model=model, tools=tools, state_dir=str(tmp_path / "three")) as host:
+        with pytest.raises(rekindle.RefusedError) as claimed:
+            host.resume_run("run-s")
+    assert "run-s-recovery" in str(claimed.value)
+    # A different configuration is refused before anything runs.
+    other = rekindle.Config("another-model")
+    proc = fleet.agent("host", "run-t", 3, 2)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    with rekindle.Host(store, other, model=model, tools=tools, state_dir=str(tmp_path / "four"),
+                       lease_ttl_ms=2000) as host:
+        with pytest.raises(rekindle.RefusedError) as changed:
+            host.resume_run("run-t")
+    assert "model" in str(changed.value)
