@@ -283,8 +283,9 @@ impl RunState {
         Ok(Applied::Appended)
     }
 
-    /// Validates a fact against the current state without changing anything.
-    fn check(&self, fact: &Fact) -> Result<Applied, FoldError> {
+    /// Validates a fact against the current state without changing anything: what
+    /// [`Self::apply`] would answer (a host checks a fact before it journals it).
+    pub fn check(&self, fact: &Fact) -> Result<Applied, FoldError> {
         let seq = fact.seq;
         let kind = fact.body.kind();
         let expected = Seq(self.facts.len() as u64 + 1);

@@ -290,7 +290,7 @@ impl Journaled {
             body,
         };
         // The fold's rules first, so a fact the run refuses reaches neither the log nor the store.
-        if let Err(error) = self.writer.state().clone().apply(fact.clone()) {
+        if let Err(error) = self.writer.state().check(&fact) {
             return Err(FleetError::FactRefused {
                 run: self.held.run.clone(),
                 kind: fact.body.kind(),
