@@ -5,12 +5,15 @@
 Each run takes 2 * calls + 1 steps (a model turn with one tool call, its result, ..., the
 final answer), on a fresh store prefix per path:
 
-* rust:   the scripted model and a command tool (`true`), both in Rust (as `rekindle run`)
-* python: a Python model callable and a Python tool
-* mixed:  the Rust scripted model and a Python tool
+* rust:     the scripted model and a command tool (`true`), both in Rust (as `rekindle run`)
+* py-model: a Python model callable and the command tool
+* py-tool:  the Rust scripted model and a Python tool
+* python:   a Python model and a Python tool
 
 Prints, per path, the median milliseconds per step over the runs and the store requests per
-step (the same for every path: the drive loop commits one fact per step).
+step (the same for every path: the drive loop commits one fact per step), then what a Python
+model turn and a Python tool call cost next to their Rust counterparts (the difference of the
+medians, per model turn and per tool call).
 """
 
 import argparse
@@ -49,9 +52,11 @@ def main() -> None:
     noop = rekindle.Tool(lambda i=0: "", name="noop", schema={"type": "object"})
     paths = {
         "rust": dict(model=None, tools=None),
+        "py-model": dict(model=python_model, tools=None),
+        "py-tool": dict(model=None, tools=[noop]),
         "python": dict(model=python_model, tools=[noop]),
-        "mixed": dict(model=None, tools=[noop]),
     }
+    medians = {}
     steps = 2 * args.calls + 1
     print(f"{args.runs} runs of {steps} steps per path, store: {args.store or 'a local directory'}")
     for name, agent in paths.items():
@@ -70,8 +75,14 @@ def main() -> None:
                     continue  # warm-up
                 per_step.append(elapsed * 1000 / steps)
                 requests.append((store.requests()["requests"] - before) / steps)
-        print(f"{name:>6}: {statistics.median(per_step):6.2f} ms/step (median), "
+        medians[name] = statistics.median(per_step)
+        print(f"{name:>8}: {medians[name]:6.2f} ms/step (median), "
               f"{statistics.median(requests):.2f} requests/step")
+    model_turns, tool_calls = args.calls + 1, args.calls
+    model_delta = (medians["py-model"] - medians["rust"]) * steps / model_turns
+    tool_delta = (medians["py-tool"] - medians["rust"]) * steps / tool_calls
+    print(f"a Python model turn costs {model_delta:+.2f} ms next to the Rust scripted model; "
+          f"a Python tool call {tool_delta:+.2f} ms next to a command tool (a process per call)")
 
 
 if __name__ == "__main__":
