@@ -211,7 +211,7 @@ fn generation_kind(error: &GenerationError) -> ErrorKind {
         // Nothing is left to write or resume, and its ID is never reused; no other holder
         // owns it, so it is not `Fenced` (a worker hands a fenced attempt back to be offered
         // again, which for a retired run would never end).
-        GenerationError::Retired { .. } => ErrorKind::Refused,
+        GenerationError::Retired { .. } | GenerationError::Interrupted { .. } => ErrorKind::Refused,
         GenerationError::Conflict { .. } | GenerationError::AlreadyExists { .. } => {
             ErrorKind::Conflict
         }
@@ -331,7 +331,8 @@ fn fleet_kind(error: &FleetError) -> ErrorKind {
         FleetError::ResumeRefused { .. }
         | FleetError::BeingRecovered { .. }
         | FleetError::NotWaiting { .. }
-        | FleetError::IdReserved { .. } => ErrorKind::Refused,
+        | FleetError::IdReserved { .. }
+        | FleetError::InDoubt { .. } => ErrorKind::Refused,
         FleetError::PinMismatch { .. } => ErrorKind::Corrupt,
         FleetError::FactRefused { .. } => ErrorKind::InvalidInput,
     }

@@ -891,3 +891,51 @@ async fn local_store_fsyncs_writes_and_deletes() {
     // Deleting a missing key still succeeds; its missing directory has nothing to sync.
     store.delete("never/written").await.unwrap();
 }
+
+// A commit whose future is dropped mid-write (its caller was cancelled: a timeout, Ctrl-C in a
+// host) leaves the writer not knowing whether the generation landed. The writer then refuses
+// to commit more, naming the run, instead of writing a generation whose seqs skip the
+// in-doubt ones (which made the run unreadable); a fresh resume carries on from what landed.
+#[tokio::test]
+async fn a_commit_cancelled_mid_write_stops_the_writer_not_the_run() {
+    let plan = rekindle::store::faults::FaultPlan {
+        latency: Duration::from_millis(20),
+        ..Default::default()
+    };
+    let (store, _faults) = common::faulty_memory(plan, 1);
+    let facts = sample::run("run-cancel", 12, 3);
+    let policy = SnapshotPolicy::default();
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), policy)
+        .await
+        .unwrap();
+    // Every request takes 20 ms: the timeout drops the commit while it writes.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(5),
+        writer.commit(facts[2..3].to_vec()),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the commit was not cut off mid-write");
+    match writer.commit(facts[3..4].to_vec()).await {
+        Err(error @ GenerationError::Interrupted { .. }) => {
+            assert!(error.to_string().contains("run-cancel"), "{error}")
+        }
+        other => panic!("expected the writer to refuse, got {other:?}"),
+    }
+    // Whatever landed loads, and a resume continues from it.
+    let loaded = generation::load(&store, &RunId::new("run-cancel"), None)
+        .await
+        .unwrap();
+    let landed = loaded.state.last_seq().0 as usize;
+    assert!(landed == 2 || landed == 3, "{landed}");
+    let mut resumed = RunWriter::resume(&store, &RunId::new("run-cancel"), Epoch(2), policy)
+        .await
+        .unwrap();
+    resumed
+        .commit(facts[landed..landed + 1].to_vec())
+        .await
+        .unwrap();
+    let reloaded = generation::load(&store, &RunId::new("run-cancel"), None)
+        .await
+        .unwrap();
+    assert_eq!(reloaded.state.last_seq().0 as usize, landed + 1);
+}

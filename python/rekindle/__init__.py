@@ -324,8 +324,13 @@ class Host:
         return self._native.run(run_id, prompt, session_id=session_id)
 
     async def arun(self, run_id: str, prompt: str, *, session_id: Optional[str] = None) -> Dict[str, Any]:
-        """``run`` for asyncio: the run is driven on a worker thread."""
-        return await asyncio.to_thread(self.run, run_id, prompt, session_id=session_id)
+        """``run`` for asyncio: the run is driven on a worker thread. Cancelling it asks this
+        host's runs in flight to stop after their current step (``stop()``)."""
+        try:
+            return await asyncio.to_thread(self.run, run_id, prompt, session_id=session_id)
+        except asyncio.CancelledError:
+            self.stop()
+            raise
 
     def resume_run(self, run_id: str) -> Dict[str, Any]:
         """Continues run ``run_id`` under its own ID: its earlier holder is fenced (after its
@@ -358,11 +363,14 @@ class Host:
         return await asyncio.to_thread(self.parallel_resumable, specs, workflow_id, poll_ms=poll_ms)
 
     def stop(self) -> None:
-        """Asks every run this host drives to stop after its current step (signal-safe)."""
+        """Asks the runs this host drives now to stop after their current step (signal-safe);
+        later runs are not affected."""
         self._native.stop()
 
     def close(self) -> None:
-        """Stops the heartbeat and removes it."""
+        """Stops the runs in flight after their step, then stops the heartbeat and removes it:
+        what this host leaves unfinished (open ``JournalRun``s too) is the fleet's to recover
+        at once. Later calls on this host raise ``InvalidInputError``."""
         self._native.close()
 
     def __enter__(self) -> "Host":

@@ -21,7 +21,6 @@ use async_trait::async_trait;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
 use serde_json::{Value, json};
 
 use rekindle::clock::SystemClock;
@@ -140,14 +139,26 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 /// `stop()`) while the library works without the GIL.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
+/// What a blocking call does when a Python signal handler raises (Ctrl-C's
+/// `KeyboardInterrupt`) while it waits.
+#[derive(Clone, Copy)]
+enum OnSignal<'a> {
+    /// Drop the work where it is (as a crash would leave it, which every library write is safe
+    /// against) and raise at once. Only for work that owns no state that outlives the call.
+    Abort,
+    /// Let the work finish, then raise: for work on state the caller keeps (a journal's
+    /// writer, which must never be left mid-commit).
+    Finish,
+    /// Set the flag (a graceful stop after the current step), let the work end, then raise;
+    /// a second signal drops the work where it is.
+    Stop(&'a Arc<AtomicBool>),
+}
+
 /// Runs `work` on the runtime with the GIL released, looking at Python's signals every
-/// [`SIGNAL_CHECK`]. A signal handler that raises (Ctrl-C's `KeyboardInterrupt`): with `stop`,
-/// the flag is set and the work is awaited to its graceful end, then the exception is raised;
-/// without, the work is dropped where it is (as a crash would leave it, which every write is
-/// safe against) and the exception is raised at once.
+/// [`SIGNAL_CHECK`] and reacting as `on_signal` says.
 fn block<T: Send + 'static>(
     py: Python<'_>,
-    stop: Option<&Arc<AtomicBool>>,
+    on_signal: OnSignal<'_>,
     work: impl Future<Output = T> + Send + 'static,
 ) -> PyResult<T> {
     let mut task = runtime().spawn(work);
@@ -169,18 +180,20 @@ fn block<T: Send + 'static>(
                 )));
             }
             Err(_elapsed) => {
-                if interrupted.is_none()
-                    && let Err(error) = py.check_signals()
-                {
-                    match stop {
-                        Some(stop) => {
-                            stop.store(true, Ordering::SeqCst);
-                            interrupted = Some(error);
-                        }
-                        None => {
-                            task.abort();
-                            return Err(error);
-                        }
+                let Err(error) = py.check_signals() else {
+                    continue;
+                };
+                match (on_signal, interrupted.is_some()) {
+                    (OnSignal::Abort, _) | (OnSignal::Stop(_), true) => {
+                        task.abort();
+                        return Err(error);
+                    }
+                    (OnSignal::Stop(stop), false) => {
+                        stop.store(true, Ordering::SeqCst);
+                        interrupted = Some(error);
+                    }
+                    (OnSignal::Finish, _) => {
+                        interrupted.get_or_insert(error);
                     }
                 }
             }
@@ -188,12 +201,12 @@ fn block<T: Send + 'static>(
     }
 }
 
-/// `block` for the library's fallible calls.
+/// `block` for the library's fallible calls that own no state beyond the call.
 fn call<T: Send + 'static>(
     py: Python<'_>,
     work: impl Future<Output = rekindle::Result<T>> + Send + 'static,
 ) -> PyResult<T> {
-    block(py, None, work)?.map_err(py_error)
+    block(py, OnSignal::Abort, work)?.map_err(py_error)
 }
 
 /// A JSON value as the Python object `json.loads` makes of it.
@@ -245,12 +258,19 @@ fn stopped_json(run: &RunId, stopped: &Stopped) -> Value {
 }
 
 /// The holder ID of a process of this package, unless one is given: role, host, PID.
+/// Random, so two hosts or workers in one process never share a holder ID (one would take
+/// the other's runs over as its own).
 fn default_id(role: &str) -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "local".into());
-    format!("{role}-{host}-{}", std::process::id())
+    let nonce = SystemClock::shared().nonce();
+    format!(
+        "{role}-{host}-{}-{}",
+        std::process::id(),
+        &nonce[..nonce.len().min(8)]
+    )
 }
 
 fn state_dir(given: Option<PathBuf>) -> PyResult<LogDir> {
@@ -618,26 +638,47 @@ impl Model for PythonModel {
         let tools = Value::from(chat_tools(request.tools)).to_string();
         let turn = request.state.counters().model_turns;
         let adapter = Arc::clone(&self.adapter);
-        let failed = |message: String| ModelError::Endpoint {
-            url: format!("python model '{}'", self.name),
-            message,
-        };
+        let url = format!("python model '{}'", self.name);
         let answered = tokio::task::spawn_blocking(move || {
-            Python::attach(|py| -> PyResult<String> {
+            Python::attach(|py| {
                 adapter
                     .bind(py)
-                    .call_method1("_complete", (messages, tools, turn))?
-                    .extract()
+                    .call_method1("_complete", (messages, tools, turn))
+                    .and_then(|turn| turn.extract::<String>())
+                    .map_err(|error| (is_programming_error(py, &error), error.to_string()))
             })
         })
         .await
-        .map_err(|e| failed(e.to_string()))?
-        .map_err(|e| failed(e.to_string()))?;
-        serde_json::from_str(&answered).map_err(|e| ModelError::Garbage {
-            url: format!("python model '{}'", self.name),
-            message: e.to_string(),
-        })
+        .map_err(|e| (false, e.to_string()));
+        match answered {
+            Ok(Ok(text)) => serde_json::from_str(&text).map_err(|e| ModelError::Garbage {
+                url,
+                message: e.to_string(),
+            }),
+            // A bug in the model's code (or a turn of the wrong shape) is not retried away:
+            // it is invalid input, as a malformed response from an endpoint is.
+            Ok(Err((true, message))) | Err((true, message)) => {
+                Err(ModelError::Garbage { url, message })
+            }
+            Ok(Err((false, message))) | Err((false, message)) => {
+                Err(ModelError::Endpoint { url, message })
+            }
+        }
     }
+}
+
+/// Whether a model's exception is a bug in its code (`TypeError`, `ValueError`, `KeyError`,
+/// `AttributeError`, `NameError`, `IndexError`) rather than a failure to reach the model.
+fn is_programming_error(py: Python<'_>, error: &PyErr) -> bool {
+    use pyo3::exceptions::{
+        PyAttributeError, PyIndexError, PyKeyError, PyNameError, PyTypeError, PyValueError,
+    };
+    error.is_instance_of::<PyTypeError>(py)
+        || error.is_instance_of::<PyValueError>(py)
+        || error.is_instance_of::<PyKeyError>(py)
+        || error.is_instance_of::<PyAttributeError>(py)
+        || error.is_instance_of::<PyNameError>(py)
+        || error.is_instance_of::<PyIndexError>(py)
 }
 
 /// A model for runs whose host drives its own loop: never asked.
@@ -795,7 +836,43 @@ impl Drop for Beating {
 #[pyclass(module = "rekindle")]
 struct Host {
     node: Node,
-    beating: Beating,
+    /// Shared with every `JournalRun` this host started: the heartbeat lasts while any of
+    /// them (or the host) is alive and not closed.
+    beating: Arc<Beating>,
+    /// The stop flags of the runs this host drives now; `stop()` sets each.
+    stops: Arc<std::sync::Mutex<Vec<std::sync::Weak<AtomicBool>>>>,
+}
+
+impl Host {
+    /// This host's node for one call, with a stop flag of its own (a stop ends the runs in
+    /// flight, not the host): refused once the host is closed.
+    fn node_for_call(&self) -> PyResult<(Node, Arc<AtomicBool>)> {
+        if self.beating.stop.load(Ordering::SeqCst) {
+            return Err(invalid(format!(
+                "host '{}' is closed; open a new Host",
+                self.node.holder.id()
+            )));
+        }
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut stops = self.stops.lock().unwrap_or_else(|e| e.into_inner());
+        stops.retain(|weak| weak.strong_count() > 0);
+        stops.push(Arc::downgrade(&flag));
+        let mut node = self.node.clone();
+        node.stop = Arc::clone(&flag);
+        Ok((node, flag))
+    }
+
+    /// Drives a run on `node` until it stops; a signal asks it to stop after its step.
+    fn drive(
+        &self,
+        py: Python<'_>,
+        run: RunId,
+        flag: &Arc<AtomicBool>,
+        work: impl Future<Output = rekindle::Result<Stopped>> + Send + 'static,
+    ) -> PyResult<Py<PyAny>> {
+        let stopped = block(py, OnSignal::Stop(flag), work)?.map_err(py_error)?;
+        to_py(py, &stopped_json(&run, &stopped))
+    }
 }
 
 #[pymethods]
@@ -823,7 +900,7 @@ impl Host {
             holder_id.unwrap_or_else(|| default_id("py-host")),
             Duration::from_millis(lease_ttl_ms),
         );
-        let beating = Beating::start(py, Arc::clone(&holder))?;
+        let beating = Arc::new(Beating::start(py, Arc::clone(&holder))?);
         Ok(Host {
             node: Node {
                 store: store.inner.clone(),
@@ -833,6 +910,7 @@ impl Host {
                 stop: Arc::new(AtomicBool::new(false)),
             },
             beating,
+            stops: Arc::default(),
         })
     }
 
@@ -857,30 +935,27 @@ impl Host {
         prompt: &str,
         session_id: Option<String>,
     ) -> PyResult<Py<PyAny>> {
-        let node = self.node.clone();
+        let (node, flag) = self.node_for_call()?;
         let run = RunId::new(run_id);
         let prompt = prompt.to_owned();
-        let stopped = block(py, Some(&self.node.stop), {
-            let run = run.clone();
-            async move {
-                node.start_run(&run, session_id.map(SessionId::new), &prompt)
-                    .await
-            }
-        })?
-        .map_err(py_error)?;
-        to_py(py, &stopped_json(&run, &stopped))
+        let driven = run.clone();
+        self.drive(py, run, &flag, async move {
+            node.start_run(&driven, session_id.map(SessionId::new), &prompt)
+                .await
+        })
     }
 
     /// Continues run `run_id` under its own ID (its earlier holder is fenced) and drives it.
     fn resume_run(&self, py: Python<'_>, run_id: &str) -> PyResult<Py<PyAny>> {
-        let node = self.node.clone();
+        let (node, flag) = self.node_for_call()?;
         let run = RunId::new(run_id);
-        let stopped = block(py, Some(&self.node.stop), {
-            let run = run.clone();
-            async move { node.resume_run(&run).await }
-        })?
-        .map_err(py_error)?;
-        to_py(py, &stopped_json(&run, &stopped))
+        let driven = run.clone();
+        self.drive(
+            py,
+            run,
+            &flag,
+            async move { node.resume_run(&driven).await },
+        )
     }
 
     /// Starts run `run_id` for a loop the host drives itself: returns a `JournalRun`.
@@ -892,22 +967,29 @@ impl Host {
         prompt: &str,
         session_id: Option<String>,
     ) -> PyResult<JournalRun> {
-        let node = self.node.clone();
+        let (node, _) = self.node_for_call()?;
         let run = RunId::new(run_id);
         let prompt = prompt.to_owned();
-        let journaled = call(py, async move {
-            node.begin_run(&run, session_id.map(SessionId::new), &prompt)
+        let begun = node.clone();
+        let journaled = block(py, OnSignal::Finish, async move {
+            begun
+                .begin_run(&run, session_id.map(SessionId::new), &prompt)
                 .await
-        })?;
-        Ok(JournalRun::new(self.node.clone(), journaled))
+        })?
+        .map_err(py_error)?;
+        Ok(JournalRun::new(node, Arc::clone(&self.beating), journaled))
     }
 
     /// Takes run `run_id` over (fencing its earlier holder) for a loop the host drives itself.
     fn resume(&self, py: Python<'_>, run_id: &str) -> PyResult<JournalRun> {
-        let node = self.node.clone();
+        let (node, _) = self.node_for_call()?;
         let run = RunId::new(run_id);
-        let journaled = call(py, async move { node.continue_run(&run).await })?;
-        Ok(JournalRun::new(self.node.clone(), journaled))
+        let continued = node.clone();
+        let journaled = block(py, OnSignal::Finish, async move {
+            continued.continue_run(&run).await
+        })?
+        .map_err(py_error)?;
+        Ok(JournalRun::new(node, Arc::clone(&self.beating), journaled))
     }
 
     /// Runs (or resumes) workflow `workflow_id`: each spec (`{"step", "prompt",
@@ -946,14 +1028,20 @@ impl Host {
         )
     }
 
-    /// Asks every run this host drives to stop after its current step.
+    /// Asks every run this host drives now to stop after its current step; later runs are
+    /// not affected.
     fn stop(&self) {
-        self.node.stop.store(true, Ordering::SeqCst);
+        let stops = self.stops.lock().unwrap_or_else(|e| e.into_inner());
+        for flag in stops.iter().filter_map(std::sync::Weak::upgrade) {
+            flag.store(true, Ordering::SeqCst);
+        }
     }
 
-    /// Stops the heartbeat and removes it: runs this host left unfinished are recovered by the
-    /// fleet at once rather than after a TTL.
+    /// Stops the runs in flight after their step, stops the heartbeat and removes it: what
+    /// this host leaves unfinished (journal runs still open too) is the fleet's to recover at
+    /// once. Later calls on this host are refused.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.stop();
         self.beating.close(py)
     }
 }
@@ -968,24 +1056,30 @@ fn state_dir_or_default(given: Option<PathBuf>) -> PyResult<LogDir> {
 struct JournalRun {
     node: Node,
     run: RunId,
+    /// Keeps the host's heartbeat alive while this run is open, even if the `Host` object is
+    /// gone.
+    _beating: Arc<Beating>,
     journaled: Arc<tokio::sync::Mutex<Option<Journaled>>>,
 }
 
 impl JournalRun {
-    fn new(node: Node, journaled: Journaled) -> Self {
+    fn new(node: Node, beating: Arc<Beating>, journaled: Journaled) -> Self {
         JournalRun {
             node,
             run: journaled.run_id().clone(),
+            _beating: beating,
             journaled: Arc::new(tokio::sync::Mutex::new(Some(journaled))),
         }
     }
 
-    /// Records one fact; with `close`, then hands the run back (it ended or parked).
+    /// Records one fact; with `close`, then hands the run back (it ended or parked). A
+    /// hand-back whose fact landed but whose index update failed is finished by calling it
+    /// again. Never dropped mid-commit: a signal is raised after the commit returns.
     fn record(&self, py: Python<'_>, body: FactBody, close: bool) -> PyResult<Py<PyAny>> {
         let slot = Arc::clone(&self.journaled);
         let node = self.node.clone();
         let run = self.run.clone();
-        let state = call(py, async move {
+        let state = block(py, OnSignal::Finish, async move {
             let mut guard = slot.lock().await;
             let Some(journaled) = guard.as_mut() else {
                 return Err(rekindle::fleet::FleetError::NotWaiting {
@@ -995,14 +1089,18 @@ impl JournalRun {
                 }
                 .into());
             };
-            let now = node.store.clock().wall_ms();
-            journaled.record(body, now).await?;
+            if !(close && journaled.last_is(&body)) {
+                let now = node.store.clock().wall_ms();
+                journaled.record(body, now).await?;
+            }
             let state = state_json(journaled.state());
-            if close && let Some(journaled) = guard.take() {
+            if close {
                 node.close_journaled(journaled).await?;
+                *guard = None;
             }
             Ok(state)
-        })?;
+        })?
+        .map_err(py_error)?;
         to_py(py, &state)
     }
 }
@@ -1017,7 +1115,7 @@ impl JournalRun {
     /// The committed state (`None` once handed back).
     fn state(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let slot = Arc::clone(&self.journaled);
-        let state = block(py, None, async move {
+        let state = block(py, OnSignal::Finish, async move {
             slot.lock().await.as_ref().map(|j| state_json(j.state()))
         })?;
         to_py(py, &state.unwrap_or(Value::Null))
@@ -1027,7 +1125,7 @@ impl JournalRun {
     #[getter]
     fn epoch(&self, py: Python<'_>) -> PyResult<Option<u64>> {
         let slot = Arc::clone(&self.journaled);
-        block(py, None, async move {
+        block(py, OnSignal::Finish, async move {
             slot.lock().await.as_ref().map(|j| j.epoch().0)
         })
     }
@@ -1039,21 +1137,29 @@ impl JournalRun {
         &self,
         py: Python<'_>,
         content: Option<String>,
-        tool_calls: Option<&Bound<'_, PyList>>,
+        tool_calls: Option<&Bound<'_, PyAny>>,
         input_tokens: u64,
         output_tokens: u64,
         reasoning: Option<String>,
     ) -> PyResult<Py<PyAny>> {
+        let run = &self.run;
         let mut calls = Vec::new();
         if let Some(list) = tool_calls {
-            for item in list.iter() {
-                let value = from_py(py, &item)?;
-                let id = value["id"]
-                    .as_str()
-                    .ok_or_else(|| invalid("a tool call needs a string 'id'"))?;
-                let name = value["name"]
-                    .as_str()
-                    .ok_or_else(|| invalid(format!("tool call '{id}' needs a string 'name'")))?;
+            let value = from_py(py, list)?;
+            let Value::Array(items) = value else {
+                return Err(invalid(format!(
+                    "run \"{run}\": tool_calls must be a list of {{\"id\", \"name\", \"arguments\"}}"
+                )));
+            };
+            for (i, value) in items.iter().enumerate() {
+                let id = value["id"].as_str().ok_or_else(|| {
+                    invalid(format!("run \"{run}\": tool call {i} needs a string 'id'"))
+                })?;
+                let name = value["name"].as_str().ok_or_else(|| {
+                    invalid(format!(
+                        "run \"{run}\": tool call '{id}' needs a string 'name'"
+                    ))
+                })?;
                 let arguments = match &value["arguments"] {
                     Value::String(text) => text.clone(),
                     Value::Null => "{}".into(),
@@ -1133,7 +1239,8 @@ impl JournalRun {
         let outcome: Outcome = serde_json::from_value(Value::String(outcome.to_owned()))
             .map_err(|_| {
                 invalid(format!(
-                    "outcome '{outcome}' is not one of completed, failed, cancelled, budget, step_cap, dead_lettered"
+                    "run \"{}\": outcome '{outcome}' is not one of completed, failed, cancelled, budget, step_cap, dead_lettered",
+                    self.run
                 ))
             })?;
         let body = FactBody::Terminal(Terminal { outcome, message });
@@ -1145,12 +1252,15 @@ impl JournalRun {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let slot = Arc::clone(&self.journaled);
         let node = self.node.clone();
-        call(py, async move {
-            match slot.lock().await.take() {
-                Some(journaled) => node.close_journaled(journaled).await,
-                None => Ok(()),
+        block(py, OnSignal::Finish, async move {
+            let mut guard = slot.lock().await;
+            if let Some(journaled) = guard.as_ref() {
+                node.close_journaled(journaled).await?;
+                *guard = None;
             }
-        })
+            Ok(())
+        })?
+        .map_err(py_error)
     }
 }
 
@@ -1231,7 +1341,7 @@ impl Worker {
             Arc::clone(&self.stop),
             Arc::clone(&self.stats),
         );
-        block(py, Some(&self.stop), work)?.map_err(py_error)
+        block(py, OnSignal::Stop(&self.stop), work)?.map_err(py_error)
     }
 
     /// Asks the worker to stop gracefully.

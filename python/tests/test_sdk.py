@@ -5,10 +5,13 @@ the errors a user meets."""
 
 import asyncio
 import collections
+import gc
 import json
 import os
+import shutil
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -131,7 +134,9 @@ def test_a_workflow_whose_driver_dies_is_resumed(local_url, fleet_for, tmp_path)
                        state_dir=str(tmp_path / "again")) as host:
         report = host.parallel_resumable(specs, "wf", poll_ms=100)
         assert sorted(report["skipped"] + report["dispatched"]) == ["a", "b", "c"], report
-        assert {c["outcome"] for c in report["completed"]} <= {"completed"}
+        # Every step this run waited for finished, and completed.
+        assert sorted(c["step"] for c in report["completed"]) == sorted(report["dispatched"]), report
+        assert all(c["outcome"] == "completed" for c in report["completed"]), report
         # A rerun after it finished skips everything.
         again = host.parallel_resumable(specs, "wf", poll_ms=100)
         assert sorted(again["skipped"]) == ["a", "b", "c"] and again["dispatched"] == [], again
@@ -337,3 +342,97 @@ def test_resume_run_continues_a_stopped_run_under_its_own_id(local_url, fleet_fo
         with pytest.raises(rekindle.RefusedError) as changed:
             host.resume_run("run-t")
     assert "model" in str(changed.value)
+
+
+def next_slot(bucket, run_id):
+    """The path of a run's next generation object in a local-directory store."""
+    gens = sorted(Path(bucket).glob(f"runs/*/{run_id}/gen/*"))
+    last = gens[-1]
+    return last.parent / str(int(last.name) + 1).zfill(len(last.name))
+
+
+def test_ctrl_c_during_a_journal_commit_waits_for_the_commit(local_url, tmp_path):
+    store = rekindle.Store(local_url)
+    with rekindle.Host(store, config(), state_dir=str(tmp_path / "s")) as host:
+        run = host.start("ctl-c", "steps=1")
+        blocker = next_slot(local_url, "ctl-c") / "blocker"
+        blocker.mkdir(parents=True)  # the next write fails (and is retried) for a while
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        threading.Timer(0.8, lambda: shutil.rmtree(blocker.parent)).start()
+        with pytest.raises(KeyboardInterrupt):
+            run.record_model_turn(None, [{"id": "a", "name": "step", "arguments": {"n": 1}}])
+        # The interrupt came after the commit landed: nothing is half-written.
+        assert store.load("ctl-c")["last_seq"] == 3
+        run.record_tool_result("a", "done")
+        run.record_model_turn("finished")
+        assert run.finish()["terminal"]["outcome"] == "completed"
+    assert store.load("ctl-c")["terminal"]["outcome"] == "completed"
+
+
+def test_a_failed_journal_commit_is_retried_with_the_same_fact(local_url, tmp_path):
+    store = rekindle.Store(local_url)
+    with rekindle.Host(store, config(), state_dir=str(tmp_path / "s")) as host:
+        run = host.start("retry", "steps=1")
+        run.record_model_turn(None, [{"id": "a", "name": "step", "arguments": {"n": 1}}])
+        slot = next_slot(local_url, "retry")
+        (slot / "blocker").mkdir(parents=True)
+        with pytest.raises(rekindle.UnavailableError) as down:
+            run.record_tool_result("a", "done")
+        assert down.value.kind == "unavailable"
+        # Another fact first is refused: the failed one may have landed.
+        with pytest.raises(rekindle.RefusedError) as doubt:
+            run.record_model_turn("skipping ahead")
+        assert "tool.result" in str(doubt.value) and "retry" in str(doubt.value)
+        shutil.rmtree(slot)
+        assert run.record_tool_result("a", "done")["last_seq"] == 4
+        run.record_model_turn("finished")
+        run.finish()
+    state = store.load("retry")
+    assert state["terminal"]["outcome"] == "completed" and state["last_seq"] == 6
+
+
+def test_a_host_object_dropped_keeps_beating_for_its_open_journal(local_url, tmp_path):
+    store = rekindle.Store(local_url)
+    run = rekindle.Host(store, config(), state_dir=str(tmp_path / "s"), lease_ttl_ms=1000).start("kept", "steps=1")
+    gc.collect()
+    # Its holder is alive: an admission that waits for silence is refused.
+    with pytest.raises(rekindle.RefusedError) as alive:
+        store.spawn_recovery("kept", "kept-recovery")
+    assert "kept" in str(alive.value)
+    run.record_model_turn("still mine")
+    assert run.finish()["terminal"]["outcome"] == "completed"
+
+
+def test_stop_ends_the_runs_in_flight_only_and_close_refuses_more(local_url, tmp_path):
+    store = rekindle.Store(local_url)
+    holder = {}
+
+    def step(n, ctx):
+        if n == 1:
+            holder["host"].stop()
+        return "ok"
+
+    tools = [rekindle.Tool(step, schema={"type": "object", "properties": {"n": {"type": "integer"}}})]
+    host = rekindle.Host(store, config(), model=model, tools=tools, state_dir=str(tmp_path / "s"))
+    holder["host"] = host
+    assert host.run("stopped-1", "steps=2")["status"] == "stopped"
+    # The next run is not stopped by the earlier stop.
+    other = rekindle.Host(store, config(), model=model, tools=[rekindle.Tool(lambda n: "ok", name="step",
+                          schema={"type": "object", "properties": {"n": {"type": "integer"}}})],
+                          state_dir=str(tmp_path / "o"))
+    assert other.holder_id != host.holder_id, "two hosts in one process never share a holder ID"
+    holder["host"] = other  # step 1 of the next run stops `other`, not `host`
+    assert host.run("after-stop", "steps=2")["status"] == "finished"
+    host.close()
+    with pytest.raises(rekindle.InvalidInputError) as closed:
+        host.run("too-late", "steps=1")
+    assert "closed" in str(closed.value)
+    other.close()
+
+
+def test_a_model_that_returns_the_wrong_shape_is_invalid_input(local_url, tmp_path):
+    store = rekindle.Store(local_url)
+    with rekindle.Host(store, config(), model=lambda messages, tools: 42, state_dir=str(tmp_path / "s")) as host:
+        with pytest.raises(rekindle.InvalidInputError) as wrong:
+            host.run("shape-1", "go")
+    assert "py-test-model" in str(wrong.value) and "int" in str(wrong.value)

@@ -220,6 +220,17 @@ pub enum FleetError {
         /// The rule it breaks.
         error: crate::core::fold::FoldError,
     },
+    /// A host journaling its own loop recorded a new fact while the commit of the one before
+    /// failed and may have landed; that fact must be recorded again first.
+    #[error(
+        "run \"{run}\": the commit of its {kind} fact failed and may have landed; record that fact again before anything else (or resume the run)"
+    )]
+    InDoubt {
+        /// The run being journaled.
+        run: RunId,
+        /// The kind of the fact in doubt.
+        kind: &'static str,
+    },
     #[error("run \"{run}\" is not parked waiting for {what}{now}")]
     /// An answer came for a run that is not parked waiting for it: the run has ended, runs,
     /// or waits for another call or question.
@@ -262,6 +273,9 @@ pub struct Journaled {
     held: Held,
     entry: IndexEntry,
     written: crate::core::layout::ETag,
+    /// A fact whose commit failed after it was journaled locally: it may have landed (a lost
+    /// acknowledgement), so only the same fact, with the same seq and time, may follow.
+    in_doubt: Option<Fact>,
 }
 
 impl Journaled {
@@ -283,24 +297,60 @@ impl Journaled {
     /// Appends one fact: checked against the run's rules, journaled locally (fsync), then
     /// committed (one create-if-absent PUT, fenced by any newer epoch). Returns once it is in
     /// the store.
+    ///
+    /// A commit that failed can be retried by recording the same fact again: it is committed
+    /// as it was journaled (same seq and time), so a generation that landed without its
+    /// acknowledgement is adopted, not contradicted. Any other fact is refused until then.
     pub async fn record(&mut self, body: FactBody, now_ms: u64) -> Result<()> {
-        let fact = Fact {
-            seq: Seq(self.writer.state().last_seq().0 + 1),
-            at_ms: now_ms,
-            body,
-        };
-        // The fold's rules first, so a fact the run refuses reaches neither the log nor the store.
-        if let Err(error) = self.writer.state().check(&fact) {
-            return Err(FleetError::FactRefused {
-                run: self.held.run.clone(),
-                kind: fact.body.kind(),
-                error,
+        let (fact, journaled) = match self.in_doubt.take() {
+            Some(fact) if fact.body == body => (fact, true),
+            Some(fact) => {
+                let kind = fact.body.kind();
+                self.in_doubt = Some(fact);
+                return Err(FleetError::InDoubt {
+                    run: self.held.run.clone(),
+                    kind,
+                }
+                .into());
             }
-            .into());
+            None => {
+                let fact = Fact {
+                    seq: Seq(self.writer.state().last_seq().0 + 1),
+                    at_ms: now_ms,
+                    body,
+                };
+                // The fold's rules first, so a fact the run refuses reaches neither the log
+                // nor the store.
+                if let Err(error) = self.writer.state().check(&fact) {
+                    return Err(FleetError::FactRefused {
+                        run: self.held.run.clone(),
+                        kind: fact.body.kind(),
+                        error,
+                    }
+                    .into());
+                }
+                (fact, false)
+            }
+        };
+        if !journaled {
+            self.log.append(&fact)?;
         }
-        self.log.append(&fact)?;
-        self.writer.commit(vec![fact]).await?;
+        if let Err(error) = self.writer.commit(vec![fact.clone()]).await {
+            self.in_doubt = Some(fact);
+            return Err(error.into());
+        }
         Ok(())
+    }
+
+    /// The last committed fact, if `body` is it: a hand-back retried after its fact landed.
+    pub fn last_is(&self, body: &FactBody) -> bool {
+        self.in_doubt.is_none()
+            && self
+                .writer
+                .state()
+                .facts()
+                .last()
+                .is_some_and(|fact| fact.body == *body)
     }
 }
 
@@ -428,6 +478,7 @@ impl Node {
             held,
             entry,
             written,
+            in_doubt: _,
         } = journaled;
         let runner = self.runner(writer, log, held.clone());
         let (stopped, _) = self.drive_until_stopped(runner, &held, false).await?;
@@ -467,10 +518,28 @@ impl Node {
     ) -> Result<Journaled> {
         self.refuse_recovery_id(run).await?;
         let held = self.holder.acquire_new(run).await?;
+        let entry = self.entry(run, session.clone(), Phase::Running);
+        let begun = self.begin_held(run, session, prompt, &held, &entry).await;
+        if begun.is_err() {
+            // Best effort: the run never got its first generation, so nothing is left to
+            // recover; its index entry goes and its lease is released (the ID stays used).
+            let _ = lifecycle::host_finished(&self.store, run).await;
+            let _ = self.holder.release(&held).await;
+        }
+        begun
+    }
+
+    async fn begin_held(
+        &self,
+        run: &RunId,
+        session: Option<SessionId>,
+        prompt: &str,
+        held: &Held,
+        entry: &IndexEntry,
+    ) -> Result<Journaled> {
         let now = self.clock().wall_ms();
-        let facts = opening_facts(run, session.clone(), &self.agent, prompt, now);
-        let entry = self.entry(run, session, Phase::Running);
-        let written = lifecycle::host_started(&self.store, &entry).await?;
+        let facts = opening_facts(run, session, &self.agent, prompt, now);
+        let written = lifecycle::host_started(&self.store, entry).await?;
         // A coordinator idling between slow scans starts watching this run now.
         let store = self.store.clone();
         tokio::spawn(async move { wake::wake_coordinator(&store).await });
@@ -488,9 +557,10 @@ impl Node {
         Ok(Journaled {
             writer,
             log,
-            held,
-            entry,
+            held: held.clone(),
+            entry: entry.clone(),
             written,
+            in_doubt: None,
         })
     }
 
@@ -557,6 +627,26 @@ impl Node {
         };
         let entry = self.entry(run, meta.and_then(|m| m.session_id), phase);
         let written = lifecycle::host_started(&self.store, &entry).await?;
+        // A process paused since the claim check may have let an admission claim the run,
+        // fence it and index its recovery, and then written its own entry over that one. Looked
+        // at again now that the entry is written: a claim means the run is the recovery's, and
+        // admitting the claimed ID again (idempotent) puts its entry back.
+        if let Some(recovery) = recovery::claimed_by(&self.store, run).await? {
+            admission::admit(
+                &self.store,
+                &self.holder,
+                run,
+                &recovery,
+                false,
+                Takeover::Now,
+            )
+            .await?;
+            return Err(FleetError::BeingRecovered {
+                run: run.clone(),
+                recovery,
+            }
+            .into());
+        }
         self.logs.remove_log(run.as_str())?;
         let (mut log, _) = self.logs.open_log(run.as_str())?;
         log.append_all(writer.state().facts())?;
@@ -566,13 +656,14 @@ impl Node {
             held: held.clone(),
             entry,
             written,
+            in_doubt: None,
         })
     }
 
     /// Ends a journaled run's stay on this node once its host stops journaling it: records
     /// where it stands (ended, parked, or still running: the fleet recovers it once this
     /// holder stops beating) and releases its lease.
-    pub async fn close_journaled(&self, journaled: Journaled) -> Result<()> {
+    pub async fn close_journaled(&self, journaled: &Journaled) -> Result<()> {
         let state = journaled.writer.state();
         let stopped = if let Some(terminal) = state.terminal() {
             Stopped::Finished(terminal.clone())
@@ -791,7 +882,8 @@ pub fn opening_facts(
 /// (takes its lease over and writes a fence generation, so its old host can never commit
 /// again), admits the recovery pinned to the source's newest generation, and marks the run
 /// in the index so the fleet executes it. Idempotent: the same ID again returns the
-/// existing recovery; another ID for the same source is refused naming the first. A source
+/// existing recovery (also to one racing it: a conflict is retried, briefly, and the retry
+/// finds the winner's record); another ID for the same source is refused naming the first. A source
 /// whose holder is alive is refused unless `takeover` is [`Takeover::Now`]. The leading
 /// coordinator is woken, so the recovery is assigned now rather than at its next scan.
 #[tracing::instrument(name = "admission", skip_all, fields(run_id = %source, recovery_id = %recovery_id))]
@@ -803,7 +895,18 @@ pub async fn spawn_recovery(
     force: bool,
     takeover: Takeover,
 ) -> Result<RecoveryRecord> {
-    let record = admission::admit(store, holder, source, recovery_id, force, takeover)
+    use backon::{ExponentialBuilder, Retryable};
+    // Two admissions of one ID at once (a retried request, two replicas of a host) both
+    // claim it, and the one that loses the fence race sees a conflict: admitting again is
+    // idempotent, and finds the winner's record.
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(50))
+        .with_max_delay(std::time::Duration::from_secs(1))
+        .with_max_times(5);
+    let record = (|| admission::admit(store, holder, source, recovery_id, force, takeover))
+        .retry(backoff)
+        .sleep(crate::clock::sleep)
+        .when(|error: &Error| error.kind() == crate::ErrorKind::Conflict)
         .await?
         .record;
     wake::wake_coordinator(store).await;

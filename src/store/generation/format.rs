@@ -123,6 +123,14 @@ pub enum GenerationError {
         /// The run's last generation before it was retired.
         final_generation: u64,
     },
+    /// A commit's future was dropped while it wrote; this writer commits nothing more.
+    #[error(
+        "run \"{run}\": an earlier commit was cancelled mid-write and may or may not have landed; resume the run (it loads what landed) before committing more"
+    )]
+    Interrupted {
+        /// The run.
+        run: RunId,
+    },
     /// Another writer created the run's first generation first; pick another run ID or load
     /// the existing run instead.
     #[error("run \"{run}\" already exists (generation 1 was written by another writer)")]

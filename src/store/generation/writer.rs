@@ -37,6 +37,9 @@ pub struct RunWriter {
     /// SHA-256 of the newest generation object's bytes, when this writer wrote or loaded it
     /// (not after adopting a generation whose response was lost).
     newest_digest: Option<String>,
+    /// Set while a commit writes; still set at the next commit only if that commit's future
+    /// was dropped mid-write, when nobody knows whether its generation landed.
+    in_flight: bool,
 }
 
 impl RunWriter {
@@ -87,6 +90,7 @@ impl RunWriter {
             delta_bytes: 0,
             policy,
             newest_digest: None,
+            in_flight: false,
         };
         let facts = state.into_facts();
         match writer.commit_facts(facts, true).await {
@@ -157,6 +161,7 @@ impl RunWriter {
                 delta_bytes: loaded.delta_bytes,
                 policy,
                 newest_digest: Some(loaded.digest),
+                in_flight: false,
             };
             if loaded.epoch == epoch {
                 // Our own epoch already fenced this run (a restart of the same holding).
@@ -235,6 +240,14 @@ impl RunWriter {
     }
 
     async fn commit_facts(&mut self, facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
+        // A commit dropped mid-write (its caller was cancelled) left the state holding facts
+        // that may or may not have landed; committing on top would write a generation whose
+        // seqs do not follow the landed ones. Only a fresh load knows.
+        if self.in_flight {
+            return Err(GenerationError::Interrupted {
+                run: self.run.clone(),
+            });
+        }
         // The new facts are folded into the live state directly (no copy of the whole run per
         // commit); if anything fails before the generation lands, the state is rolled back to
         // the committed prefix.
@@ -262,7 +275,9 @@ impl RunWriter {
                 }
             }
         }
+        self.in_flight = true;
         let written = self.write(new_facts, first).await;
+        self.in_flight = false;
         if written.is_err() {
             self.roll_back()?;
         }
