@@ -332,7 +332,9 @@ fn fleet_kind(error: &FleetError) -> ErrorKind {
         | FleetError::BeingRecovered { .. }
         | FleetError::NotWaiting { .. }
         | FleetError::IdReserved { .. }
-        | FleetError::InDoubt { .. } => ErrorKind::Refused,
+        | FleetError::InDoubt { .. }
+        | FleetError::HandedBack { .. } => ErrorKind::Refused,
+        FleetError::NoSuchRun { .. } => ErrorKind::NotFound,
         FleetError::PinMismatch { .. } => ErrorKind::Corrupt,
         FleetError::FactRefused { .. } => ErrorKind::InvalidInput,
     }

@@ -38,6 +38,7 @@ from ._native import (
     NotFoundError,
     RefusedError,
     RekindleError,
+    StopToken,
     Store,
     UnavailableError,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "NotFoundError",
     "RefusedError",
     "RekindleError",
+    "StopToken",
     "Store",
     "Tool",
     "UnavailableError",
@@ -217,11 +219,18 @@ def _turn(result: Any, turn: int) -> Dict[str, Any]:
         message = _plain(message.get("message", message))
     else:
         message = result
+    if not isinstance(message, Mapping) or not ({"content", "tool_calls"} & set(message)):
+        raise TypeError(
+            f"a model returned {dict(result)!r}; expected a message with 'content' and/or "
+            "'tool_calls' (or a chat-completions response)"
+        )
     calls = []
     for i, call in enumerate(message.get("tool_calls") or []):
         call = _plain(call)
         function = _plain(call.get("function")) or {}
         name = call.get("name") or function.get("name")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"tool call {i + 1} of the model's turn has no name: {call!r}")
         arguments = call.get("arguments", function.get("arguments", {}))
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments)
@@ -251,6 +260,12 @@ class _Model:
     """
 
     def __init__(self, model: Any, model_name: str) -> None:
+        chat = getattr(getattr(model, "chat", None), "completions", None)
+        if not (callable(model) or hasattr(model, "complete") or hasattr(chat, "create")):
+            raise InvalidInputError(
+                f"model {model!r} is not callable and has neither complete() nor "
+                "chat.completions.create()"
+            )
         self.model = model
         self.model_name = model_name
 
@@ -318,27 +333,48 @@ class Host:
     def fingerprint(self) -> str:
         return self._native.fingerprint
 
-    def run(self, run_id: str, prompt: str, *, session_id: Optional[str] = None) -> Dict[str, Any]:
-        """Starts run ``run_id`` and drives it until it ends, parks, or ``stop()``: returns
-        ``{"run_id", "status": finished|parked|waiting_for_input|stopped, ...}``."""
-        return self._native.run(run_id, prompt, session_id=session_id)
+    def run(
+        self,
+        run_id: str,
+        prompt: str,
+        *,
+        session_id: Optional[str] = None,
+        stop: Optional[StopToken] = None,
+    ) -> Dict[str, Any]:
+        """Starts run ``run_id`` and drives it until it ends, parks, or is stopped (``stop``'s
+        ``set()``, ``Host.stop()``, Ctrl-C: after the current step). Returns ``{"run_id",
+        "status": finished|parked|waiting_for_input|stopped, "terminal" | "parked"}``; the
+        run's messages are in ``store.load(run_id)``.
+
+        If the model fails (an exception from it), this raises and the run stays where it was:
+        interrupted, so ``resume_run`` on a fixed host, or the fleet once this host closes,
+        continues it. A tool's exception is not a failure: the model sees it as the result."""
+        return self._native.run(run_id, prompt, session_id=session_id, stop=stop)
 
     async def arun(self, run_id: str, prompt: str, *, session_id: Optional[str] = None) -> Dict[str, Any]:
-        """``run`` for asyncio: the run is driven on a worker thread. Cancelling it asks this
-        host's runs in flight to stop after their current step (``stop()``)."""
+        """``run`` for asyncio: the run is driven on a worker thread; cancelling the task stops
+        this run (only) after its current step."""
+        token = StopToken()
         try:
-            return await asyncio.to_thread(self.run, run_id, prompt, session_id=session_id)
+            return await asyncio.to_thread(self.run, run_id, prompt, session_id=session_id, stop=token)
         except asyncio.CancelledError:
-            self.stop()
+            token.set()
             raise
 
-    def resume_run(self, run_id: str) -> Dict[str, Any]:
-        """Continues run ``run_id`` under its own ID: its earlier holder is fenced (after its
-        lease expires, if it is alive); a run a recovery already claimed is refused."""
-        return self._native.resume_run(run_id)
+    def resume_run(self, run_id: str, *, stop: Optional[StopToken] = None) -> Dict[str, Any]:
+        """Continues run ``run_id`` under its own ID and drives it as ``run`` does: its earlier
+        holder is fenced (after its lease expires, if it is alive); a run a recovery already
+        claimed is refused (``RefusedError`` naming the recovery)."""
+        return self._native.resume_run(run_id, stop=stop)
 
     async def aresume_run(self, run_id: str) -> Dict[str, Any]:
-        return await asyncio.to_thread(self.resume_run, run_id)
+        """``resume_run`` for asyncio; cancelling the task stops this run after its step."""
+        token = StopToken()
+        try:
+            return await asyncio.to_thread(self.resume_run, run_id, stop=token)
+        except asyncio.CancelledError:
+            token.set()
+            raise
 
     def start(self, run_id: str, prompt: str, *, session_id: Optional[str] = None) -> JournalRun:
         """Starts a run whose loop this host drives: record each step on the ``JournalRun``."""
@@ -424,13 +460,23 @@ class Worker:
         return self._native.fingerprint
 
     def run(self) -> None:
+        """Registers, heartbeats and executes assigned recoveries until ``stop()``. Ctrl-C
+        stops it the same way (the running recoveries finish their step and are handed back)
+        and then raises ``KeyboardInterrupt``."""
         self._native.run()
 
     async def arun(self) -> None:
-        await asyncio.to_thread(self.run)
+        """``run`` on a worker thread, for asyncio; cancelling the task stops the worker."""
+        try:
+            await asyncio.to_thread(self.run)
+        except asyncio.CancelledError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
+        """Asks the worker to stop gracefully (signal-safe: call it from a SIGTERM handler)."""
         self._native.stop()
 
     def stats(self) -> Dict[str, int]:
+        """Attempts ``started``, recoveries ``finished`` and attempts ``failed`` so far."""
         return self._native.stats()

@@ -257,6 +257,14 @@ fn stopped_json(run: &RunId, stopped: &Stopped) -> Value {
     value
 }
 
+/// A run ID from Python: refused when empty.
+fn parse_run_id(text: &str) -> PyResult<RunId> {
+    if text.trim().is_empty() {
+        return Err(invalid("a run ID must not be empty"));
+    }
+    Ok(RunId::new(text))
+}
+
 /// The holder ID of a process of this package, unless one is given: role, host, PID.
 /// Random, so two hosts or workers in one process never share a holder ID (one would take
 /// the other's runs over as its own).
@@ -291,7 +299,7 @@ struct Store {
 #[pymethods]
 impl Store {
     #[new]
-    #[pyo3(signature = (url, *, endpoint=None, allow_http=None, region=None, virtual_hosted_style=false, timeout_ms=30_000, create=true))]
+    #[pyo3(signature = (url, *, endpoint=None, allow_http=None, region=None, virtual_hosted_style=false, timeout_ms=30_000, retries=8, create=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -301,6 +309,7 @@ impl Store {
         region: Option<String>,
         virtual_hosted_style: bool,
         timeout_ms: u64,
+        retries: usize,
         create: bool,
     ) -> PyResult<Self> {
         let parsed = StoreUrl::parse(url).map_err(|e| py_error(e.into()))?;
@@ -326,6 +335,7 @@ impl Store {
             region,
             retry: RetryPolicy {
                 attempt_timeout: Duration::from_millis(timeout_ms.max(1)),
+                max_retries: retries,
                 ..RetryPolicy::default()
             },
             sealer,
@@ -340,6 +350,15 @@ impl Store {
                 store.check_exists().await.map_err(Error::from)?;
             }
             Ok(store)
+        })
+        .map_err(|error| {
+            // Name the store: the library's message names the object it failed on (a probe).
+            let message = error.value(py).to_string();
+            let named = format!("cannot open store '{url}': {message}");
+            match error.get_type(py).call1((named,)) {
+                Ok(renamed) => PyErr::from_value(renamed),
+                Err(_) => error,
+            }
         })?;
         Ok(Store {
             url: url.to_owned(),
@@ -375,7 +394,7 @@ impl Store {
         takeover: bool,
     ) -> PyResult<Py<PyAny>> {
         let store = self.inner.clone();
-        let source = RunId::new(source_run_id);
+        let source = parse_run_id(source_run_id)?;
         let id = RecoveryId::new(recovery_id);
         let takeover = if takeover {
             Takeover::Now
@@ -417,7 +436,7 @@ impl Store {
             }
         };
         let store = self.inner.clone();
-        let run = RunId::new(run_id);
+        let run = parse_run_id(run_id)?;
         call(py, async move {
             let holder = Holder::new(&store, default_id("py-answer"), Duration::from_secs(15));
             rekindle::fleet::answer(&store, &holder, &run, answer).await
@@ -430,14 +449,7 @@ impl Store {
         let overview = call(py, async move {
             rekindle::fleet::overview::observe(&store).await
         })?;
-        let mut value = serialize(&overview);
-        if let Value::Object(map) = &mut value {
-            map.insert(
-                "stuck_reasons".into(),
-                serialize(&rekindle::fleet::overview::diagnose(&overview)),
-            );
-        }
-        to_py(py, &value)
+        to_py(py, &serialize(&overview))
     }
 
     /// The runs not yet done, each with its state and recovery.
@@ -452,7 +464,7 @@ impl Store {
     /// A run's committed state, folded: its messages, pending tool calls, park, end.
     fn load(&self, py: Python<'_>, run_id: &str) -> PyResult<Py<PyAny>> {
         let store = self.inner.clone();
-        let run = RunId::new(run_id);
+        let run = parse_run_id(run_id)?;
         let loaded = call(py, async move {
             Ok(rekindle::store::generation::load(&store, &run, None).await?)
         })?;
@@ -541,12 +553,28 @@ impl Config {
     fn new(
         model_name: String,
         system_prompt: String,
-        max_iterations: Option<u64>,
-        max_tokens: Option<u64>,
-        max_tool_rounds: Option<u64>,
-        steps_per_resume: Option<u32>,
+        max_iterations: Option<i64>,
+        max_tokens: Option<i64>,
+        max_tool_rounds: Option<i64>,
+        steps_per_resume: Option<i64>,
         thinking: Option<String>,
     ) -> PyResult<Self> {
+        if model_name.trim().is_empty() {
+            return Err(invalid("Config: model_name must not be empty"));
+        }
+        let limit = |name: &str, value: Option<i64>, least: i64| -> PyResult<Option<u64>> {
+            match value {
+                Some(v) if v < least => Err(invalid(format!(
+                    "Config: {name} is {v}; it must be at least {least}"
+                ))),
+                other => Ok(other.map(|v| v as u64)),
+            }
+        };
+        let max_iterations = limit("max_iterations", max_iterations, 1)?;
+        let max_tokens = limit("max_tokens", max_tokens, 1)?;
+        let max_tool_rounds = limit("max_tool_rounds", max_tool_rounds, 0)?;
+        let steps_per_resume = limit("steps_per_resume", steps_per_resume, 1)?
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX));
         let mut text = String::from("[model]\nkind = \"openai\"\nname = \"\"\n");
         text.push_str("base_url = \"http://unused\"\n");
         let mut inner = RustConfig::parse(&text).map_err(invalid)?;
@@ -688,7 +716,7 @@ struct HostDriven;
 impl Model for HostDriven {
     async fn complete(&self, _request: ModelRequest<'_>) -> Result<ModelTurn, ModelError> {
         Err(ModelError::Config(
-            "this node journals runs its host drives; it has no model".into(),
+            "this host has no model: pass model= to Host (or a Config.load()ed rekindle.toml with one) for Rekindle to drive runs; start() and resume() journal runs without one".into(),
         ))
     }
 }
@@ -831,6 +859,33 @@ impl Drop for Beating {
     }
 }
 
+/// A stop flag for one `Host.run` / `resume_run` call: `set()` asks that run (only) to stop
+/// after its current step.
+#[pyclass(frozen, module = "rekindle")]
+struct StopToken {
+    flag: Arc<AtomicBool>,
+}
+
+#[pymethods]
+impl StopToken {
+    #[new]
+    fn new() -> Self {
+        StopToken {
+            flag: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Asks the run to stop after its current step.
+    fn set(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a stop was asked.
+    fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+}
+
 /// A host: starts runs and drives them with its model and tools, continues its own runs,
 /// runs workflows, and journals runs whose loop it drives itself.
 #[pyclass(module = "rekindle")]
@@ -846,14 +901,14 @@ struct Host {
 impl Host {
     /// This host's node for one call, with a stop flag of its own (a stop ends the runs in
     /// flight, not the host): refused once the host is closed.
-    fn node_for_call(&self) -> PyResult<(Node, Arc<AtomicBool>)> {
+    fn node_for_call(&self, token: Option<&StopToken>) -> PyResult<(Node, Arc<AtomicBool>)> {
         if self.beating.stop.load(Ordering::SeqCst) {
             return Err(invalid(format!(
                 "host '{}' is closed; open a new Host",
                 self.node.holder.id()
             )));
         }
-        let flag = Arc::new(AtomicBool::new(false));
+        let flag = token.map_or_else(|| Arc::new(AtomicBool::new(false)), |t| Arc::clone(&t.flag));
         let mut stops = self.stops.lock().unwrap_or_else(|e| e.into_inner());
         stops.retain(|weak| weak.strong_count() > 0);
         stops.push(Arc::downgrade(&flag));
@@ -927,16 +982,17 @@ impl Host {
     }
 
     /// Starts run `run_id` with `prompt` and drives it until it ends, parks or is stopped.
-    #[pyo3(signature = (run_id, prompt, *, session_id=None))]
+    #[pyo3(signature = (run_id, prompt, *, session_id=None, stop=None))]
     fn run(
         &self,
         py: Python<'_>,
         run_id: &str,
         prompt: &str,
         session_id: Option<String>,
+        stop: Option<PyRef<'_, StopToken>>,
     ) -> PyResult<Py<PyAny>> {
-        let (node, flag) = self.node_for_call()?;
-        let run = RunId::new(run_id);
+        let (node, flag) = self.node_for_call(stop.as_deref())?;
+        let run = parse_run_id(run_id)?;
         let prompt = prompt.to_owned();
         let driven = run.clone();
         self.drive(py, run, &flag, async move {
@@ -946,9 +1002,15 @@ impl Host {
     }
 
     /// Continues run `run_id` under its own ID (its earlier holder is fenced) and drives it.
-    fn resume_run(&self, py: Python<'_>, run_id: &str) -> PyResult<Py<PyAny>> {
-        let (node, flag) = self.node_for_call()?;
-        let run = RunId::new(run_id);
+    #[pyo3(signature = (run_id, *, stop=None))]
+    fn resume_run(
+        &self,
+        py: Python<'_>,
+        run_id: &str,
+        stop: Option<PyRef<'_, StopToken>>,
+    ) -> PyResult<Py<PyAny>> {
+        let (node, flag) = self.node_for_call(stop.as_deref())?;
+        let run = parse_run_id(run_id)?;
         let driven = run.clone();
         self.drive(
             py,
@@ -967,8 +1029,8 @@ impl Host {
         prompt: &str,
         session_id: Option<String>,
     ) -> PyResult<JournalRun> {
-        let (node, _) = self.node_for_call()?;
-        let run = RunId::new(run_id);
+        let (node, _) = self.node_for_call(None)?;
+        let run = parse_run_id(run_id)?;
         let prompt = prompt.to_owned();
         let begun = node.clone();
         let journaled = block(py, OnSignal::Finish, async move {
@@ -982,8 +1044,8 @@ impl Host {
 
     /// Takes run `run_id` over (fencing its earlier holder) for a loop the host drives itself.
     fn resume(&self, py: Python<'_>, run_id: &str) -> PyResult<JournalRun> {
-        let (node, _) = self.node_for_call()?;
-        let run = RunId::new(run_id);
+        let (node, _) = self.node_for_call(None)?;
+        let run = parse_run_id(run_id)?;
         let continued = node.clone();
         let journaled = block(py, OnSignal::Finish, async move {
             continued.continue_run(&run).await
@@ -1059,7 +1121,38 @@ struct JournalRun {
     /// Keeps the host's heartbeat alive while this run is open, even if the `Host` object is
     /// gone.
     _beating: Arc<Beating>,
-    journaled: Arc<tokio::sync::Mutex<Option<Journaled>>>,
+    journaled: Arc<tokio::sync::Mutex<Slot>>,
+}
+
+/// A journal run's state on this host: open, or handed back (and how).
+enum Slot {
+    Open(Box<Journaled>),
+    HandedBack(&'static str),
+}
+
+impl Slot {
+    fn open(&mut self) -> Option<&mut Journaled> {
+        match self {
+            Slot::Open(journaled) => Some(journaled),
+            Slot::HandedBack(_) => None,
+        }
+    }
+
+    /// Hands the run back: records where it stands, releases its lease.
+    async fn hand_back(&mut self, node: &Node) -> rekindle::Result<()> {
+        if let Slot::Open(journaled) = self {
+            node.close_journaled(journaled).await?;
+            let state = journaled.state();
+            *self = Slot::HandedBack(if state.terminal().is_some() {
+                "it finished"
+            } else if state.parked().is_some() {
+                "it parked"
+            } else {
+                "it was closed"
+            });
+        }
+        Ok(())
+    }
 }
 
 impl JournalRun {
@@ -1068,7 +1161,7 @@ impl JournalRun {
             node,
             run: journaled.run_id().clone(),
             _beating: beating,
-            journaled: Arc::new(tokio::sync::Mutex::new(Some(journaled))),
+            journaled: Arc::new(tokio::sync::Mutex::new(Slot::Open(Box::new(journaled)))),
         }
     }
 
@@ -1081,13 +1174,15 @@ impl JournalRun {
         let run = self.run.clone();
         let state = block(py, OnSignal::Finish, async move {
             let mut guard = slot.lock().await;
-            let Some(journaled) = guard.as_mut() else {
-                return Err(rekindle::fleet::FleetError::NotWaiting {
-                    run,
-                    what: format!("a {} fact", body.kind()),
-                    now: "; this journal handed it back (finished, parked or closed)".into(),
+            let journaled = match &mut *guard {
+                Slot::Open(journaled) => journaled,
+                Slot::HandedBack(why) => {
+                    return Err(rekindle::fleet::FleetError::HandedBack {
+                        run,
+                        why: (*why).to_owned(),
+                    }
+                    .into());
                 }
-                .into());
             };
             if !(close && journaled.last_is(&body)) {
                 let now = node.store.clock().wall_ms();
@@ -1095,8 +1190,7 @@ impl JournalRun {
             }
             let state = state_json(journaled.state());
             if close {
-                node.close_journaled(journaled).await?;
-                *guard = None;
+                guard.hand_back(&node).await?;
             }
             Ok(state)
         })?
@@ -1116,7 +1210,7 @@ impl JournalRun {
     fn state(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let slot = Arc::clone(&self.journaled);
         let state = block(py, OnSignal::Finish, async move {
-            slot.lock().await.as_ref().map(|j| state_json(j.state()))
+            slot.lock().await.open().map(|j| state_json(j.state()))
         })?;
         to_py(py, &state.unwrap_or(Value::Null))
     }
@@ -1126,7 +1220,7 @@ impl JournalRun {
     fn epoch(&self, py: Python<'_>) -> PyResult<Option<u64>> {
         let slot = Arc::clone(&self.journaled);
         block(py, OnSignal::Finish, async move {
-            slot.lock().await.as_ref().map(|j| j.epoch().0)
+            slot.lock().await.open().map(|j| j.epoch().0)
         })
     }
 
@@ -1233,13 +1327,14 @@ impl JournalRun {
         self.record(py, body, true)
     }
 
-    /// Ends the run (`outcome`: completed, failed, cancelled, budget) and hands it back.
+    /// Ends the run (`outcome`: completed, failed, cancelled, budget, step_cap) and hands it
+    /// back.
     #[pyo3(signature = (outcome="completed", message=String::new()))]
     fn finish(&self, py: Python<'_>, outcome: &str, message: String) -> PyResult<Py<PyAny>> {
         let outcome: Outcome = serde_json::from_value(Value::String(outcome.to_owned()))
             .map_err(|_| {
                 invalid(format!(
-                    "run \"{}\": outcome '{outcome}' is not one of completed, failed, cancelled, budget, step_cap, dead_lettered",
+                    "run \"{}\": outcome '{outcome}' is not one of completed, failed, cancelled, budget, step_cap",
                     self.run
                 ))
             })?;
@@ -1253,14 +1348,28 @@ impl JournalRun {
         let slot = Arc::clone(&self.journaled);
         let node = self.node.clone();
         block(py, OnSignal::Finish, async move {
-            let mut guard = slot.lock().await;
-            if let Some(journaled) = guard.as_ref() {
-                node.close_journaled(journaled).await?;
-                *guard = None;
-            }
-            Ok(())
+            slot.lock().await.hand_back(&node).await
         })?
         .map_err(py_error)
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// Leaving a `with` block hands the run back if it is still open (see `close`).
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _kind: Option<Bound<'_, PyAny>>,
+        _value: Option<Bound<'_, PyAny>>,
+        _traceback: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        self.close(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("rekindle.JournalRun({:?})", self.run.as_str())
     }
 }
 
@@ -1372,6 +1481,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Host>()?;
     m.add_class::<JournalRun>()?;
     m.add_class::<Worker>()?;
+    m.add_class::<StopToken>()?;
     for (name, class, kind) in [
         ("RekindleError", py.get_type::<RekindleError>(), "error"),
         ("ConflictError", py.get_type::<ConflictError>(), "conflict"),

@@ -436,3 +436,76 @@ def test_a_model_that_returns_the_wrong_shape_is_invalid_input(local_url, tmp_pa
         with pytest.raises(rekindle.InvalidInputError) as wrong:
             host.run("shape-1", "go")
     assert "py-test-model" in str(wrong.value) and "int" in str(wrong.value)
+
+
+def test_mistakes_a_new_user_makes_name_the_problem(local_url, tmp_path):
+    store = rekindle.Store(local_url)
+    with pytest.raises(rekindle.NotFoundError) as ghost:
+        store.answer("ghost", call_id="c1", approve=True)
+    assert "ghost" in str(ghost.value) and "no such run" in str(ghost.value)
+    with pytest.raises(rekindle.InvalidInputError):
+        rekindle.Host(store, config(), model=42)
+    with pytest.raises(rekindle.InvalidInputError) as empty:
+        rekindle.Config("")
+    assert "model_name" in str(empty.value)
+    with pytest.raises(rekindle.InvalidInputError) as negative:
+        rekindle.Config("m", max_iterations=-1)
+    assert "max_iterations" in str(negative.value)
+    with rekindle.Host(store, config(), model=lambda m, t: {"foo": "bar"}, state_dir=str(tmp_path / "g")) as host:
+        with pytest.raises(rekindle.InvalidInputError) as garbage:
+            host.run("garbage-1", "go")
+        assert "content" in str(garbage.value) and "foo" in str(garbage.value)
+        with pytest.raises(rekindle.InvalidInputError):
+            host.run("", "go")
+    with rekindle.Host(store, config(), state_dir=str(tmp_path / "j")) as host:
+        with host.start("twice", "go") as run:
+            run.record_model_turn("done")
+            run.finish()
+            with pytest.raises(rekindle.RefusedError) as twice:
+                run.finish()
+            assert "handed the run back (it finished)" in str(twice.value)
+        # A journal left by a `with` block is handed back.
+        with host.start("left", "go") as run:
+            run.record_model_turn(None, [{"id": "x", "name": "step", "arguments": {}}])
+        with pytest.raises(rekindle.RefusedError) as closed:
+            run.record_tool_result("x", "late")
+        assert "it was closed" in str(closed.value)
+        with pytest.raises(rekindle.RekindleError) as no_model:
+            host.run("no-model", "go")
+        assert "model=" in str(no_model.value)
+
+
+def test_an_unreachable_store_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    with pytest.raises(rekindle.UnavailableError) as down:
+        rekindle.Store("s3://nowhere/prefix", endpoint="http://127.0.0.1:1", allow_http=True,
+                       region="us-east-1", timeout_ms=500, retries=1)
+    assert "cannot open store 's3://nowhere/prefix'" in str(down.value)
+
+
+def test_cancelling_one_async_run_stops_only_that_run(local_url, tmp_path):
+    store = rekindle.Store(local_url)
+    started = threading.Event()
+
+    def step(n, ctx):
+        if ctx.run_id == "victim":
+            started.set()
+        threading.Event().wait(0.3)
+        return "ok"
+
+    tools = [rekindle.Tool(step, schema={"type": "object", "properties": {"n": {"type": "integer"}}})]
+
+    async def main():
+        with rekindle.Host(store, config(), model=model, tools=tools, state_dir=str(tmp_path / "a")) as host:
+            victim = asyncio.ensure_future(host.arun("victim", "steps=4"))
+            bystander = asyncio.ensure_future(host.arun("bystander", "steps=3"))
+            await asyncio.to_thread(started.wait, 30)
+            victim.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await victim
+            return await bystander
+
+    assert asyncio.run(main())["status"] == "finished"
+    victim = store.load("victim")
+    assert victim["terminal"] is None and victim["counters"]["tool_results"] < 4, victim["counters"]

@@ -231,6 +231,24 @@ pub enum FleetError {
         /// The kind of the fact in doubt.
         kind: &'static str,
     },
+    /// An answer came for a run that never existed (it never took a lease).
+    #[error("run \"{run}\" is not parked waiting for {what}: no such run (it never took a lease)")]
+    NoSuchRun {
+        /// The run that was answered.
+        run: RunId,
+        /// What the answer was for.
+        what: String,
+    },
+    /// A host journaling its own loop recorded a fact after handing the run back.
+    #[error(
+        "run \"{run}\": this journal handed the run back ({why}); resume the run to journal more"
+    )]
+    HandedBack {
+        /// The run.
+        run: RunId,
+        /// How it was handed back.
+        why: String,
+    },
     #[error("run \"{run}\" is not parked waiting for {what}{now}")]
     /// An answer came for a run that is not parked waiting for it: the run has ended, runs,
     /// or waits for another call or question.
@@ -964,17 +982,20 @@ pub async fn answer_run(
     };
     let Some(entry) = index::read(store, source).await? else {
         // Not in the index: ended, or never existed (every run that started took a lease).
-        let missing = crate::store::lease::read_lease(store, source)
+        if crate::store::lease::read_lease(store, source)
             .await?
-            .is_none();
+            .is_none()
+        {
+            return Err(FleetError::NoSuchRun {
+                run: source.clone(),
+                what: answer.describe(),
+            }
+            .into());
+        }
         return Err(FleetError::NotWaiting {
             run: source.clone(),
             what: answer.describe(),
-            now: if missing {
-                ": no such run (it never took a lease)".into()
-            } else {
-                ": it is not running, parked or recovering".into()
-            },
+            now: ": it is not running, parked or recovering".into(),
         }
         .into());
     };
