@@ -537,14 +537,10 @@ impl Node {
         self.refuse_recovery_id(run).await?;
         let held = self.holder.acquire_new(run).await?;
         let entry = self.entry(run, session.clone(), Phase::Running);
-        let begun = self.begin_held(run, session, prompt, &held, &entry).await;
-        if begun.is_err() {
-            // Best effort: the run never got its first generation, so nothing is left to
-            // recover; its index entry goes and its lease is released (the ID stays used).
-            let _ = lifecycle::host_finished(&self.store, run).await;
-            let _ = self.holder.release(&held).await;
-        }
-        begun
+        // A failure leaves the lease and the index entry as they are: the first generation may
+        // have landed without its acknowledgement, and then the run exists and is the fleet's
+        // to recover once this holder stops beating (admission refuses one that never started).
+        self.begin_held(run, session, prompt, &held, &entry).await
     }
 
     async fn begin_held(
