@@ -939,3 +939,37 @@ async fn a_commit_cancelled_mid_write_stops_the_writer_not_the_run() {
         .unwrap();
     assert_eq!(reloaded.state.last_seq().0 as usize, landed + 1);
 }
+
+// Lock files of the local store do not outlive their keys: a compare-and-swap or overwrite
+// takes the key's lock file, and deleting the key removes it (the soak found one per key ever
+// swapped, never removed, heartbeats of dead processes among them).
+#[tokio::test]
+async fn local_lock_files_go_with_their_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::local(dir.path()).await;
+    let locks = || {
+        std::fs::read_dir(dir.path().join(".rekindle-locks"))
+            .map(|entries| entries.count())
+            .unwrap_or(0)
+    };
+    let before = locks();
+    let first = store
+        .create("a/key", Bytes::from_static(b"1"))
+        .await
+        .unwrap();
+    store
+        .swap("a/key", Bytes::from_static(b"2"), &first)
+        .await
+        .unwrap();
+    store.put("b/key", Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(locks(), before + 2);
+    store.delete("a/key").await.unwrap();
+    store.delete("b/key").await.unwrap();
+    assert_eq!(locks(), before, "deleting a key removes its lock file");
+    // The key comes back, and so does its lock, as before.
+    store.put("a/key", Bytes::from_static(b"3")).await.unwrap();
+    assert_eq!(
+        store.read("a/key").await.unwrap().unwrap().bytes,
+        Bytes::from_static(b"3")
+    );
+}

@@ -881,7 +881,7 @@ impl Store {
         self.retrying("delete", key, || async {
             if let Backend::Local { .. } = &self.backend {
                 return self
-                    .locked("delete", key, |store, key| async move {
+                    .locked_then("delete", key, true, |store, key| async move {
                         store.delete_once(&key).await?;
                         store.sync_parent_directory(&key).await
                     })
@@ -917,6 +917,24 @@ impl Store {
         F: FnOnce(Store, String) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
     {
+        self.locked_then(op, key, false, section).await
+    }
+
+    /// [`Self::locked`]; with `forget`, a section that succeeded (the key was deleted) also
+    /// removes the key's lock file, still holding it, so lock files do not outlive their
+    /// keys (see [`local_lock`] for why that is safe).
+    async fn locked_then<T, F, Fut>(
+        &self,
+        op: &'static str,
+        key: &str,
+        forget: bool,
+        section: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Store, String) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
         let Backend::Local { root } = &self.backend else {
             return section(self.clone(), key.to_owned()).await;
         };
@@ -927,7 +945,7 @@ impl Store {
         // Set when this future is dropped or finishes, whichever comes first.
         let _caller = Abandon(Arc::clone(&abandoned));
         tokio::spawn(async move {
-            let _lock = local_lock(&root, &owned).await?;
+            let lock = local_lock(&root, &owned).await?;
             if abandoned.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable {
                     op,
@@ -936,7 +954,11 @@ impl Store {
                     message: "the caller gave up while waiting for the local lock".into(),
                 });
             }
-            section(store, owned).await
+            let done = section(store, owned).await;
+            if forget && done.is_ok() {
+                lock.forget().await;
+            }
+            done
         })
         .await
         .map_err(|error| StoreError::Failed {
@@ -1211,11 +1233,36 @@ impl Drop for Abandon {
     }
 }
 
+/// A held per-key lock: the open lock file (locked) and its path.
+struct LocalLock {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+}
+
+impl LocalLock {
+    /// Removes the lock file while holding it, then releases it. Best effort: a lock file
+    /// left behind only takes space.
+    async fn forget(self) {
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_file(&self.path);
+            drop(self.file);
+        })
+        .await;
+    }
+}
+
 /// Takes the per-key lock that makes compare-and-swap, overwrite and delete atomic on the
 /// local directory backend (object_store's local backend has create-if-absent but no
 /// compare-and-swap). An exclusive `flock` on `<root>/.rekindle-locks/<sha256(key)>` is held
 /// for the duration; the kernel drops it if the process dies.
-async fn local_lock(root: &std::path::Path, key: &str) -> Result<std::fs::File, StoreError> {
+///
+/// Architecture invariant: a lock file is removed only by its holder (a delete of its key,
+/// [`LocalLock::forget`]), and a lock counts only if its file is still the one at the path
+/// once locked: a waiter that was blocked on a file its holder then removed finds the path
+/// gone or naming another file, lets go and locks the path anew. So two processes never hold
+/// the lock of one key at once, and lock files stay bounded by the keys that exist.
+async fn local_lock(root: &std::path::Path, key: &str) -> Result<LocalLock, StoreError> {
+    use std::os::unix::fs::MetadataExt;
     let dir = root.join(".rekindle-locks");
     let path = dir.join(crate::core::digest::sha256_hex(key.as_bytes()));
     let key = key.to_owned();
@@ -1225,19 +1272,75 @@ async fn local_lock(root: &std::path::Path, key: &str) -> Result<std::fs::File, 
         message,
     };
     tokio::task::spawn_blocking(move || {
-        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| format!("open {}: {e}", path.display()))?;
-        file.lock()
-            .map_err(|e| format!("lock {}: {e}", path.display()))?;
-        Ok(file)
+        loop {
+            std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(|e| format!("open {}: {e}", path.display()))?;
+            file.lock()
+                .map_err(|e| format!("lock {}: {e}", path.display()))?;
+            let held = file
+                .metadata()
+                .map_err(|e| format!("stat {}: {e}", path.display()))?;
+            match std::fs::metadata(&path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(LocalLock { file, path });
+                }
+                // Removed (or replaced) by the holder we waited for: try the path again.
+                Ok(_) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(format!("stat {}: {error}", path.display())),
+            }
+        }
     })
     .await
     .map_err(|e| e.to_string())
     .and_then(|inner| inner)
     .map_err(failed)
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::local_lock;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    // Proves a lock file removed by its holder never lets two holders in at once: one waiter
+    // blocked on the removed file and one newcomer on the new file take turns, in whichever
+    // order they come.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_removed_lock_file_keeps_the_lock_exclusive() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        let holders = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let first = local_lock(&root, "k").await.unwrap();
+        let take = |root: std::path::PathBuf| {
+            let (holders, most) = (Arc::clone(&holders), Arc::clone(&most));
+            tokio::spawn(async move {
+                let lock = local_lock(&root, "k").await.unwrap();
+                let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                holders.fetch_sub(1, Ordering::SeqCst);
+                lock.forget().await;
+            })
+        };
+        let waiter = take(root.clone());
+        // The waiter opens the file and blocks on it; then the holder removes it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        first.forget().await;
+        let newcomer = take(root.clone());
+        waiter.await.unwrap();
+        newcomer.await.unwrap();
+        assert_eq!(most.load(Ordering::SeqCst), 1, "two holders at once");
+        let left = std::fs::read_dir(root.join(".rekindle-locks"))
+            .unwrap()
+            .count();
+        assert_eq!(left, 0, "every lock file was removed by its last holder");
+    }
 }
