@@ -582,3 +582,91 @@ async fn a_forced_removal_refuses_a_holder_that_beats() {
         Err(GenerationError::Retired { .. })
     ));
 }
+
+// What dead processes leave behind goes with gc: a heartbeat last written longer ago than its
+// TTL plus the grace period (on gc's clock) is deleted unless an index entry still names it,
+// and a dead worker's registration and inbox go with its heartbeat. Live processes, recent
+// silences and heartbeats that interrupted runs still name are kept; a dry run counts the
+// same and changes nothing.
+#[tokio::test]
+async fn gc_removes_what_long_dead_processes_left() {
+    use rekindle::core::assignment::Registration;
+    use rekindle::core::record::{IndexEntry, Phase};
+    use rekindle::store::lease::Holder;
+    let clock = rekindle::clock::ManualClock::new(1_700_000_000_000);
+    let store = Store::memory(clock.clone());
+    let ttl = Duration::from_secs(30);
+    // Killed long ago: a host, a worker (registered, with an inbox), and a host whose run was
+    // never recovered (its index entry still names it).
+    let dead_host = Holder::new(&store, "host-dead", ttl);
+    dead_host.beat().await.unwrap();
+    let dead_worker = Holder::with_role(&store, "worker-dead", ttl, "worker");
+    dead_worker.beat().await.unwrap();
+    let registration = Registration::new("worker-dead", dead_worker.heartbeat_key(), 1, "f".into());
+    store
+        .put(
+            &layout::worker("worker-dead"),
+            layout::encode_object(&registration),
+        )
+        .await
+        .unwrap();
+    store
+        .put(
+            &layout::inbox("worker-dead"),
+            bytes::Bytes::from_static(b"{}"),
+        )
+        .await
+        .unwrap();
+    let named = Holder::new(&store, "host-named", ttl);
+    named.beat().await.unwrap();
+    let mut entry = IndexEntry::new(RunId::new("r-named"), None, Phase::Running, "f".into(), 0);
+    entry.holder = Some(named.heartbeat_key());
+    rekindle::store::index::put(&store, &entry).await.unwrap();
+    // Two hours later: one process beats now, another fell silent a minute ago.
+    clock.advance(Duration::from_secs(2 * 3600));
+    let alive = Holder::with_role(&store, "worker-alive", ttl, "worker");
+    alive.beat().await.unwrap();
+    let alive_registration =
+        Registration::new("worker-alive", alive.heartbeat_key(), 1, "f".into());
+    store
+        .put(
+            &layout::worker("worker-alive"),
+            layout::encode_object(&alive_registration),
+        )
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(60));
+    let policy = gc::GcPolicy::retention(Duration::from_secs(3600));
+    let now = store.clock().wall_ms();
+    let exists = |key: String| {
+        let store = store.clone();
+        async move { store.head(&key).await.unwrap().is_some() }
+    };
+    let dry = gc::dry_run(&store, &policy, now).await.unwrap();
+    assert_eq!(
+        (dry.heartbeats_deleted, dry.workers_deleted),
+        (2, 1),
+        "{dry:?}"
+    );
+    assert!(
+        exists(dead_host.heartbeat_key()).await,
+        "a dry run deleted something"
+    );
+    let report = gc::collect(&store, &policy, now).await.unwrap();
+    assert_eq!(
+        (report.heartbeats_deleted, report.workers_deleted),
+        (2, 1),
+        "{report:?}"
+    );
+    assert!(!exists(dead_host.heartbeat_key()).await);
+    assert!(!exists(dead_worker.heartbeat_key()).await);
+    assert!(!exists(layout::worker("worker-dead")).await);
+    assert!(!exists(layout::inbox("worker-dead")).await);
+    // Kept: named by an interrupted run's entry, alive, silent for less than TTL + grace.
+    assert!(exists(named.heartbeat_key()).await);
+    assert!(exists(alive.heartbeat_key()).await);
+    assert!(exists(layout::worker("worker-alive")).await);
+    // A second pass finds nothing more.
+    let again = gc::collect(&store, &policy, now).await.unwrap();
+    assert_eq!((again.heartbeats_deleted, again.workers_deleted), (0, 0));
+}

@@ -843,19 +843,23 @@ pub(crate) async fn gc(
         println!("{value}");
     } else if dry_run {
         println!(
-            "gc --dry-run (nothing changed): {} runs scanned, {} superseded generations would be deleted ({} kept within the grace period), {} finished runs would be retired",
+            "gc --dry-run (nothing changed): {} runs scanned, {} superseded generations would be deleted ({} kept within the grace period), {} finished runs would be retired, {} heartbeats of long-dead processes would be deleted ({} of them workers, with their registrations and inboxes)",
             report.runs_scanned,
             report.generations_deleted,
             report.generations_in_grace,
-            report.runs_retired
+            report.runs_retired,
+            report.heartbeats_deleted,
+            report.workers_deleted
         );
     } else {
         println!(
-            "gc: {} runs scanned, {} superseded generations deleted ({} kept within the grace period), {} finished runs retired (tombstone, lease, claim and recovery records kept)",
+            "gc: {} runs scanned, {} superseded generations deleted ({} kept within the grace period), {} finished runs retired (tombstone, lease, claim and recovery records kept), {} heartbeats of long-dead processes deleted ({} of them workers, with their registrations and inboxes)",
             report.runs_scanned,
             report.generations_deleted,
             report.generations_in_grace,
-            report.runs_retired
+            report.runs_retired,
+            report.heartbeats_deleted,
+            report.workers_deleted
         );
     }
     if !json {

@@ -17,6 +17,9 @@ pub fn recovery_id_for(source: &RunId) -> RecoveryId {
     RecoveryId::new(format!("{RECOVERY_ID_PREFIX}{source}"))
 }
 
+/// The envelope kind of a worker registration.
+pub const REGISTRATION_KIND: &str = "worker";
+
 /// A worker's registration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registration {
@@ -50,7 +53,7 @@ impl Registration {
     pub fn new(worker: &str, heartbeat: String, capacity: u32, fingerprint_sha256: String) -> Self {
         Registration {
             format: FORMAT_VERSION,
-            kind: "worker".into(),
+            kind: REGISTRATION_KIND.into(),
             worker: worker.to_owned(),
             heartbeat,
             capacity,

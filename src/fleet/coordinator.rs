@@ -754,8 +754,11 @@ async fn refresh_registrations(
             Some((_, registration)) => registration,
             None => match store.read(&entry.key).await? {
                 Some(object) => {
-                    match layout::decode_object::<Registration>(&entry.key, "worker", &object.bytes)
-                    {
+                    match layout::decode_object::<Registration>(
+                        &entry.key,
+                        crate::core::assignment::REGISTRATION_KIND,
+                        &object.bytes,
+                    ) {
                         Ok(registration) => registration,
                         Err(error) => {
                             tracing::warn!(%error, "ignoring a bad worker registration");

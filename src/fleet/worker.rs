@@ -90,7 +90,8 @@ pub struct WorkerStats {
     pub finished: std::sync::atomic::AtomicU64,
     /// Attempts that failed with an error other than being fenced, reported as `Fail`.
     pub failed: std::sync::atomic::AtomicU64,
-    finished_ids: std::sync::Mutex<std::collections::HashSet<RecoveryId>>,
+    /// The most recent finished recovery IDs (bounded: a repeat comes soon after, if at all).
+    finished_ids: std::sync::Mutex<std::collections::VecDeque<RecoveryId>>,
 }
 
 /// Runs a worker until `stop` is set.
@@ -138,11 +139,9 @@ pub async fn run(
         .filter(|idle| *idle > options.ttl)
         .map(|idle| idle.as_millis() as u64);
     registration.wake = wake_url;
+    let registration_key = layout::worker(&options.id);
     store
-        .put(
-            &layout::worker(&options.id),
-            layout::encode_object(&registration),
-        )
+        .put(&registration_key, layout::encode_object(&registration))
         .await?;
     tracing::info!(worker_id = %options.id, concurrency = options.concurrency, "worker registered");
     if let Some(readiness) = &options.readiness {
@@ -170,6 +169,7 @@ pub async fn run(
     let ended: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>> = Arc::default();
     // Set when an attempt that ran ends, so the loop wakes the coordinator to fill the slot.
     let freed = Arc::new(AtomicBool::new(false));
+    let mut since_check = crate::clock::Stopwatch::start();
     while !stop.load(Ordering::SeqCst) {
         if options
             .crash
@@ -195,6 +195,22 @@ pub async fn run(
                     tracing::debug!(%error, "cannot wake the coordinator");
                 }
             });
+        }
+        // gc removes the registration of a worker whose heartbeat stayed unchanged for its
+        // TTL plus gc's grace period (a worker killed -9). One that was only paused that long,
+        // or that gc judged on a heartbeat read just before this worker beat again, registers
+        // again: its registration is looked at once per TTL it declares (one HEAD; every ten
+        // minutes while idle at the default idle TTL).
+        if since_check.elapsed() > holder.declared_ttl() {
+            since_check = crate::clock::Stopwatch::start();
+            if matches!(store.head(&registration_key).await, Ok(None))
+                && store
+                    .put(&registration_key, layout::encode_object(&registration))
+                    .await
+                    .is_ok()
+            {
+                tracing::info!(worker_id = %options.id, "the registration was gone (removed as a dead worker's); registered again");
+            }
         }
         match read_inbox(&store, &options.id).await {
             Ok(inbox) => {
@@ -446,6 +462,11 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
     }
 }
 
+/// How many finished recovery IDs a worker remembers to count each once: enough for the
+/// repeats that happen (an attempt that finds its run ended by a killed attempt before it),
+/// bounded so a long-lived worker's memory does not grow with every recovery it finished.
+const FINISHED_IDS_KEPT: usize = 1024;
+
 /// After a finished recovery: the run's history is in the bucket, the local log was only its
 /// journal.
 fn recovery_finished(node: &Node, id: &RecoveryId, stats: &WorkerStats) {
@@ -455,7 +476,16 @@ fn recovery_finished(node: &Node, id: &RecoveryId, stats: &WorkerStats) {
     let new = stats
         .finished_ids
         .lock()
-        .map(|mut ids| ids.insert(id.clone()))
+        .map(|mut ids| {
+            if ids.contains(id) {
+                return false;
+            }
+            if ids.len() >= FINISHED_IDS_KEPT {
+                ids.pop_front();
+            }
+            ids.push_back(id.clone());
+            true
+        })
         .unwrap_or(true);
     if new {
         stats.finished.fetch_add(1, Ordering::Relaxed);

@@ -88,6 +88,11 @@ pub struct GcReport {
     /// Finished runs retired in this pass: tombstone written, checkpoint removed but for the
     /// epochs' first slots; lease, claim and recovery records kept.
     pub runs_retired: u64,
+    /// Heartbeats of processes gone for longer than their TTL plus the grace period, and
+    /// named by no index entry, deleted (a dead worker's registration and inbox with it).
+    pub heartbeats_deleted: u64,
+    /// Registrations and inboxes of such dead workers deleted.
+    pub workers_deleted: u64,
     /// Objects that could not be read, with the reason; they were left alone.
     pub skipped: Vec<String>,
 }
@@ -361,6 +366,85 @@ pub async fn dry_run(store: &Store, policy: &GcPolicy, now_ms: u64) -> Result<Gc
     collect_or_count(store, policy, now_ms, true).await
 }
 
+/// Deletes what processes that died long ago left behind: their heartbeats (last written
+/// longer ago than their declared TTL plus the grace period, and at least eleven TTLs, on gc's
+/// clock, and named by no index entry), and, for a worker whose heartbeat goes, its registration and inbox. A
+/// process killed -9 cannot clean up after itself; without this, every LIST of heartbeats
+/// and registrations grows with every process that ever died. A process that was only
+/// paused that long was judged dead long before (its runs recovered); its next beat writes
+/// its heartbeat again, and a worker registers again (`worker::run` after a long pause).
+async fn sweep_dead_processes(
+    store: &Store,
+    policy: &GcPolicy,
+    now_ms: u64,
+    dry_run: bool,
+    report: &mut GcReport,
+) -> Result<(), GcError> {
+    let mut named = BTreeSet::new();
+    for key in list_all(store, layout::index_prefix()).await? {
+        let Some(object) = store.read(&key).await? else {
+            continue;
+        };
+        match layout::decode_object::<crate::core::record::IndexEntry>(
+            &key,
+            crate::core::record::INDEX_ENTRY_KIND,
+            &object.bytes,
+        ) {
+            Ok(entry) => named.extend(entry.holder),
+            // An unreadable entry might name any heartbeat: keep them all this pass.
+            Err(error) => {
+                report.skipped.push(error.to_string());
+                return Ok(());
+            }
+        }
+    }
+    let grace = millis(policy.grace);
+    // Judged on gc's clock against the writer's: the margin (the grace period, and never less
+    // than ten TTLs) must dwarf the clock skew between machines, as for everything gc deletes.
+    let dead_after = |ttl_ms: u64| ttl_ms.saturating_add(grace.max(ttl_ms.saturating_mul(10)));
+    let mut dead = BTreeSet::new();
+    for key in list_all(store, layout::heartbeats_prefix()).await? {
+        match crate::store::lease::read_heartbeat(store, &key).await {
+            Ok(Some((beat, _)))
+                if !named.contains(&key)
+                    && beat.at_ms.saturating_add(dead_after(beat.ttl_ms)) < now_ms =>
+            {
+                if !dry_run {
+                    store.delete(&key).await?;
+                }
+                report.heartbeats_deleted += 1;
+                dead.insert(key);
+            }
+            Ok(_) => {}
+            Err(error) => report.skipped.push(error.to_string()),
+        }
+    }
+    for key in list_all(store, layout::workers_prefix()).await? {
+        let Some(object) = store.read(&key).await? else {
+            continue;
+        };
+        let registration = match layout::decode_object::<crate::core::assignment::Registration>(
+            &key,
+            crate::core::assignment::REGISTRATION_KIND,
+            &object.bytes,
+        ) {
+            Ok(registration) => registration,
+            Err(error) => {
+                report.skipped.push(error.to_string());
+                continue;
+            }
+        };
+        if dead.contains(&registration.heartbeat) {
+            if !dry_run {
+                store.delete(&layout::inbox(&registration.worker)).await?;
+                store.delete(&key).await?;
+            }
+            report.workers_deleted += 1;
+        }
+    }
+    Ok(())
+}
+
 async fn collect_or_count(
     store: &Store,
     policy: &GcPolicy,
@@ -368,6 +452,7 @@ async fn collect_or_count(
     dry_run: bool,
 ) -> Result<GcReport, GcError> {
     let mut report = GcReport::default();
+    sweep_dead_processes(store, policy, now_ms, dry_run, &mut report).await?;
     let keys = list_all(store, layout::runs_prefix()).await?;
     // Group keys by the run they belong to ("runs/<shard>/<run>"): runs with generations,
     // and retired runs (tombstone), whose retirement a crash may have left unfinished.
