@@ -336,3 +336,46 @@ async fn a_recovery_handed_back_at_a_stop_moves_on_at_once() {
     assert_eq!(record.assigned_to.as_deref(), Some("staying"), "{record:?}");
     fleet.stop().await;
 }
+
+// A worker whose registration was removed (gc removes a dead worker's; this one only looked
+// dead, or gc read its heartbeat just before it beat again) registers again within the TTL
+// it declares, so it is offered work again instead of idling unregistered forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_registration_was_removed_registers_again() {
+    let fleet = Fleet::new();
+    let mut options = WorkerOptions::new("w-again", 1, Duration::from_millis(300));
+    options.poll_interval = Duration::from_millis(50);
+    let logs = LogDir::open(fleet.dir.path().join("w-again")).unwrap();
+    let (store, agent, stop) = (
+        fleet.store.clone(),
+        fleet.agent.clone(),
+        Arc::clone(&fleet.stop),
+    );
+    let worker = tokio::spawn(async move {
+        let stats = Arc::new(WorkerStats::default());
+        worker::run(store, agent, logs, options, stop, stats)
+            .await
+            .unwrap();
+    });
+    let key = rekindle::core::layout::worker("w-again");
+    let registered = || {
+        let store = fleet.store.clone();
+        let key = key.clone();
+        async move { store.head(&key).await.unwrap().is_some() }
+    };
+    let wait = |want: bool| async move {
+        for _ in 0..200 {
+            if registered().await == want {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        false
+    };
+    assert!(wait(true).await, "the worker never registered");
+    fleet.store.delete(&key).await.unwrap();
+    assert!(!registered().await);
+    assert!(wait(true).await, "the worker did not register again");
+    fleet.stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap();
+}
