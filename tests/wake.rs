@@ -368,7 +368,7 @@ async fn a_worker_whose_registration_was_removed_registers_again() {
             if registered().await == want {
                 return true;
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            rekindle::clock::sleep(Duration::from_millis(25)).await;
         }
         false
     };

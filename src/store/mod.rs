@@ -1325,14 +1325,14 @@ mod lock_tests {
                 let lock = local_lock(&root, "k").await.unwrap();
                 let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                crate::clock::sleep(Duration::from_millis(100)).await;
                 holders.fetch_sub(1, Ordering::SeqCst);
                 lock.forget().await;
             })
         };
         let waiter = take(root.clone());
         // The waiter opens the file and blocks on it; then the holder removes it.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        crate::clock::sleep(Duration::from_millis(200)).await;
         first.forget().await;
         let newcomer = take(root.clone());
         waiter.await.unwrap();
