@@ -281,7 +281,7 @@ fn default_id(role: &str) -> String {
     )
 }
 
-fn state_dir(given: Option<PathBuf>) -> PyResult<LogDir> {
+fn open_state_dir(given: Option<PathBuf>) -> PyResult<LogDir> {
     let dir = match given {
         Some(dir) => dir,
         None => rekindle::store::log::default_dir().map_err(|e| py_error(e.into()))?,
@@ -771,7 +771,6 @@ impl Tools for PythonTools {
 /// The agent a host or worker runs: the config's own model and command tools, or the Python
 /// model and tools given (which replace the config's `[[tools]]`).
 fn agent(
-    py: Python<'_>,
     config: &Config,
     model: Option<Bound<'_, PyAny>>,
     tools: Option<Bound<'_, PyAny>>,
@@ -815,7 +814,6 @@ fn agent(
             built.model
         }
     };
-    let _ = py;
     Ok(Agent {
         config,
         model,
@@ -948,8 +946,8 @@ impl Host {
         if lease_ttl_ms == 0 {
             return Err(invalid("lease_ttl_ms must be at least 1"));
         }
-        let agent = agent(py, config, model, tools)?;
-        let logs = state_dir_or_default(state_dir)?;
+        let agent = agent(config, model, tools)?;
+        let logs = open_state_dir(state_dir)?;
         let holder = Holder::new(
             &store.inner,
             holder_id.unwrap_or_else(|| default_id("py-host")),
@@ -1106,10 +1104,6 @@ impl Host {
         self.stop();
         self.beating.close(py)
     }
-}
-
-fn state_dir_or_default(given: Option<PathBuf>) -> PyResult<LogDir> {
-    state_dir(given)
 }
 
 /// A run whose loop the host drives: each `record_*` is durable (local log, then one
@@ -1391,7 +1385,6 @@ impl Worker {
     #[pyo3(signature = (store, config, *, model=None, tools=None, worker_id=None, concurrency=1, ttl_ms=30_000, poll_interval_ms=1_000, state_dir=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        py: Python<'_>,
         store: &Store,
         config: &Config,
         model: Option<Bound<'_, PyAny>>,
@@ -1412,7 +1405,7 @@ impl Worker {
                 "a worker needs a model: pass model= or a Config.load()ed rekindle.toml with one",
             ));
         }
-        let agent = agent(py, config, model, tools)?;
+        let agent = agent(config, model, tools)?;
         let mut options = WorkerOptions::new(
             worker_id.unwrap_or_else(|| default_id("py-worker")),
             concurrency,
@@ -1422,7 +1415,7 @@ impl Worker {
         Ok(Worker {
             store: store.inner.clone(),
             agent,
-            logs: state_dir_or_default(state_dir)?,
+            logs: open_state_dir(state_dir)?,
             options,
             stop: Arc::new(AtomicBool::new(false)),
             stats: Arc::new(WorkerStats::default()),

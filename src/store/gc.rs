@@ -380,24 +380,15 @@ async fn sweep_dead_processes(
     dry_run: bool,
     report: &mut GcReport,
 ) -> Result<(), GcError> {
-    let mut named = BTreeSet::new();
-    for key in list_all(store, layout::index_prefix()).await? {
-        let Some(object) = store.read(&key).await? else {
-            continue;
-        };
-        match layout::decode_object::<crate::core::record::IndexEntry>(
-            &key,
-            crate::core::record::INDEX_ENTRY_KIND,
-            &object.bytes,
-        ) {
-            Ok(entry) => named.extend(entry.holder),
-            // An unreadable entry might name any heartbeat: keep them all this pass.
-            Err(error) => {
-                report.skipped.push(error.to_string());
-                return Ok(());
-            }
-        }
+    let (entries, bad) = crate::store::index::IndexScan::default()
+        .scan(store)
+        .await?;
+    if let Some(bad) = bad.first() {
+        // An unreadable entry might name any heartbeat: keep them all this pass.
+        report.skipped.push(format!("{}: {}", bad.key, bad.error));
+        return Ok(());
     }
+    let named: BTreeSet<String> = entries.into_iter().filter_map(|e| e.holder).collect();
     let grace = millis(policy.grace);
     // Judged on gc's clock against the writer's: the margin (the grace period, and never less
     // than ten TTLs) must dwarf the clock skew between machines, as for everything gc deletes.
