@@ -1,7 +1,7 @@
 //! The `rekindle` command line: parses arguments and hands each subcommand to its one
 //! function in `cli::commands`, which calls the library and prints. Nothing here decides.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -282,6 +282,50 @@ enum BenchCommand {
         /// Seconds of warm-up not counted (registration, first scans).
         #[arg(long, default_value_t = 60)]
         warmup_s: u64,
+    },
+    /// An operator's steady state for a while: the real coordinator and workers at their
+    /// default pacing serve a new `rekindle run` host every --arrival-ms, about --kill-percent
+    /// of them killed -9. Prints a sample line (memory per process, objects per prefix, lock
+    /// and state files) every --sample-s, then settles, audits every run and prints a report;
+    /// exits non-zero if an invariant broke.
+    Soak {
+        /// Minutes hosts keep arriving.
+        #[arg(long, default_value_t = 10, value_parser = cli::shared::at_least_one::<u64>)]
+        minutes: u64,
+        /// Milliseconds between two hosts' starts.
+        #[arg(long, default_value_t = 500, value_parser = cli::shared::at_least_one::<u64>)]
+        arrival_ms: u64,
+        /// Share of hosts killed -9 at a random moment of their run, in percent.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(0..=100))]
+        kill_percent: u32,
+        /// Workers beside the coordinator.
+        #[arg(long, default_value_t = 2, value_parser = cli::shared::at_least_one::<usize>)]
+        workers: usize,
+        /// Steps per run (a model turn calling one tool).
+        #[arg(long, default_value_t = 4, value_parser = cli::shared::at_least_one::<usize>)]
+        steps: usize,
+        /// How long each tool call sleeps, in ms.
+        #[arg(long, default_value_t = 200)]
+        step_ms: u64,
+        /// Seconds between two samples.
+        #[arg(long, default_value_t = 30, value_parser = cli::shared::at_least_one::<u64>)]
+        sample_s: u64,
+        /// Seconds to wait at the end for every interrupted run to be recovered and the killed
+        /// hosts' heartbeats to be removed (three TTLs after their death).
+        #[arg(long, default_value_t = 300, value_parser = cli::shared::at_least_one::<u64>)]
+        settle_s: u64,
+        /// Seeds which hosts are killed, and when.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Lease TTL of every process, in ms (default: the binaries' 30 000).
+        #[arg(long, value_parser = cli::shared::at_least_one::<u64>)]
+        ttl_ms: Option<u64>,
+        /// Store URL. Default: a fresh temporary directory, removed afterwards. The fleet's
+        /// processes get it as REKINDLE_STORE and take S3 settings from the AWS environment.
+        #[arg(long)]
+        store: Option<StoreUrl>,
+        #[command(flatten)]
+        store_settings: StoreSettingsArgs,
     },
     /// The crash-recover workload (takeover) with 1, 2, 4 and 8 workers: recovered steps
     /// per second and efficiency against one worker. Add --latency-ms 20 --jitter-ms 10 for
@@ -625,6 +669,50 @@ async fn bench(command: BenchCommand) -> anyhow::Result<()> {
             )
             .await?;
             print(&report);
+        }
+        BenchCommand::Soak {
+            minutes,
+            arrival_ms,
+            kill_percent,
+            workers,
+            steps,
+            step_ms,
+            sample_s,
+            settle_s,
+            seed,
+            ttl_ms,
+            store,
+            store_settings,
+        } => {
+            let exe = std::env::current_exe().context("find the rekindle executable")?;
+            let options = rekindle::fleet::soak::SoakOptions {
+                duration: Duration::from_secs(minutes * 60),
+                arrival: Duration::from_millis(arrival_ms),
+                kill_percent,
+                workers,
+                steps,
+                step_time: Duration::from_millis(step_ms),
+                sample_every: Duration::from_secs(sample_s),
+                store,
+                store_settings: store_settings.settings(false)?,
+                bin_dir: exe.parent().map(Path::to_path_buf).unwrap_or_default(),
+                seed,
+                ttl: ttl_ms.map(Duration::from_millis),
+                settle: Duration::from_secs(settle_s),
+            };
+            let report = rekindle::fleet::soak::soak(&options, |sample| print(sample)).await?;
+            print(&report);
+            if !report.violations.is_empty() {
+                anyhow::bail!(
+                    "the soak broke {} invariants (first: {}); logs kept in {}",
+                    report.violations.len(),
+                    report.violations[0],
+                    report
+                        .kept
+                        .as_deref()
+                        .map_or_else(|| "-".into(), |p| p.display().to_string())
+                );
+            }
         }
         BenchCommand::Scale {
             workload: args,

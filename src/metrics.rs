@@ -55,6 +55,9 @@ pub const FENCES: &str = "rekindle_fences_total";
 pub const TOOL_CALLS_REEXECUTED: &str = "rekindle_tool_calls_reexecuted_total";
 /// Heartbeats that could not be written.
 pub const HEARTBEAT_FAILURES: &str = "rekindle_heartbeat_failures_total";
+/// Dead processes whose heartbeat (and a worker's registration and inbox) the coordinator
+/// removed.
+pub const DEAD_PROCESSES_REMOVED: &str = "rekindle_dead_processes_removed_total";
 /// Recoveries this worker runs now.
 pub const WORKER_IN_FLIGHT: &str = "rekindle_worker_in_flight";
 /// Recoveries this worker runs at most at once (`--concurrency`).
@@ -121,6 +124,7 @@ pub fn install(component: &'static str) -> Result<Exporter, String> {
             FENCES,
             TAKEOVERS,
             HEARTBEAT_FAILURES,
+            DEAD_PROCESSES_REMOVED,
         ],
         "worker" => &[
             ATTEMPTS_STARTED,
@@ -203,6 +207,10 @@ fn describe() {
         "Tool calls in flight at an interruption that ran again."
     );
     describe_counter!(HEARTBEAT_FAILURES, "Heartbeats that could not be written.");
+    describe_counter!(
+        DEAD_PROCESSES_REMOVED,
+        "Heartbeats (with a worker's registration and inbox) of dead processes removed."
+    );
     describe_gauge!(WORKER_IN_FLIGHT, "Recoveries this worker runs now.");
     describe_gauge!(
         WORKER_CAPACITY,

@@ -670,3 +670,97 @@ async fn gc_removes_what_long_dead_processes_left() {
     let again = gc::collect(&store, &policy, now).await.unwrap();
     assert_eq!((again.heartbeats_deleted, again.workers_deleted), (0, 0));
 }
+
+/// The coordinator removes a dead process's heartbeat (and a dead worker's registration and
+/// inbox) once it has watched it unchanged for three TTLs and no index entry names it; it
+/// keeps a silent heartbeat an interrupted run's entry names, and live processes' objects.
+#[tokio::test]
+async fn the_coordinator_removes_what_dead_processes_left() {
+    the_coordinator_removes_what_dead_processes_left_in(Store::memory(SystemClock::shared()))
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    the_coordinator_removes_what_dead_processes_left_in(common::local(dir.path()).await).await;
+}
+
+async fn the_coordinator_removes_what_dead_processes_left_in(store: Store) {
+    use rekindle::core::assignment::Registration;
+    use rekindle::core::record::{IndexEntry, Phase};
+    use rekindle::fleet::coordinator::{self, CoordinatorOptions, DEAD_AFTER_TTLS};
+    use rekindle::store::lease::Holder;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ttl = Duration::from_millis(300);
+    let register = |holder: &Arc<Holder>, worker: &str| {
+        let (store, holder, worker) = (store.clone(), Arc::clone(holder), worker.to_owned());
+        async move {
+            let registration = Registration::new(&worker, holder.heartbeat_key(), 1, "f".into());
+            store
+                .put(&layout::worker(&worker), layout::encode_object(&registration))
+                .await
+                .unwrap();
+            store
+                .put(&layout::inbox(&worker), bytes::Bytes::from_static(b"{}"))
+                .await
+                .unwrap();
+        }
+    };
+    // Dead: a host and a registered worker, each with one heartbeat that never changes.
+    let dead_host = Holder::new(&store, "host-dead", ttl);
+    dead_host.beat().await.unwrap();
+    let dead_worker = Holder::with_role(&store, "worker-dead", ttl, "worker");
+    dead_worker.beat().await.unwrap();
+    register(&dead_worker, "worker-dead").await;
+    // Silent too, but an interrupted run's entry names it: its chain is corrupt, so its
+    // admission keeps failing and the entry keeps naming the host.
+    let named = Holder::new(&store, "host-named", ttl);
+    named.beat().await.unwrap();
+    store
+        .put(
+            &layout::generation(&layout::run_base("r-named"), 1),
+            bytes::Bytes::from_static(b"not a generation"),
+        )
+        .await
+        .unwrap();
+    let mut entry = IndexEntry::new(RunId::new("r-named"), None, Phase::Running, "f".into(), 0);
+    entry.holder = Some(named.heartbeat_key());
+    rekindle::store::index::put(&store, &entry).await.unwrap();
+    // Alive: a registered worker that keeps beating.
+    let stop = Arc::new(AtomicBool::new(false));
+    let alive = Holder::with_role(&store, "worker-alive", ttl, "worker");
+    let beating = alive.spawn_heartbeat(Arc::clone(&stop));
+    register(&alive, "worker-alive").await;
+
+    let started = rekindle::clock::Stopwatch::start();
+    let mut options = CoordinatorOptions::new("c", ttl);
+    options.scan_interval = Duration::from_millis(50);
+    options.idle_scan_interval = Duration::from_millis(50);
+    options.watch_interval = Duration::from_millis(50);
+    let coordinator = tokio::spawn(coordinator::run(store.clone(), options, Arc::clone(&stop)));
+    let exists = |key: String| {
+        let store = store.clone();
+        async move { store.head(&key).await.unwrap().is_some() }
+    };
+    let deadline = rekindle::clock::Stopwatch::start();
+    while exists(dead_host.heartbeat_key()).await || exists(dead_worker.heartbeat_key()).await {
+        assert!(
+            deadline.elapsed() < Duration::from_secs(20),
+            "dead heartbeats were not removed"
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    // Not before the coordinator watched them unchanged for three TTLs.
+    assert!(started.elapsed() >= ttl * DEAD_AFTER_TTLS);
+    assert!(!exists(layout::worker("worker-dead")).await);
+    assert!(!exists(layout::inbox("worker-dead")).await);
+    // Another scan or two: what is named or alive stays.
+    rekindle::clock::sleep(ttl * 2).await;
+    assert!(exists(named.heartbeat_key()).await, "a named heartbeat was removed");
+    assert!(exists(alive.heartbeat_key()).await);
+    assert!(exists(layout::worker("worker-alive")).await);
+    assert!(exists(layout::inbox("worker-alive")).await);
+    // A process that was only paused writes its heartbeat again when it resumes.
+    dead_host.beat().await.unwrap();
+    assert!(exists(dead_host.heartbeat_key()).await);
+    stop.store(true, Ordering::SeqCst);
+    coordinator.await.unwrap().unwrap();
+    beating.await.unwrap();
+}

@@ -82,6 +82,14 @@ impl ExpiryWatch {
         self.observed.retain(|key, _| keep(key));
     }
 
+    /// How long `key` has been seen unchanged as of `now`, and the TTL it is judged by;
+    /// `None` if it is not watched.
+    pub fn silence(&self, key: &str, now: Duration) -> Option<(Duration, Duration)> {
+        self.observed
+            .get(key)
+            .map(|o| (now.saturating_sub(o.since), o.ttl))
+    }
+
     /// The earliest time after `now` (on the observer's clock) at which one of the keys `of`
     /// selects, still unchanged then, would be judged expired: when to look next to judge it
     /// without delay. Deadlines already past are not returned (looking again at once would
@@ -142,6 +150,12 @@ impl Judge {
     /// [`ExpiryWatch::next_expiry`].
     pub fn next_expiry(&self, of: impl FnMut(&str) -> bool, now: Duration) -> Option<Duration> {
         self.watch.next_expiry(of, now)
+    }
+
+    /// How long the heartbeat at `key` has been seen unchanged, and the TTL it is judged by
+    /// (see [`ExpiryWatch::silence`]).
+    pub fn silence(&self, key: &str, now: Duration) -> Option<(Duration, Duration)> {
+        self.watch.silence(key, now)
     }
 
     /// Judges `sighting` of what `key` names (a run, or a heartbeat key shared by a holder's

@@ -655,7 +655,7 @@ pub enum BenchError {
     Host(String),
 }
 
-fn setup(action: &'static str) -> impl Fn(std::io::Error) -> crate::Error {
+pub(crate) fn setup(action: &'static str) -> impl Fn(std::io::Error) -> crate::Error {
     move |error| BenchError::Setup { action, error }.into()
 }
 
@@ -866,11 +866,11 @@ pub fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-/// A temporary working directory, removed on drop.
-struct WorkDir(PathBuf);
+/// A temporary working directory, removed on drop unless kept.
+pub(crate) struct WorkDir(PathBuf);
 
 impl WorkDir {
-    fn new(name: &str) -> Result<WorkDir> {
+    pub(crate) fn new(name: &str) -> Result<WorkDir> {
         let path = std::env::temp_dir().join(format!(
             "rekindle-{name}-{}-{}",
             std::process::id(),
@@ -880,13 +880,21 @@ impl WorkDir {
         Ok(WorkDir(path))
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
+    }
+
+    /// Keeps the directory (for a post-mortem) and returns where it is.
+    pub(crate) fn keep(mut self) -> PathBuf {
+        std::mem::take(&mut self.0)
     }
 }
 
 impl Drop for WorkDir {
     fn drop(&mut self) {
+        if self.0.as_os_str().is_empty() {
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -447,6 +447,11 @@ async fn tick(
     // every holder named by an entry seen here is in the heartbeat listing that follows, and
     // a missing heartbeat really means the holder is gone.
     let (entries, bad) = observer.index.scan(store).await?;
+    // The holders every index entry names; unknown while an entry is unreadable (it might
+    // name any heartbeat), and then no heartbeat is removed this tick.
+    let named: Option<std::collections::BTreeSet<String>> = bad
+        .is_empty()
+        .then(|| entries.iter().filter_map(|e| e.holder.clone()).collect());
     for bad in bad {
         tracing::warn!(key = %bad.key, error = %bad.error, "ignoring a bad index entry");
     }
@@ -599,12 +604,116 @@ async fn tick(
                 .map(|w| w.registration.heartbeat.clone()),
         )
         .collect();
+    if let Some(named) = &named {
+        remove_the_dead(store, holder, observer, &versions, &alive, named).await;
+    }
     Ok(TickReport {
         busy: !runs.is_empty(),
         watching: !observer.watched.is_empty(),
         again,
         actions,
     })
+}
+
+/// A heartbeat unchanged for this many TTLs (on the coordinator's own clock, the larger of
+/// the TTL it judges the holder by and the one the heartbeat declares) is removed once no
+/// index entry names its holder.
+pub const DEAD_AFTER_TTLS: u32 = 3;
+
+/// Removes what processes that are gone left behind: heartbeats judged silent for
+/// [`DEAD_AFTER_TTLS`] TTLs whose holder no index entry names (its runs were finished, or
+/// fenced and handed to recoveries), with a dead worker's registration and inbox. The fleet's
+/// listings (heartbeats, registrations) stay bounded by live processes, not by every process
+/// that ever crashed. Up to [`ACTION_CONCURRENCY`] per tick.
+///
+/// Safe against a process that was only paused: removing a heartbeat fences nothing (leases
+/// carry the epochs), a paused process writes its heartbeat again when it resumes (an
+/// unconditional PUT), and a worker registers again once it finds its registration gone.
+/// Each heartbeat is read (for its role and declared TTL) and the heartbeats listed once more
+/// just before the deletions: one that changed since it was judged is left alone.
+async fn remove_the_dead(
+    store: &Store,
+    holder: &Arc<Holder>,
+    observer: &mut Observer,
+    versions: &BTreeMap<String, ETag>,
+    alive: &HashMap<String, bool>,
+    named: &std::collections::BTreeSet<String>,
+) {
+    let now = store.clock().monotonic();
+    let own = holder.heartbeat_key();
+    let due: Vec<(String, ETag, Duration)> = versions
+        .iter()
+        .filter(|(key, _)| {
+            **key != own && !named.contains(*key) && alive.get(*key) == Some(&false)
+        })
+        .filter_map(|(key, etag)| {
+            let (silent, ttl) = observer.liveness.silence(key, now)?;
+            (silent >= ttl * DEAD_AFTER_TTLS).then(|| (key.clone(), etag.clone(), silent))
+        })
+        .take(ACTION_CONCURRENCY)
+        .collect();
+    if due.is_empty() {
+        return;
+    }
+    match remove_dead(store, &due).await {
+        Ok(removed) => {
+            for (key, worker) in removed {
+                observer.liveness.forget(&key);
+                observer.gone.remove(&key);
+                if let Some(worker) = worker {
+                    observer.registrations.remove(&layout::worker(&worker));
+                    observer.inboxes.remove(&worker);
+                    observer.unreachable.remove(&worker);
+                }
+            }
+        }
+        Err(error) => tracing::warn!(%error, "cannot remove dead processes' heartbeats"),
+    }
+}
+
+/// Removes the heartbeats in `due` (key, version judged, silence) that are still at the
+/// version judged and declare no TTL that the silence falls short of: a worker's inbox and
+/// registration first, so a crash in between leaves the heartbeat for the next tick. Returns
+/// the keys removed, each with the worker it was, if one.
+async fn remove_dead(
+    store: &Store,
+    due: &[(String, ETag, Duration)],
+) -> Result<Vec<(String, Option<String>)>, crate::store::lease::LeaseError> {
+    let mut beats = Vec::new();
+    for (key, judged, silent) in due {
+        if let Some((beat, _)) = crate::store::lease::read_heartbeat(store, key).await?
+            && *silent >= Duration::from_millis(beat.ttl_ms) * DEAD_AFTER_TTLS
+        {
+            beats.push((key, judged, silent, beat));
+        }
+    }
+    if beats.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Versions as listed now, comparable with those judged (a read's version need not be:
+    // a local directory's are content hashes).
+    let listed: BTreeMap<String, ETag> = list_heartbeats(store).await?.into_iter().collect();
+    let mut removed = Vec::new();
+    for (key, judged, silent, beat) in beats {
+        if listed.get(key) != Some(judged) {
+            continue;
+        }
+        let worker = (beat.role == "worker").then(|| beat.holder.clone());
+        if let Some(worker) = &worker {
+            store.delete(&layout::inbox(worker)).await?;
+            store.delete(&layout::worker(worker)).await?;
+        }
+        store.delete(key).await?;
+        tracing::info!(
+            heartbeat = %key,
+            role = %beat.role,
+            silent_s = silent.as_secs(),
+            "removed the heartbeat of a process that is gone"
+        );
+        crate::metrics::count(crate::metrics::DEAD_PROCESSES_REMOVED);
+        removed.push((key.clone(), worker));
+    }
+    Ok(removed)
 }
 
 /// Keeps a heartbeat judged silent judged so until its version changes, for the keys in

@@ -77,6 +77,7 @@ pub mod overview;
 pub mod readiness;
 pub mod removal;
 pub mod runner;
+pub mod soak;
 pub mod timeline;
 pub mod wake;
 pub mod worker;

@@ -196,11 +196,11 @@ pub async fn run(
                 }
             });
         }
-        // gc removes the registration of a worker whose heartbeat stayed unchanged for its
-        // TTL plus gc's grace period (a worker killed -9). One that was only paused that long,
-        // or that gc judged on a heartbeat read just before this worker beat again, registers
-        // again: its registration is looked at once per TTL it declares (one HEAD; every ten
-        // minutes while idle at the default idle TTL).
+        // The coordinator (after three TTLs of silence) and gc (after its grace period) remove
+        // the registration of a worker whose heartbeat stayed unchanged (a worker killed -9).
+        // One that was only paused that long, or judged on a heartbeat read just before this
+        // worker beat again, registers again: its registration is looked at once per TTL it
+        // declares (one HEAD; every ten minutes while idle at the default idle TTL).
         if since_check.elapsed() > holder.declared_ttl() {
             since_check = crate::clock::Stopwatch::start();
             if matches!(store.head(&registration_key).await, Ok(None))
