@@ -289,9 +289,9 @@ enum BenchCommand {
     /// and state files) every --sample-s, then settles, audits every run and prints a report;
     /// exits non-zero if an invariant broke.
     Soak {
-        /// Minutes hosts keep arriving.
-        #[arg(long, default_value_t = 10, value_parser = cli::shared::at_least_one::<u64>)]
-        minutes: u64,
+        /// Minutes hosts keep arriving (fractions allowed: 0.5).
+        #[arg(long, default_value_t = 10.0, value_parser = cli::shared::above_zero)]
+        minutes: f64,
         /// Milliseconds between two hosts' starts.
         #[arg(long, default_value_t = 500, value_parser = cli::shared::at_least_one::<u64>)]
         arrival_ms: u64,
@@ -686,7 +686,7 @@ async fn bench(command: BenchCommand) -> anyhow::Result<()> {
         } => {
             let exe = std::env::current_exe().context("find the rekindle executable")?;
             let options = rekindle::fleet::soak::SoakOptions {
-                duration: Duration::from_secs(minutes * 60),
+                duration: Duration::from_secs_f64(minutes * 60.0),
                 arrival: Duration::from_millis(arrival_ms),
                 kill_percent,
                 workers,

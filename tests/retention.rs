@@ -676,8 +676,7 @@ async fn gc_removes_what_long_dead_processes_left() {
 /// keeps a silent heartbeat an interrupted run's entry names, and live processes' objects.
 #[tokio::test]
 async fn the_coordinator_removes_what_dead_processes_left() {
-    the_coordinator_removes_what_dead_processes_left_in(Store::memory(SystemClock::shared()))
-        .await;
+    the_coordinator_removes_what_dead_processes_left_in(Store::memory(SystemClock::shared())).await;
     let dir = tempfile::tempdir().unwrap();
     the_coordinator_removes_what_dead_processes_left_in(common::local(dir.path()).await).await;
 }
@@ -694,7 +693,10 @@ async fn the_coordinator_removes_what_dead_processes_left_in(store: Store) {
         async move {
             let registration = Registration::new(&worker, holder.heartbeat_key(), 1, "f".into());
             store
-                .put(&layout::worker(&worker), layout::encode_object(&registration))
+                .put(
+                    &layout::worker(&worker),
+                    layout::encode_object(&registration),
+                )
                 .await
                 .unwrap();
             store
@@ -726,7 +728,8 @@ async fn the_coordinator_removes_what_dead_processes_left_in(store: Store) {
     // Alive: a registered worker that keeps beating.
     let stop = Arc::new(AtomicBool::new(false));
     let alive = Holder::with_role(&store, "worker-alive", ttl, "worker");
-    let beating = alive.spawn_heartbeat(Arc::clone(&stop));
+    let alive_stop = Arc::new(AtomicBool::new(false));
+    let beating = alive.spawn_heartbeat(Arc::clone(&alive_stop));
     register(&alive, "worker-alive").await;
 
     let started = rekindle::clock::Stopwatch::start();
@@ -753,14 +756,30 @@ async fn the_coordinator_removes_what_dead_processes_left_in(store: Store) {
     assert!(!exists(layout::inbox("worker-dead")).await);
     // Another scan or two: what is named or alive stays.
     rekindle::clock::sleep(ttl * 2).await;
-    assert!(exists(named.heartbeat_key()).await, "a named heartbeat was removed");
+    assert!(
+        exists(named.heartbeat_key()).await,
+        "a named heartbeat was removed"
+    );
     assert!(exists(alive.heartbeat_key()).await);
     assert!(exists(layout::worker("worker-alive")).await);
     assert!(exists(layout::inbox("worker-alive")).await);
     // A process that was only paused writes its heartbeat again when it resumes.
     dead_host.beat().await.unwrap();
     assert!(exists(dead_host.heartbeat_key()).await);
+    // A worker that leaves (its registration and heartbeat removed, as a graceful stop
+    // does, here without its inbox): the coordinator removes the inbox it kept for it.
+    alive_stop.store(true, Ordering::SeqCst);
+    beating.await.unwrap();
+    store.delete(&layout::worker("worker-alive")).await.unwrap();
+    alive.retire().await.unwrap();
+    let deadline = rekindle::clock::Stopwatch::start();
+    while exists(layout::inbox("worker-alive")).await {
+        assert!(
+            deadline.elapsed() < Duration::from_secs(20),
+            "a departed worker's inbox was kept"
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
     stop.store(true, Ordering::SeqCst);
     coordinator.await.unwrap().unwrap();
-    beating.await.unwrap();
 }

@@ -421,6 +421,18 @@ pub(crate) fn help_markdown<P: clap::CommandFactory>() {
 
 /// Parses a whole number of at least 1, for flags where 0 means nothing (a concurrency, a
 /// TTL, a count): refused with "must be at least 1".
+/// Parses a number above zero, fractions allowed (`0.5`).
+pub(crate) fn above_zero(text: &str) -> Result<f64, String> {
+    let n: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number"))?;
+    if !(n > 0.0 && n.is_finite()) {
+        return Err("must be above 0".into());
+    }
+    Ok(n)
+}
+
 pub(crate) fn at_least_one<T: std::str::FromStr + PartialOrd + From<u8>>(
     text: &str,
 ) -> Result<T, String> {

@@ -643,9 +643,7 @@ async fn remove_the_dead(
     let own = holder.heartbeat_key();
     let due: Vec<(String, ETag, Duration)> = versions
         .iter()
-        .filter(|(key, _)| {
-            **key != own && !named.contains(*key) && alive.get(*key) == Some(&false)
-        })
+        .filter(|(key, _)| **key != own && !named.contains(*key) && alive.get(*key) == Some(&false))
         .filter_map(|(key, etag)| {
             let (silent, ttl) = observer.liveness.silence(key, now)?;
             (silent >= ttl * DEAD_AFTER_TTLS).then(|| (key.clone(), etag.clone(), silent))
@@ -880,7 +878,28 @@ async fn refresh_registrations(
         };
         registrations.insert(entry.key.clone(), (entry.etag.clone(), registration));
     }
+    // A worker whose registration is gone (it stopped, or was removed as dead) gets no more
+    // inbox writes; the inbox it had goes too, so inboxes follow the registered workers.
+    let departed: Vec<String> = observer
+        .registrations
+        .values()
+        .map(|(_, registration)| registration.worker.clone())
+        .collect();
     observer.registrations = registrations;
+    for worker in departed {
+        if observer
+            .registrations
+            .values()
+            .any(|(_, registration)| registration.worker == worker)
+        {
+            continue;
+        }
+        observer.inboxes.remove(&worker);
+        observer.unreachable.remove(&worker);
+        if let Err(error) = store.delete(&layout::inbox(&worker)).await {
+            tracing::debug!(worker_id = %worker, %error, "cannot remove a departed worker's inbox");
+        }
+    }
     Ok(())
 }
 

@@ -164,7 +164,10 @@ impl Lives {
 }
 
 /// Runs the soak; `progress` gets every sample as it is taken.
-pub async fn soak(options: &SoakOptions, mut progress: impl FnMut(&SoakSample)) -> Result<SoakReport> {
+pub async fn soak(
+    options: &SoakOptions,
+    mut progress: impl FnMut(&SoakSample),
+) -> Result<SoakReport> {
     let dir = WorkDir::new("soak")?;
     let store_url = options.store.clone().unwrap_or_else(|| StoreUrl::Local {
         root: dir.path().join("store"),
@@ -182,7 +185,11 @@ pub async fn soak(options: &SoakOptions, mut progress: impl FnMut(&SoakSample)) 
     };
     let mut fleet = vec![(
         "coordinator".to_owned(),
-        spawner.spawn("rekindle-coordinator", "coordinator", &["--id", "soak-coordinator"])?,
+        spawner.spawn(
+            "rekindle-coordinator",
+            "coordinator",
+            &["--id", "soak-coordinator"],
+        )?,
     )];
     for i in 0..options.workers {
         let state = dir.path().join(format!("worker-{i}"));
@@ -302,9 +309,17 @@ pub async fn soak(options: &SoakOptions, mut progress: impl FnMut(&SoakSample)) 
             options.settle.as_secs()
         ));
     }
-    let end = take_sample(&store, &store_url, &fleet, &hosts, dir.path(), clock.elapsed()).await;
+    let end = take_sample(
+        &store,
+        &store_url,
+        &fleet,
+        &hosts,
+        dir.path(),
+        clock.elapsed(),
+    )
+    .await;
     progress(&end);
-    violations.extend(fleet.stop());
+    violations.extend(fleet.stop().await);
     let objects_after_stop = count_objects(&store).await;
 
     let audit = audit(&store, &hosts, &ledger).await;
@@ -316,7 +331,10 @@ pub async fn soak(options: &SoakOptions, mut progress: impl FnMut(&SoakSample)) 
         .find(|sample| sample.at_s >= warmup.as_secs_f64())
         .unwrap_or(&end)
         .clone();
-    let middle = samples.get(samples.len() / 2).cloned().unwrap_or_else(|| end.clone());
+    let middle = samples
+        .get(samples.len() / 2)
+        .cloned()
+        .unwrap_or_else(|| end.clone());
     let last = samples.last().unwrap_or(&end);
     let rss_growth_mib_per_hour = warm
         .rss_mib
@@ -414,7 +432,12 @@ impl Spawner {
             .unwrap_or_default()
     }
 
-    fn spawn(&self, binary: &str, log: &str, args: &[impl AsRef<std::ffi::OsStr>]) -> Result<Child> {
+    fn spawn(
+        &self,
+        binary: &str,
+        log: &str,
+        args: &[impl AsRef<std::ffi::OsStr>],
+    ) -> Result<Child> {
         self.command(binary, log)?
             .args(args)
             .args(self.ttl_args())
@@ -456,7 +479,7 @@ struct FleetProcs(Vec<(String, Child)>);
 
 impl FleetProcs {
     /// SIGTERM to each, then waits up to a minute; returns what did not stop cleanly.
-    fn stop(&mut self) -> Vec<String> {
+    async fn stop(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
         for (_, child) in &self.0 {
             let _ = Command::new("kill")
@@ -473,7 +496,7 @@ impl FleetProcs {
                         break;
                     }
                     Ok(None) if waiting.elapsed() < Duration::from_secs(70) => {
-                        std::thread::sleep(Duration::from_millis(50));
+                        crate::clock::sleep(Duration::from_millis(50)).await;
                     }
                     _ => {
                         problems.push(format!("the {name} did not stop on SIGTERM"));
@@ -665,7 +688,10 @@ async fn audit(store: &Store, hosts: &[Host], ledger: &Path) -> Audit {
         let state = match &record {
             Some(record) => {
                 if record.state != RecoveryState::Finished {
-                    violation(format!("recovery {} ended {:?}", record.recovery_id, record.state));
+                    violation(format!(
+                        "recovery {} ended {:?}",
+                        record.recovery_id, record.state
+                    ));
                     continue;
                 }
                 let recovered =
@@ -687,9 +713,13 @@ async fn audit(store: &Store, hosts: &[Host], ledger: &Path) -> Audit {
                 recovered.state
             }
             None => {
-                if !host.exited_ok {
+                // Its host finished it (perhaps killed after its last commit).
+                if source.state.terminal().is_none() {
                     violation("its host did not finish it and no recovery did".into());
                     continue;
+                }
+                if !host.killed && !host.exited_ok {
+                    violation("its host finished it but exited with a failure".into());
                 }
                 audit.finished_by_host += 1;
                 source.state

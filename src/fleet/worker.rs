@@ -297,9 +297,12 @@ pub async fn run(
     }
     beating_stop.store(true, Ordering::SeqCst);
     let _ = beating.await;
-    // Only our own registration and heartbeat are removed: another process may have taken
-    // the ID over after this one was judged gone.
+    // Only our own inbox, registration and heartbeat are removed: another process may have
+    // taken the ID over after this one was judged gone. (An inbox the coordinator writes
+    // after this, from a tick that began before, it removes itself once it sees the
+    // registration gone.)
     if holder.owns_heartbeat().await.unwrap_or(false) {
+        let _ = store.delete(&layout::inbox(&options.id)).await;
         let _ = store.delete(&layout::worker(&options.id)).await;
     }
     let _ = holder.retire().await;
