@@ -339,3 +339,48 @@ fn lock_is_held_across_processes_and_released_on_kill() {
     assert_eq!(contents.facts, facts(4)[..1]);
     assert_eq!(log.next_seq(), Seq(2));
 }
+
+/// Opening a log directory removes logs that a killed process left: nobody holds them and
+/// they were last written over an hour ago. A log a process holds, however old, and a recent
+/// one stay.
+#[test]
+fn opening_the_directory_removes_logs_killed_processes_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("runs");
+    let logs = LogDir::open(&root).unwrap();
+    let hour_and_more = std::time::SystemTime::now() - std::time::Duration::from_secs(3700);
+    let age = |run: &str| {
+        std::fs::File::options()
+            .write(true)
+            .open(logs.path_for(run))
+            .unwrap()
+            .set_modified(hour_and_more)
+            .unwrap();
+    };
+    for run in ["abandoned", "held", "recent"] {
+        let (mut log, _) = logs.open_log(run).unwrap();
+        log.append_all(&sample::run(run, 2, 1)).unwrap();
+    }
+    age("abandoned");
+    age("held");
+    let (held, _) = logs.open_log("held").unwrap();
+    std::fs::write(root.join("notes.txt"), b"not a log").unwrap();
+    let notes = root.join("notes.txt");
+    std::fs::File::options()
+        .write(true)
+        .open(&notes)
+        .unwrap()
+        .set_modified(hour_and_more)
+        .unwrap();
+    LogDir::open(&root).unwrap();
+    assert!(!logs.path_for("abandoned").exists());
+    assert!(logs.path_for("held").exists(), "a held log was removed");
+    assert!(logs.path_for("recent").exists());
+    assert!(notes.exists(), "a file that is not a log was removed");
+    drop(held);
+    assert_eq!(
+        logs.sweep_abandoned(std::time::Duration::from_secs(3600)),
+        1
+    );
+    assert!(!logs.path_for("held").exists());
+}

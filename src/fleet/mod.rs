@@ -502,6 +502,13 @@ impl Node {
         let runner = self.runner(writer, log, held.clone());
         let (stopped, _) = self.drive_until_stopped(runner, &held, false).await?;
         self.settle(&held, &entry, &written, &stopped).await?;
+        if let Stopped::Finished(_) = stopped {
+            // The run's history is in the bucket; its local journal has served (a host's
+            // state directory would otherwise keep one file per run it ever finished).
+            if let Err(error) = self.logs.remove_log(held.run.as_str()) {
+                tracing::warn!(run_id = %held.run, %error, "cannot remove the local fact log");
+            }
+        }
         Ok(stopped)
     }
 

@@ -94,6 +94,9 @@ pub struct SoakSample {
     pub lock_files: Option<usize>,
     /// Files in the workers' state directories (their local fact logs).
     pub worker_state_files: usize,
+    /// Files in the hosts' state directory (one local fact log per run in flight, and those
+    /// killed hosts left, until a process opening the directory removes them an hour on).
+    pub host_state_files: usize,
 }
 
 /// What the soak found.
@@ -552,6 +555,7 @@ async fn take_sample(
         objects: count_objects(store).await,
         lock_files,
         worker_state_files,
+        host_state_files: count_files(&dir.join("hosts")),
     }
 }
 

@@ -14,6 +14,7 @@ use std::fs::{self, DirBuilder, File, OpenOptions, TryLockError};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::core::fact::{self, DecodeError, Fact, MAX_FACT_BYTES, Seq};
 use crate::core::fold::{FoldError, RunState};
@@ -163,6 +164,9 @@ pub fn file_name(run_id: &str) -> String {
     format!("{}.jsonl", crate::core::layout::encode_id(run_id))
 }
 
+/// How long a log nobody holds is kept before [`LogDir::open`] removes it.
+pub const ABANDONED_AFTER: Duration = Duration::from_secs(3600);
+
 /// A directory of fact logs, created 0700.
 #[derive(Debug, Clone)]
 pub struct LogDir {
@@ -187,7 +191,48 @@ impl LogDir {
         // and tool outputs.
         fs::set_permissions(&root, fs::Permissions::from_mode(0o700))
             .map_err(|e| io_error("set the log directory's permissions to 0700", e))?;
-        Ok(LogDir { root })
+        let dir = LogDir { root };
+        let swept = dir.sweep_abandoned(ABANDONED_AFTER);
+        if swept > 0 {
+            tracing::info!(logs = swept, dir = %dir.root.display(), "removed local fact logs that processes killed earlier left");
+        }
+        Ok(dir)
+    }
+
+    /// Removes the logs no process holds that were last written longer than `older_than`
+    /// ago; returns how many. A log is only a run's journal while its writer lives (a resumed
+    /// or recovered run is seeded from the bucket, never from another process's log), and
+    /// its writer holds its lock until it ends; a writer that finished removes its own, so
+    /// what is left unlocked was left by a process that was killed. Best effort: a log that
+    /// cannot be looked at stays.
+    pub fn sweep_abandoned(&self, older_than: Duration) -> usize {
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return 0;
+        };
+        let mut swept = 0;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let old = entry
+                .metadata()
+                .ok()
+                .filter(|meta| meta.is_file())
+                .and_then(|meta| meta.modified().ok())
+                .and_then(|at| at.elapsed().ok())
+                .is_some_and(|age| age > older_than);
+            if !old || path.extension().is_none_or(|ext| ext != "jsonl") {
+                continue;
+            }
+            let Ok(file) = options().open(&path) else {
+                continue;
+            };
+            if lock(&path, &file).is_ok() && fs::remove_file(&path).is_ok() {
+                swept += 1;
+            }
+        }
+        if swept > 0 {
+            let _ = File::open(&self.root).and_then(|dir| dir.sync_all());
+        }
+        swept
     }
 
     /// The directory the logs are in.
