@@ -364,19 +364,29 @@ fn opening_the_directory_removes_logs_killed_processes_left() {
     age("abandoned");
     age("held");
     let (held, _) = logs.open_log("held").unwrap();
-    std::fs::write(root.join("notes.txt"), b"not a log").unwrap();
+    // Other files, old too: one not named like a log, one named like a log but holding
+    // something else (a tool's ledger in a shared directory).
     let notes = root.join("notes.txt");
-    std::fs::File::options()
-        .write(true)
-        .open(&notes)
-        .unwrap()
-        .set_modified(hour_and_more)
-        .unwrap();
+    let ledger = root.join("ledger.jsonl");
+    std::fs::write(&notes, b"not a log").unwrap();
+    std::fs::write(&ledger, b"{\"step\": 1}\n").unwrap();
+    for other in [&notes, &ledger] {
+        std::fs::File::options()
+            .write(true)
+            .open(other)
+            .unwrap()
+            .set_modified(hour_and_more)
+            .unwrap();
+    }
     LogDir::open(&root).unwrap();
     assert!(!logs.path_for("abandoned").exists());
     assert!(logs.path_for("held").exists(), "a held log was removed");
     assert!(logs.path_for("recent").exists());
     assert!(notes.exists(), "a file that is not a log was removed");
+    assert!(
+        ledger.exists(),
+        "a .jsonl file that is not a log was removed"
+    );
     drop(held);
     assert_eq!(
         logs.sweep_abandoned(std::time::Duration::from_secs(3600)),

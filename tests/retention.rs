@@ -635,6 +635,27 @@ async fn gc_removes_what_long_dead_processes_left() {
         )
         .await
         .unwrap();
+    // Left behind by a crash: a registration whose heartbeat was removed already (with its
+    // inbox), and the inbox of a worker that stopped (written by a stale leader after it).
+    let orphan = Registration::new(
+        "worker-orphan",
+        layout::heartbeat("worker-orphan"),
+        1,
+        "f".into(),
+    );
+    store
+        .put(
+            &layout::worker("worker-orphan"),
+            layout::encode_object(&orphan),
+        )
+        .await
+        .unwrap();
+    for worker in ["worker-orphan", "worker-stopped"] {
+        store
+            .put(&layout::inbox(worker), bytes::Bytes::from_static(b"{}"))
+            .await
+            .unwrap();
+    }
     clock.advance(Duration::from_secs(60));
     let policy = gc::GcPolicy::retention(Duration::from_secs(3600));
     let now = store.clock().wall_ms();
@@ -645,7 +666,7 @@ async fn gc_removes_what_long_dead_processes_left() {
     let dry = gc::dry_run(&store, &policy, now).await.unwrap();
     assert_eq!(
         (dry.heartbeats_deleted, dry.workers_deleted),
-        (2, 1),
+        (2, 3),
         "{dry:?}"
     );
     assert!(
@@ -655,13 +676,16 @@ async fn gc_removes_what_long_dead_processes_left() {
     let report = gc::collect(&store, &policy, now).await.unwrap();
     assert_eq!(
         (report.heartbeats_deleted, report.workers_deleted),
-        (2, 1),
+        (2, 3),
         "{report:?}"
     );
     assert!(!exists(dead_host.heartbeat_key()).await);
     assert!(!exists(dead_worker.heartbeat_key()).await);
     assert!(!exists(layout::worker("worker-dead")).await);
     assert!(!exists(layout::inbox("worker-dead")).await);
+    assert!(!exists(layout::worker("worker-orphan")).await);
+    assert!(!exists(layout::inbox("worker-orphan")).await);
+    assert!(!exists(layout::inbox("worker-stopped")).await);
     // Kept: named by an interrupted run's entry, alive, silent for less than TTL + grace.
     assert!(exists(named.heartbeat_key()).await);
     assert!(exists(alive.heartbeat_key()).await);
@@ -705,6 +729,15 @@ async fn the_coordinator_removes_what_dead_processes_left_in(store: Store) {
                 .unwrap();
         }
     };
+    // Something under heartbeats/ that does not read (another format, a foreign object),
+    // sorted first: it is skipped, and does not stop the others' removal.
+    store
+        .put(
+            "heartbeats/00/foreign",
+            bytes::Bytes::from_static(b"garbage"),
+        )
+        .await
+        .unwrap();
     // Dead: a host and a registered worker, each with one heartbeat that never changes.
     let dead_host = Holder::new(&store, "host-dead", ttl);
     dead_host.beat().await.unwrap();

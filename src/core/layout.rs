@@ -111,6 +111,11 @@ pub fn workers_prefix() -> &'static str {
     "workers/"
 }
 
+/// The prefix under which every worker's inbox lives.
+pub fn inbox_prefix() -> &'static str {
+    "inbox/"
+}
+
 /// The prefix under which every heartbeat object lives.
 pub fn heartbeats_prefix() -> &'static str {
     "heartbeats/"

@@ -150,7 +150,18 @@ struct Observer {
     ticks_since_registrations: u32,
     /// When this leader first saw each interrupted run so, for the oldest-interrupted gauge.
     interrupted_since: BTreeMap<RunId, u64>,
+    /// Heartbeats this leader removed as dead, with when and the TTL they were judged by
+    /// (see [`remove_the_dead`] and [`REMOVED_REMEMBERED`]).
+    removed: BTreeMap<String, (crate::clock::Stopwatch, Duration)>,
 }
+
+/// How long a removed heartbeat is remembered. For one TTL after its removal a key that is
+/// not listed counts as alive: a process that came back (or a new one under the same ID)
+/// just as its old heartbeat was removed writes it again within a third of its TTL, and must
+/// not be judged gone for the gap. Until it is forgotten, the key listed again without a
+/// registration naming it makes every tick re-list the registrations, so a worker that comes
+/// back and registers again is offered work at once.
+const REMOVED_REMEMBERED: Duration = Duration::from_secs(3600);
 
 /// Registrations are re-listed at least this often even when no process came or went.
 const REGISTRATIONS_REFRESH_TICKS: u32 = 30;
@@ -641,23 +652,31 @@ async fn remove_the_dead(
 ) {
     let now = store.clock().monotonic();
     let own = holder.heartbeat_key();
-    let due: Vec<(String, ETag, Duration)> = versions
+    let due: Vec<Due> = versions
         .iter()
         .filter(|(key, _)| **key != own && !named.contains(*key) && alive.get(*key) == Some(&false))
         .filter_map(|(key, etag)| {
             let (silent, ttl) = observer.liveness.silence(key, now)?;
-            (silent >= ttl * DEAD_AFTER_TTLS).then(|| (key.clone(), etag.clone(), silent))
+            (silent >= ttl * DEAD_AFTER_TTLS).then(|| Due {
+                key: key.clone(),
+                judged: etag.clone(),
+                silent,
+                ttl,
+            })
         })
         .take(ACTION_CONCURRENCY)
         .collect();
     if due.is_empty() {
         return;
     }
-    match remove_dead(store, &due).await {
+    match remove_dead(store, due).await {
         Ok(removed) => {
-            for (key, worker) in removed {
-                observer.liveness.forget(&key);
-                observer.gone.remove(&key);
+            for (due, worker) in removed {
+                observer.liveness.forget(&due.key);
+                observer.gone.remove(&due.key);
+                observer
+                    .removed
+                    .insert(due.key, (crate::clock::Stopwatch::start(), due.ttl));
                 if let Some(worker) = worker {
                     observer.registrations.remove(&layout::worker(&worker));
                     observer.inboxes.remove(&worker);
@@ -669,20 +688,40 @@ async fn remove_the_dead(
     }
 }
 
-/// Removes the heartbeats in `due` (key, version judged, silence) that are still at the
-/// version judged and declare no TTL that the silence falls short of: a worker's inbox and
-/// registration first, so a crash in between leaves the heartbeat for the next tick. Returns
-/// the keys removed, each with the worker it was, if one.
+/// A heartbeat due for removal: its key, the version judged, how long it was silent, and the
+/// TTL it is judged by.
+struct Due {
+    key: String,
+    judged: ETag,
+    silent: Duration,
+    ttl: Duration,
+}
+
+/// Removes the heartbeats in `due` that are still at the version judged and declare no TTL
+/// that their silence falls short of: a worker's inbox and registration first, so a crash in
+/// between leaves the heartbeat for the next tick. A heartbeat that does not read (a newer
+/// format, a foreign object) is skipped, not allowed to stop the others. Returns those
+/// removed (the TTL raised to the declared one), each with the worker it was, if one.
 async fn remove_dead(
     store: &Store,
-    due: &[(String, ETag, Duration)],
-) -> Result<Vec<(String, Option<String>)>, crate::store::lease::LeaseError> {
+    due: Vec<Due>,
+) -> Result<Vec<(Due, Option<String>)>, StoreError> {
+    use crate::store::lease::{LeaseError, read_heartbeat};
     let mut beats = Vec::new();
-    for (key, judged, silent) in due {
-        if let Some((beat, _)) = crate::store::lease::read_heartbeat(store, key).await?
-            && *silent >= Duration::from_millis(beat.ttl_ms) * DEAD_AFTER_TTLS
-        {
-            beats.push((key, judged, silent, beat));
+    for mut due in due {
+        match read_heartbeat(store, &due.key).await {
+            Ok(Some((beat, _))) => {
+                let declared = Duration::from_millis(beat.ttl_ms);
+                if due.silent >= declared * DEAD_AFTER_TTLS {
+                    due.ttl = due.ttl.max(declared);
+                    beats.push((due, beat));
+                }
+            }
+            Ok(None) => {}
+            Err(LeaseError::Store(error)) => return Err(error),
+            Err(error) => {
+                tracing::warn!(heartbeat = %due.key, %error, "not removing a heartbeat that does not read");
+            }
         }
     }
     if beats.is_empty() {
@@ -692,8 +731,8 @@ async fn remove_dead(
     // a local directory's are content hashes).
     let listed: BTreeMap<String, ETag> = list_heartbeats(store).await?.into_iter().collect();
     let mut removed = Vec::new();
-    for (key, judged, silent, beat) in beats {
-        if listed.get(key) != Some(judged) {
+    for (due, beat) in beats {
+        if listed.get(&due.key) != Some(&due.judged) {
             continue;
         }
         let worker = (beat.role == "worker").then(|| beat.holder.clone());
@@ -701,15 +740,15 @@ async fn remove_dead(
             store.delete(&layout::inbox(worker)).await?;
             store.delete(&layout::worker(worker)).await?;
         }
-        store.delete(key).await?;
+        store.delete(&due.key).await?;
         tracing::info!(
-            heartbeat = %key,
+            heartbeat = %due.key,
             role = %beat.role,
-            silent_s = silent.as_secs(),
+            silent_s = due.silent.as_secs(),
             "removed the heartbeat of a process that is gone"
         );
         crate::metrics::count(crate::metrics::DEAD_PROCESSES_REMOVED);
-        removed.push((key.clone(), worker));
+        removed.push((due, worker));
     }
     Ok(removed)
 }
@@ -843,14 +882,25 @@ async fn refresh_registrations(
     let holders: std::collections::BTreeSet<String> =
         heartbeats.iter().map(|(key, _)| key.clone()).collect();
     observer.ticks_since_registrations += 1;
+    // A heartbeat this leader removed beats again and no registration names it: a worker
+    // that came back registers again shortly, and must be seen when it does.
+    let returning = observer.removed.keys().any(|key| {
+        holders.contains(key)
+            && !observer
+                .registrations
+                .values()
+                .any(|(_, registration)| registration.heartbeat == *key)
+    });
     let relist = holders != observer.holders
+        || returning
         || observer.ticks_since_registrations >= REGISTRATIONS_REFRESH_TICKS;
-    observer.holders = holders;
     if !relist {
         return Ok(());
     }
-    observer.ticks_since_registrations = 0;
     let listed = store.list_all(layout::workers_prefix()).await?;
+    // Only after the listing succeeded: a failed one is retried next tick.
+    observer.holders = holders;
+    observer.ticks_since_registrations = 0;
     let mut registrations = BTreeMap::new();
     for entry in listed {
         let cached = observer
@@ -967,6 +1017,14 @@ fn judge_liveness(
         .map(|(_, r)| r.heartbeat.clone())
         .collect();
     remember_the_gone(&mut observer.gone, &listed, &mut alive, &running_keys);
+    observer
+        .removed
+        .retain(|_, (since, _)| since.elapsed() < REMOVED_REMEMBERED);
+    for (key, (since, ttl)) in &observer.removed {
+        if !listed.contains_key(key) && since.elapsed() < *ttl {
+            alive.insert(key.clone(), true);
+        }
+    }
     // A heartbeat that is gone needs no watch (and must not hold memory).
     observer.liveness.retain(|key| listed.contains_key(key));
     observer.declared = declared;
@@ -1329,4 +1387,73 @@ async fn execute(
             false
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+
+    /// A worker whose heartbeat this leader removed, and that beats and registers again
+    /// under the same ID, changes no heartbeat key: the registrations are listed again on
+    /// every tick until one names it, not only on the periodic sweep.
+    #[tokio::test]
+    async fn a_removed_worker_that_registers_again_is_seen_at_the_next_tick() {
+        let store = Store::memory(SystemClock::shared());
+        let key = layout::heartbeat("w");
+        let heartbeats = vec![(key.clone(), ETag("v1".into()))];
+        let mut observer = Observer::default();
+        refresh_registrations(&store, &mut observer, &heartbeats)
+            .await
+            .unwrap();
+        assert!(observer.registrations.is_empty());
+        let registration = Registration::new("w", key.clone(), 1, "f".into());
+        store
+            .put(&layout::worker("w"), layout::encode_object(&registration))
+            .await
+            .unwrap();
+        // Same heartbeat keys: not listed again (until the periodic sweep).
+        refresh_registrations(&store, &mut observer, &heartbeats)
+            .await
+            .unwrap();
+        assert!(observer.registrations.is_empty());
+        // Removed by this leader earlier: listed again now.
+        observer.removed.insert(
+            key.clone(),
+            (crate::clock::Stopwatch::start(), Duration::from_secs(30)),
+        );
+        refresh_registrations(&store, &mut observer, &heartbeats)
+            .await
+            .unwrap();
+        assert_eq!(observer.registrations.len(), 1);
+        // Registered: no more listings until the heartbeats change.
+        let lists = store.metrics().list;
+        refresh_registrations(&store, &mut observer, &heartbeats)
+            .await
+            .unwrap();
+        assert_eq!(store.metrics().list, lists);
+    }
+
+    /// For one TTL after this leader removed a heartbeat, the key not being listed does not
+    /// make its holder gone: a process that came back as it was removed (or a new one under
+    /// the same ID) writes it again within a third of its TTL.
+    #[tokio::test]
+    async fn a_heartbeat_just_removed_is_not_judged_gone_for_a_ttl() {
+        let store = Store::memory(SystemClock::shared());
+        let options = CoordinatorOptions::new("c", Duration::from_secs(30));
+        let mut observer = Observer::default();
+        let (recent, old) = (layout::heartbeat("recent"), layout::heartbeat("old"));
+        observer.removed.insert(
+            recent.clone(),
+            (crate::clock::Stopwatch::start(), Duration::from_secs(30)),
+        );
+        observer.removed.insert(
+            old.clone(),
+            (crate::clock::Stopwatch::start(), Duration::from_millis(1)),
+        );
+        crate::clock::sleep(Duration::from_millis(5)).await;
+        let alive = judge_liveness(&store, &options, &mut observer, &[], Vec::new());
+        assert_eq!(alive.get(&recent), Some(&true));
+        assert!(!alive.get(&old).copied().unwrap_or(false));
+    }
 }

@@ -201,15 +201,23 @@ pub async fn run(
         // One that was only paused that long, or judged on a heartbeat read just before this
         // worker beat again, registers again: its registration is looked at once per TTL it
         // declares (one HEAD; every ten minutes while idle at the default idle TTL).
+        // Only a look that succeeded counts: after a partition the next one comes at once.
         if since_check.elapsed() > holder.declared_ttl() {
-            since_check = crate::clock::Stopwatch::start();
-            if matches!(store.head(&registration_key).await, Ok(None))
-                && store
-                    .put(&registration_key, layout::encode_object(&registration))
-                    .await
-                    .is_ok()
-            {
-                tracing::info!(worker_id = %options.id, "the registration was gone (removed as a dead worker's); registered again");
+            match store.head(&registration_key).await {
+                Ok(Some(_)) => since_check = crate::clock::Stopwatch::start(),
+                Ok(None) => {
+                    if store
+                        .put(&registration_key, layout::encode_object(&registration))
+                        .await
+                        .is_ok()
+                    {
+                        since_check = crate::clock::Stopwatch::start();
+                        tracing::info!(worker_id = %options.id, "the registration was gone (removed as a dead worker's); registered again");
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(worker_id = %options.id, %error, "cannot look at the registration")
+                }
             }
         }
         match read_inbox(&store, &options.id).await {

@@ -91,7 +91,8 @@ pub struct GcReport {
     /// Heartbeats of processes gone for longer than their TTL plus the grace period, and
     /// named by no index entry, deleted (a dead worker's registration and inbox with it).
     pub heartbeats_deleted: u64,
-    /// Registrations and inboxes of such dead workers deleted.
+    /// Registrations (with their inboxes) of such dead workers, or of workers whose
+    /// heartbeat is gone, deleted; and inboxes of workers no longer registered.
     pub workers_deleted: u64,
     /// Objects that could not be read, with the reason; they were left alone.
     pub skipped: Vec<String>,
@@ -389,12 +390,22 @@ async fn sweep_dead_processes(
         return Ok(());
     }
     let named: BTreeSet<String> = entries.into_iter().filter_map(|e| e.holder).collect();
+    // Listed in this order, each before what it depends on: a worker beats before it
+    // registers, and the coordinator writes an inbox only for a registered worker, so a
+    // registration listed here has its heartbeat in the later listing unless it is gone,
+    // and an inbox its registration.
+    let inboxes = list_all(store, layout::inbox_prefix()).await?;
+    let registrations = list_all(store, layout::workers_prefix()).await?;
+    let heartbeats: BTreeSet<String> = list_all(store, layout::heartbeats_prefix())
+        .await?
+        .into_iter()
+        .collect();
     let grace = millis(policy.grace);
     // Judged on gc's clock against the writer's: the margin (the grace period, and never less
     // than ten TTLs) must dwarf the clock skew between machines, as for everything gc deletes.
     let dead_after = |ttl_ms: u64| ttl_ms.saturating_add(grace.max(ttl_ms.saturating_mul(10)));
     let mut dead = BTreeSet::new();
-    for key in list_all(store, layout::heartbeats_prefix()).await? {
+    for key in heartbeats.iter().cloned() {
         match crate::store::lease::read_heartbeat(store, &key).await {
             Ok(Some((beat, _)))
                 if !named.contains(&key)
@@ -410,7 +421,8 @@ async fn sweep_dead_processes(
             Err(error) => report.skipped.push(error.to_string()),
         }
     }
-    for key in list_all(store, layout::workers_prefix()).await? {
+    let registered: BTreeSet<String> = registrations.iter().cloned().collect();
+    for key in registrations {
         let Some(object) = store.read(&key).await? else {
             continue;
         };
@@ -425,9 +437,24 @@ async fn sweep_dead_processes(
                 continue;
             }
         };
-        if dead.contains(&registration.heartbeat) {
+        // Dead now, or gone already (removed by the coordinator, whose crash or a stopping
+        // worker's left the registration behind).
+        if dead.contains(&registration.heartbeat) || !heartbeats.contains(&registration.heartbeat) {
             if !dry_run {
                 store.delete(&layout::inbox(&registration.worker)).await?;
+                store.delete(&key).await?;
+            }
+            report.workers_deleted += 1;
+        }
+    }
+    // An inbox whose worker was not registered (one a stale leader wrote after its worker
+    // stopped): nothing reads it. (A deleted registration's inbox went with it.)
+    for key in inboxes {
+        let registration = key
+            .strip_prefix(layout::inbox_prefix())
+            .map(|rest| format!("{}{rest}", layout::workers_prefix()));
+        if registration.is_some_and(|registration| !registered.contains(&registration)) {
+            if !dry_run {
                 store.delete(&key).await?;
             }
             report.workers_deleted += 1;

@@ -225,8 +225,10 @@ impl LogDir {
             let Ok(file) = options().open(&path) else {
                 continue;
             };
-            if lock(&path, &file).is_ok() && fs::remove_file(&path).is_ok() {
-                swept += 1;
+            if lock(&path, &file).is_ok() && is_abandoned_log(&path, &file) {
+                if fs::remove_file(&path).is_ok() {
+                    swept += 1;
+                }
             }
         }
         if swept > 0 {
@@ -499,6 +501,30 @@ fn lock(path: &Path, file: &File) -> Result<(), LogError> {
             action: "lock",
             error: source,
         }),
+    }
+}
+
+/// Whether `file`, locked by the caller, is still what `path` names (not replaced by a
+/// process that removed it and opened a new log under the same name) and holds a fact log:
+/// empty, or a first line that decodes as a fact. Another file that happens to end in
+/// `.jsonl` in the directory is left alone.
+fn is_abandoned_log(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let same = match (file.metadata(), fs::metadata(path)) {
+        (Ok(held), Ok(named)) => held.dev() == named.dev() && held.ino() == named.ino(),
+        _ => false,
+    };
+    if !same {
+        return false;
+    }
+    let mut first = Vec::new();
+    let read = BufReader::new(file)
+        .take(MAX_FACT_BYTES as u64 + 1)
+        .read_until(b'\n', &mut first);
+    match read {
+        Ok(0) => true,
+        Ok(_) => fact::decode(first.strip_suffix(b"\n").unwrap_or(&first)).is_ok(),
+        Err(_) => false,
     }
 }
 
