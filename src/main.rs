@@ -311,7 +311,8 @@ enum BenchCommand {
         #[arg(long, default_value_t = 30, value_parser = cli::shared::at_least_one::<u64>)]
         sample_s: u64,
         /// Seconds to wait at the end for every interrupted run to be recovered and the killed
-        /// hosts' heartbeats to be removed (three TTLs after their death).
+        /// hosts' heartbeats to be removed (three TTLs after their death, at the coordinator's
+        /// next scan: up to a minute once the fleet is idle).
         #[arg(long, default_value_t = 300, value_parser = cli::shared::at_least_one::<u64>)]
         settle_s: u64,
         /// Seeds which hosts are killed, and when.
@@ -700,12 +701,23 @@ async fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 ttl: ttl_ms.map(Duration::from_millis),
                 settle: Duration::from_secs(settle_s),
             };
-            let report = rekindle::fleet::soak::soak(&options, |sample| print(sample)).await?;
+            // A signal stops the soak: dropping it kills its fleet and hosts and removes its
+            // work directory.
+            let stop = cli::shared::stop_on_signals();
+            let report = tokio::select! {
+                report = rekindle::fleet::soak::soak(&options, |sample| print(sample)) => report?,
+                () = async {
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        rekindle::clock::sleep(Duration::from_millis(50)).await;
+                    }
+                } => anyhow::bail!("interrupted: the soak's fleet and hosts were stopped and its work directory removed"),
+            };
             print(&report);
             if !report.violations.is_empty() {
+                let n = report.violations.len();
                 anyhow::bail!(
-                    "the soak broke {} invariants (first: {}); logs kept in {}",
-                    report.violations.len(),
+                    "the soak broke {n} invariant{} (first: {}); logs kept in {}",
+                    if n == 1 { "" } else { "s" },
                     report.violations[0],
                     report
                         .kept

@@ -2,6 +2,8 @@
 //! must hold every invariant and leave behind only what live processes own. The long run
 //! (30 minutes at the defaults) and its curve are in the README.
 
+#![allow(clippy::disallowed_methods)] // real processes on real time: waits are wall time.
+
 use std::process::Command;
 use std::time::Duration;
 
@@ -39,10 +41,9 @@ fn a_short_soak_holds_every_invariant_and_leaves_only_live_processes() {
     for sample in samples {
         assert_eq!(sample["bench"], "soak-sample");
         for process in ["coordinator", "worker-0", "worker-1"] {
-            assert!(
-                sample["rss_mib"][process].as_f64().unwrap() > 0.0,
-                "{sample}"
-            );
+            let rss = sample["rss_mib"][process].as_f64().unwrap();
+            let heap = sample["heap_mib"][process].as_f64().unwrap();
+            assert!(0.0 < heap && heap < rss, "{sample}");
         }
     }
     let count = |v: &serde_json::Value| v.as_u64().unwrap();
@@ -93,4 +94,63 @@ async fn a_soak_without_the_fleet_binaries_names_what_is_missing() {
         error.contains("cannot start") && error.contains("rekindle-coordinator"),
         "{error}"
     );
+}
+
+/// A soak stopped by a signal stops its fleet and hosts and removes its work directory,
+/// and says so; it exits non-zero.
+#[test]
+fn a_soak_stopped_by_a_signal_leaves_nothing_running() {
+    use std::io::BufRead;
+    let mut soak = Command::new(env!("CARGO_BIN_EXE_rekindle"))
+        .args(["bench", "soak", "--minutes", "1", "--ttl-ms", "1000"])
+        .args(["--sample-s", "1", "--arrival-ms", "200"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = soak.id();
+    // Running with hosts in flight: a few samples in.
+    let stdout = soak.stdout.take().unwrap();
+    let samples = std::io::BufReader::new(stdout)
+        .lines()
+        .take(3)
+        .map(Result::unwrap)
+        .collect::<Vec<_>>();
+    assert_eq!(samples.len(), 3, "{samples:?}");
+    let work = format!("rekindle-soak-{pid}-");
+    let running = || {
+        Command::new("pgrep")
+            .args(["-f", &work])
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).lines().count())
+            .unwrap_or(0)
+    };
+    assert!(running() >= 3, "the fleet is not running");
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let output = soak.wait_with_output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    // A killed host's tool call in flight (a shell sleeping 0.2 s) ends on its own.
+    for _ in 0..100 {
+        if running() == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let listing = Command::new("pgrep").args(["-af", &work]).output().unwrap();
+    assert_eq!(
+        running(),
+        0,
+        "processes of the soak are still running: {}",
+        String::from_utf8_lossy(&listing.stdout)
+    );
+    let left = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .any(|entry| entry.file_name().to_string_lossy().starts_with(&work));
+    assert!(!left, "the work directory was left behind");
 }

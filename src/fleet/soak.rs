@@ -86,8 +86,12 @@ pub struct SoakSample {
     pub hosts_killed: usize,
     /// Hosts running now.
     pub hosts_running: usize,
-    /// Resident memory of each fleet process, in MiB.
+    /// Resident memory of each fleet process, in MiB: its heap (`heap_mib`) and the pages
+    /// of its executable and libraries it touched so far (bounded by their size).
     pub rss_mib: BTreeMap<String, f64>,
+    /// Resident anonymous memory of each fleet process (heap and stacks), in MiB: what a leak
+    /// would grow.
+    pub heap_mib: BTreeMap<String, f64>,
     /// Objects under each top-level prefix of the store.
     pub objects: BTreeMap<String, usize>,
     /// Lock files of the local-directory store (none on S3).
@@ -124,17 +128,18 @@ pub struct SoakReport {
     pub settle_s: f64,
     /// The first sample, as the fleet started.
     pub first: SoakSample,
-    /// The first sample after the warm-up (a tenth of the run, at least a minute): where
-    /// memory and object counts should stay from then on.
+    /// The first sample after the warm-up (a tenth of the run, at least one sample
+    /// interval): where memory and object counts should stay from then on. `end` when fewer
+    /// than three samples came after the warm-up (a run too short to say).
     pub warm: SoakSample,
-    /// The sample half-way.
+    /// The sample half-way between `warm` and the last one before the settle.
     pub middle: SoakSample,
     /// The last sample, after the settle.
     pub end: SoakSample,
-    /// Each fleet process's resident memory growth from `warm` to `middle` and from `middle`
+    /// Each fleet process's heap growth (`heap_mib`) from `warm` to `middle` and from `middle`
     /// to the last sample before the settle, in MiB per hour: flat memory shows as two
-    /// figures near 0, a leak as two similar positive ones.
-    pub rss_growth_mib_per_hour: BTreeMap<String, [f64; 2]>,
+    /// figures near 0, a leak as two similar positive ones. Empty when the run was too short.
+    pub heap_growth_mib_per_hour: BTreeMap<String, [f64; 2]>,
     /// Objects left after the fleet stopped gracefully.
     pub objects_after_stop: BTreeMap<String, usize>,
     /// The work directory, kept when something broke (logs of every process).
@@ -152,6 +157,29 @@ struct Host {
     kill_at: Option<f64>,
     killed: bool,
     exited_ok: bool,
+}
+
+impl Drop for Host {
+    /// A soak that is stopped (its future dropped on a signal) leaves no host running.
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// How far the settle got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settle {
+    /// Waiting for the last hosts to end.
+    Hosts,
+    /// Waiting for every interrupted run to be recovered.
+    Index,
+    /// Waiting for the killed hosts' heartbeats to be removed.
+    Heartbeats,
+    /// Only the fleet's own objects are left.
+    Done,
 }
 
 /// How long hosts that ran to their end lived: kills are spread over a typical run.
@@ -253,64 +281,71 @@ pub async fn soak(
         crate::clock::sleep(Duration::from_millis(20)).await;
     }
 
-    // Settle: the last hosts end, then every interrupted run is recovered.
+    // Settle: the last hosts end, every interrupted run is recovered, and what the killed
+    // hosts left goes (their heartbeats, three TTLs after their death, at the coordinator's
+    // next scan). Samples go on meanwhile, as progress.
     let arrivals_ended = Stopwatch::start();
-    while hosts.iter().any(|h| h.child.is_some()) && arrivals_ended.elapsed() < options.settle {
-        reap(&mut hosts, None, &mut lives);
-        crate::clock::sleep(Duration::from_millis(50)).await;
-    }
-    let mut violations = Vec::new();
-    for host in hosts.iter_mut().filter(|h| h.child.is_some()) {
-        violations.push(format!(
-            "{}: its host was still running {} s after the arrivals ended",
-            host.run,
-            options.settle.as_secs()
-        ));
-        if let Some(mut child) = host.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-    let mut left = usize::MAX;
-    while arrivals_ended.elapsed() < options.settle {
-        match IndexScan::default().scan(&store).await {
-            Ok((entries, _)) => {
-                left = entries.len();
-                if left == 0 {
-                    break;
-                }
-            }
-            Err(error) => tracing::warn!(%error, "cannot read the index"),
-        }
-        crate::clock::sleep(Duration::from_secs(1)).await;
-    }
-    if left != 0 {
-        violations.push(format!(
-            "{left} runs were still in the index {} s after the arrivals ended",
-            options.settle.as_secs()
-        ));
-    }
-    // Then what the killed hosts left goes: their heartbeats, three TTLs after their death.
     let live = 1 + options.workers;
-    let mut heartbeats = usize::MAX;
-    while arrivals_ended.elapsed() < options.settle {
-        match store.list_all(PREFIXES[0]).await {
-            Ok(listed) => {
-                heartbeats = listed.len();
-                if heartbeats <= live {
-                    break;
+    let mut settled = Settle::Hosts;
+    while settled != Settle::Done && arrivals_ended.elapsed() < options.settle {
+        settled = match settled {
+            Settle::Hosts => {
+                reap(&mut hosts, None, &mut lives);
+                if hosts.iter().any(|h| h.child.is_some()) {
+                    Settle::Hosts
+                } else {
+                    Settle::Index
                 }
             }
-            Err(error) => tracing::warn!(%error, "cannot list the heartbeats"),
+            Settle::Index => match IndexScan::default().scan(&store).await {
+                Ok((entries, _)) if entries.is_empty() => Settle::Heartbeats,
+                Ok(_) => Settle::Index,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the index");
+                    Settle::Index
+                }
+            },
+            Settle::Heartbeats => match store.list_all(PREFIXES[0]).await {
+                Ok(listed) if listed.len() <= live => Settle::Done,
+                Ok(_) => Settle::Heartbeats,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list the heartbeats");
+                    Settle::Heartbeats
+                }
+            },
+            Settle::Done => Settle::Done,
+        };
+        if clock.elapsed() >= next_sample {
+            let now = clock.elapsed();
+            progress(&take_sample(&store, &store_url, &fleet, &hosts, dir.path(), now).await);
+            next_sample += options.sample_every;
         }
-        crate::clock::sleep(Duration::from_secs(1)).await;
+        let pause = if settled == Settle::Hosts { 50 } else { 500 };
+        crate::clock::sleep(Duration::from_millis(pause)).await;
     }
     let settle_s = arrivals_ended.elapsed().as_secs_f64();
-    if heartbeats > live {
-        violations.push(format!(
-            "{heartbeats} heartbeats were left {} s after the arrivals ended, for a fleet of {live} processes",
-            options.settle.as_secs()
-        ));
+    let mut violations = Vec::new();
+    let waited = options.settle.as_secs();
+    match settled {
+        Settle::Hosts => {
+            for host in hosts.iter_mut().filter(|h| h.child.is_some()) {
+                violations.push(format!(
+                    "{}: its host was still running {waited} s after the arrivals ended",
+                    host.run
+                ));
+                if let Some(mut child) = host.child.take() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
+        Settle::Index => violations.push(format!(
+            "runs were still in the index {waited} s after the arrivals ended (not recovered)"
+        )),
+        Settle::Heartbeats => violations.push(format!(
+            "killed hosts' heartbeats were still there {waited} s after the arrivals ended, beside the fleet's {live} (the coordinator removes one three TTLs after its last beat, at its next scan)"
+        )),
+        Settle::Done => {}
     }
     let end = take_sample(
         &store,
@@ -328,30 +363,34 @@ pub async fn soak(
     let audit = audit(&store, &hosts, &ledger).await;
     violations.extend(audit.violations);
     let first = samples.first().cloned().unwrap_or_else(|| end.clone());
-    let warmup = (options.duration / 10).max(Duration::from_secs(60));
-    let warm = samples
+    // After the warm-up (a tenth of the run, at least one sample interval): the samples that
+    // should stay flat. Growth needs three of them to say anything.
+    let warmup = (options.duration / 10).max(options.sample_every);
+    let steady: Vec<&SoakSample> = samples
         .iter()
-        .find(|sample| sample.at_s >= warmup.as_secs_f64())
-        .unwrap_or(&end)
-        .clone();
-    let middle = samples
-        .get(samples.len() / 2)
-        .cloned()
-        .unwrap_or_else(|| end.clone());
-    let last = samples.last().unwrap_or(&end);
-    let rss_growth_mib_per_hour = warm
-        .rss_mib
-        .keys()
-        .map(|name| {
-            let rate = |a: &SoakSample, b: &SoakSample| {
-                let hours = (b.at_s - a.at_s) / 3600.0;
-                let grew = b.rss_mib.get(name).copied().unwrap_or(0.0)
-                    - a.rss_mib.get(name).copied().unwrap_or(0.0);
-                if hours > 0.0 { grew / hours } else { 0.0 }
-            };
-            (name.clone(), [rate(&warm, &middle), rate(&middle, last)])
-        })
+        .filter(|sample| sample.at_s >= warmup.as_secs_f64())
         .collect();
+    let (warm, middle, last) = match steady[..] {
+        [warm, .., last] if steady.len() >= 3 => (warm, steady[steady.len() / 2], last),
+        _ => (&end, &end, &end),
+    };
+    let heap_growth_mib_per_hour: BTreeMap<String, [f64; 2]> = if steady.len() >= 3 {
+        warm.heap_mib
+            .keys()
+            .map(|name| {
+                let rate = |a: &SoakSample, b: &SoakSample| {
+                    let hours = (b.at_s - a.at_s) / 3600.0;
+                    let grew = b.heap_mib.get(name).copied().unwrap_or(0.0)
+                        - a.heap_mib.get(name).copied().unwrap_or(0.0);
+                    if hours > 0.0 { grew / hours } else { 0.0 }
+                };
+                (name.clone(), [rate(warm, middle), rate(middle, last)])
+            })
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    let (warm, middle) = (warm.clone(), middle.clone());
     let kept = (!violations.is_empty()).then(|| dir.keep());
     Ok(SoakReport {
         bench: "soak",
@@ -368,7 +407,7 @@ pub async fn soak(
         warm,
         middle,
         end,
-        rss_growth_mib_per_hour,
+        heap_growth_mib_per_hour,
         objects_after_stop,
         kept,
         violations,
@@ -532,11 +571,14 @@ async fn take_sample(
     dir: &Path,
     at: Duration,
 ) -> SoakSample {
-    let rss_mib = fleet
-        .0
-        .iter()
-        .map(|(name, child)| (name.clone(), rss_mib(child.id())))
-        .collect();
+    let memory = |field: &str| -> BTreeMap<String, f64> {
+        fleet
+            .0
+            .iter()
+            .map(|(name, child)| (name.clone(), resident_mib(child.id(), field)))
+            .collect()
+    };
+    let (rss_mib, heap_mib) = (memory("VmRSS:"), memory("RssAnon:"));
     let lock_files = match url {
         StoreUrl::Local { root } => Some(count_files(&root.join(".rekindle-locks"))),
         _ => None,
@@ -547,11 +589,12 @@ async fn take_sample(
         .sum();
     SoakSample {
         bench: "soak-sample",
-        at_s: at.as_secs_f64(),
+        at_s: at.as_millis() as f64 / 1000.0,
         runs_started: hosts.len(),
         hosts_killed: hosts.iter().filter(|h| h.killed).count(),
         hosts_running: hosts.iter().filter(|h| h.child.is_some()).count(),
         rss_mib,
+        heap_mib,
         objects: count_objects(store).await,
         lock_files,
         worker_state_files,
@@ -574,14 +617,15 @@ async fn count_objects(store: &Store) -> BTreeMap<String, usize> {
     objects
 }
 
-/// Resident memory of a process, in MiB (0 where /proc is not available).
-fn rss_mib(pid: u32) -> f64 {
+/// A memory figure of a process's `/proc/<pid>/status` (`VmRSS:`, `RssAnon:`), in MiB (0
+/// where /proc is not available).
+fn resident_mib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| {
             status
                 .lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(0.0, |kib| kib / 1024.0)
@@ -773,6 +817,8 @@ mod tests {
 
     #[test]
     fn a_process_has_resident_memory() {
-        assert!(rss_mib(std::process::id()) > 0.0);
+        assert!(resident_mib(std::process::id(), "VmRSS:") > 0.0);
+        assert!(resident_mib(std::process::id(), "RssAnon:") > 0.0);
+        assert_eq!(resident_mib(std::process::id(), "NoSuchField:"), 0.0);
     }
 }
