@@ -75,7 +75,10 @@ enum Command {
         /// The session the run belongs to (recorded in its first fact).
         #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
         session_id: Option<String>,
-        /// Directory for local fact logs (default: $XDG_STATE_HOME/rekindle/runs).
+        /// Directory for local fact logs, one `<run>.jsonl` per run (default:
+        /// $XDG_STATE_HOME/rekindle/runs). A run's log is removed once it finished; logs no
+        /// process holds that are over an hour old (left by killed processes) are removed
+        /// when a process opens the directory.
         #[arg(long, env = "REKINDLE_STATE_DIR")]
         state_dir: Option<PathBuf>,
         /// How long this host's heartbeat may stay unchanged before the fleet judges it dead
@@ -172,7 +175,10 @@ enum Command {
     /// stay fenced) once their snapshot is older than the grace period, and retire runs that
     /// ended longer ago than the retention period: a tombstone stays, with the run's lease,
     /// recovery claim, recovery records and epochs' first generations, so no run, epoch or
-    /// recovery ID is ever reused.
+    /// recovery ID is ever reused. Also deletes what dead processes left: heartbeats silent
+    /// for their TTL plus the grace period (at least eleven TTLs) that no run names, with a
+    /// dead worker's registration and inbox, registrations whose heartbeat is gone and inboxes
+    /// of unregistered workers (a leading coordinator removes most of these sooner).
     Gc {
         #[command(flatten)]
         store: StoreArgs,

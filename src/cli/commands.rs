@@ -843,7 +843,7 @@ pub(crate) async fn gc(
         println!("{value}");
     } else if dry_run {
         println!(
-            "gc --dry-run (nothing changed): {} runs scanned, {} superseded generations would be deleted ({} kept within the grace period), {} finished runs would be retired, {} heartbeats of long-dead processes would be deleted ({} of them workers, with their registrations and inboxes)",
+            "gc --dry-run (nothing changed): {} runs scanned, {} superseded generations would be deleted ({} kept within the grace period), {} finished runs would be retired, {} heartbeats of long-dead processes would be deleted, {} registrations or inboxes of dead or stopped workers would be deleted",
             report.runs_scanned,
             report.generations_deleted,
             report.generations_in_grace,
@@ -853,7 +853,7 @@ pub(crate) async fn gc(
         );
     } else {
         println!(
-            "gc: {} runs scanned, {} superseded generations deleted ({} kept within the grace period), {} finished runs retired (tombstone, lease, claim and recovery records kept), {} heartbeats of long-dead processes deleted ({} of them workers, with their registrations and inboxes)",
+            "gc: {} runs scanned, {} superseded generations deleted ({} kept within the grace period), {} finished runs retired (tombstone, lease, claim and recovery records kept), {} heartbeats of long-dead processes deleted, {} registrations or inboxes of dead or stopped workers deleted",
             report.runs_scanned,
             report.generations_deleted,
             report.generations_in_grace,

@@ -161,7 +161,9 @@ struct Observer {
 /// not be judged gone for the gap. Until it is forgotten, the key listed again without a
 /// registration naming it makes every tick re-list the registrations, so a worker that comes
 /// back and registers again is offered work at once.
-const REMOVED_REMEMBERED: Duration = Duration::from_secs(3600);
+/// (A worker paused for longer is found at the periodic re-listing; the map stays bounded by
+/// the processes that died in the last ten minutes.)
+const REMOVED_REMEMBERED: Duration = Duration::from_secs(600);
 
 /// Registrations are re-listed at least this often even when no process came or went.
 const REGISTRATIONS_REFRESH_TICKS: u32 = 30;

@@ -225,10 +225,11 @@ impl LogDir {
             let Ok(file) = options().open(&path) else {
                 continue;
             };
-            if lock(&path, &file).is_ok() && is_abandoned_log(&path, &file) {
-                if fs::remove_file(&path).is_ok() {
-                    swept += 1;
-                }
+            if lock(&path, &file).is_ok()
+                && is_abandoned_log(&path, &file)
+                && fs::remove_file(&path).is_ok()
+            {
+                swept += 1;
             }
         }
         if swept > 0 {
