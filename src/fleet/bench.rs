@@ -699,18 +699,24 @@ pub fn host_settings(
     )
 }
 
-fn write_config(dir: &Path, steps: usize) -> Result<PathBuf> {
+/// Writes `dir/file`: a scripted model's `steps` turns, each calling `tool` with its step
+/// number, then a last turn that ends the run.
+pub(crate) fn write_script(dir: &Path, file: &str, steps: usize, tool: &str) -> Result<()> {
     let turns: Vec<serde_json::Value> = (1..=steps)
         .map(|i| {
             serde_json::json!({
                 "content": format!("Step {i}."),
-                "tool_calls": [{"name": "ledger", "arguments": {"step": i}}]
+                "tool_calls": [{"name": tool, "arguments": {"step": i}}]
             })
         })
         .chain(std::iter::once(serde_json::json!({"content": "Done."})))
         .collect();
     let script = serde_json::to_vec(&turns).unwrap_or_default();
-    std::fs::write(dir.join("bench-script.json"), script).map_err(setup("write the script"))?;
+    std::fs::write(dir.join(file), script).map_err(setup("write the script"))
+}
+
+fn write_config(dir: &Path, steps: usize) -> Result<PathBuf> {
+    write_script(dir, "bench-script.json", steps, "ledger")?;
     let config = format!(
         r#"system_prompt = "Record every step once."
 

@@ -26,7 +26,7 @@ use crate::core::fact::{FactBody, RunId};
 use crate::core::record::RecoveryState;
 use crate::core::rng::SplitMix;
 use crate::error::Result;
-use crate::fleet::bench::{BenchError, WorkDir, setup};
+use crate::fleet::bench::{BenchError, WorkDir, setup, write_script};
 use crate::store::generation::{self, GenerationError};
 use crate::store::index::IndexScan;
 use crate::store::{Store, StoreSettings, StoreUrl, recovery};
@@ -649,17 +649,7 @@ fn count_files(dir: &Path) -> usize {
 /// The agent every host runs: `steps` scripted turns, each calling a tool that appends
 /// `<run> <call> <epoch>` to the ledger and sleeps `step_time`.
 fn write_config(dir: &Path, steps: usize, step_time: Duration) -> Result<PathBuf> {
-    let turns: Vec<serde_json::Value> = (1..=steps)
-        .map(|i| {
-            serde_json::json!({
-                "content": format!("Step {i}."),
-                "tool_calls": [{"name": "record", "arguments": {"step": i}}]
-            })
-        })
-        .chain(std::iter::once(serde_json::json!({"content": "Done."})))
-        .collect();
-    let script = serde_json::to_vec(&turns).unwrap_or_default();
-    std::fs::write(dir.join("soak-script.json"), script).map_err(setup("write the script"))?;
+    write_script(dir, "soak-script.json", steps, "record")?;
     let ledger = dir.join("ledger");
     let config = format!(
         r#"system_prompt = "Record every step once."
