@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::layout::FORMAT_VERSION;
+use crate::core::record::RecoveryRecord;
 
 /// The prefix of the coordinator's recovery IDs; no host run may use it.
 pub const RECOVERY_ID_PREFIX: &str = "recovery-of-";
@@ -80,4 +81,19 @@ pub struct Inbox {
     /// a slot frees.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coordinator_wake: Option<String>,
+    /// The records of the recoveries offered by the tick that wrote this inbox, each at the
+    /// version the offer left it: the worker starts one by compare-and-swap on that version
+    /// without reading it first. A hint, never the truth: a record changed since fails the
+    /// swap and is read as usual.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offers: Vec<Offer>,
+}
+
+/// A recovery record as an assignment left it, carried in the worker's inbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offer {
+    /// The record right after the assignment.
+    pub record: RecoveryRecord,
+    /// Its version (the ETag the assignment's compare-and-swap returned).
+    pub etag: String,
 }

@@ -10,7 +10,7 @@ use crate::core::record::RecoveryRecord;
 use crate::error::Error;
 use crate::fleet::lifecycle::{LifecycleError, sync_index};
 use crate::store::generation::{GenerationError, Loaded, RunWriter, SnapshotPolicy};
-use crate::store::lease::{self, Holder};
+use crate::store::lease::{self, Held, Holder};
 use crate::store::recovery::{self, RecoveryError};
 use crate::store::{ETag, Store};
 
@@ -67,7 +67,17 @@ pub async fn admit(
     force: bool,
     takeover: Takeover,
 ) -> crate::Result<Admitted> {
-    if let Some((record, _)) = recovery::read(store, recovery_id).await? {
+    // The checks below only read; they go out at once (one round trip instead of four, which
+    // an outage's worth of admissions pays on a store with S3's latency). A replay's load of
+    // the source is wasted, a rare case.
+    let as_run = RunId::new(recovery_id.as_str());
+    let (existing, claimed, as_run_lease, loaded) = futures::join!(
+        recovery::read(store, recovery_id),
+        recovery::claimed_by(store, source),
+        lease::read_lease(store, &as_run),
+        refuse_unrecoverable(store, source),
+    );
+    if let Some((record, _)) = existing? {
         if record.source_run != *source {
             return Err(RecoveryError::IdInUse {
                 recovery_id: recovery_id.clone(),
@@ -84,7 +94,7 @@ pub async fn admit(
             created: false,
         });
     }
-    if let Some(existing) = recovery::claimed_by(store, source).await?
+    if let Some(existing) = claimed?
         && existing != *recovery_id
     {
         return Err(RecoveryError::AlreadyRecovered {
@@ -96,8 +106,7 @@ pub async fn admit(
     // A recovery runs as the run named by its ID: an ID that already names a run (the source
     // itself, or any run that ever took a lease, which retirement keeps) would continue or
     // overwrite that run's chain.
-    let as_run = RunId::new(recovery_id.as_str());
-    if as_run == *source || lease::read_lease(store, &as_run).await?.is_some() {
+    if as_run == *source || as_run_lease?.is_some() {
         return Err(RecoveryError::IdIsARun {
             recovery_id: recovery_id.clone(),
         }
@@ -105,7 +114,7 @@ pub async fn admit(
     }
     // The source as loaded here is handed to the fence, which only reloads it if a commit
     // landed since (one load per admission, not three).
-    let loaded = refuse_unrecoverable(store, source).await?;
+    let loaded = loaded?;
     // The lease version judged free or silent: without a takeover, only that version may be
     // taken over (a holder that took the lease since is alive, not judged).
     let judged = match takeover {
@@ -126,7 +135,7 @@ pub async fn admit(
         });
     }
     let admitted = async {
-        let fenced = fence(store, holder, source, judged.as_ref(), loaded)
+        let (fenced, held) = fence(store, holder, source, judged.as_ref(), loaded)
             .await
             .map_err(|error| match error {
                 alive @ LifecycleError::HolderAlive { .. } => alive,
@@ -138,19 +147,28 @@ pub async fn admit(
         // Pinned to the fence generation the fence itself wrote: nothing can follow it (the
         // claim stops later writers, the epoch earlier ones). Without its digest (a lost
         // acknowledgement adopted) or a writer (a retired run), load it again.
-        let admission = match fenced.as_ref().and_then(|w| Some((w, w.newest_digest()?))) {
-            Some((writer, digest)) => {
-                let pin = recovery::Pin {
-                    generation: writer.generation(),
-                    digest: digest.to_owned(),
-                    epoch: writer.epoch(),
-                    state: writer.state(),
-                };
-                recovery::create_pinned(store, source, recovery_id, force, pin, claimed_now).await?
+        let pinned = async {
+            match fenced.as_ref().and_then(|w| Some((w, w.newest_digest()?))) {
+                Some((writer, digest)) => {
+                    let pin = recovery::Pin {
+                        generation: writer.generation(),
+                        digest: digest.to_owned(),
+                        epoch: writer.epoch(),
+                        state: writer.state(),
+                    };
+                    recovery::create_pinned(store, source, recovery_id, force, pin, claimed_now)
+                        .await
+                }
+                None => recovery::admit(store, source, recovery_id, force).await,
             }
-            None => recovery::admit(store, source, recovery_id, force).await?,
         };
-        Ok::<_, Error>(admission)
+        // The fencing lease is released while the record is written (one round trip, not
+        // two): the fence generation already stops the old writer, and the claim later ones.
+        let (released, admission) = futures::join!(holder.release(&held), pinned);
+        if let Err(error) = released {
+            tracing::warn!(run_id = %source, %error, "could not release the source's lease after fencing it; it lapses with this process's heartbeat");
+        }
+        Ok::<_, Error>(admission?)
     }
     .await;
     let admission = match admitted {
@@ -239,7 +257,8 @@ pub async fn fence_source(
     holder: &Arc<Holder>,
     source: &RunId,
 ) -> crate::Result<()> {
-    fence(store, holder, source, None, None).await?;
+    let (_, held) = fence(store, holder, source, None, None).await?;
+    holder.release(&held).await?;
     Ok(())
 }
 
@@ -248,14 +267,15 @@ pub async fn fence_source(
 /// holder nobody judged: refuse ([`LifecycleError::HolderAlive`]) instead of taking it over.
 /// The takeover is a compare-and-swap on the version checked here, so the check holds.
 /// `loaded` is the caller's load of the source, if it has one. Returns the writer that wrote
-/// the fence (`None` for a retired run, which has no writer left to fence).
+/// the fence (`None` for a retired run, which has no writer left to fence) and the lease it
+/// fenced under, which the caller releases (on an error it is released here).
 async fn fence(
     store: &Store,
     holder: &Arc<Holder>,
     source: &RunId,
     judged: Option<&Option<ETag>>,
     loaded: Option<Loaded>,
-) -> Result<Option<RunWriter>, LifecycleError> {
+) -> Result<(Option<RunWriter>, Held), LifecycleError> {
     let held = match lease::read_lease(store, source).await? {
         Some(view) if !view.lease.released => {
             if let Some(judged) = judged
@@ -292,15 +312,17 @@ async fn fence(
         }
         other => other,
     };
-    holder.release(&held).await?;
     match fenced {
         Ok(writer) => {
             crate::metrics::count(crate::metrics::FENCES);
-            Ok(Some(writer))
+            Ok((Some(writer), held))
         }
         // A retired run has no writer left to fence (see `tombstone.rs`); admission refuses it.
-        Err(GenerationError::Retired { .. }) => Ok(None),
-        Err(other) => Err(other.into()),
+        Err(GenerationError::Retired { .. }) => Ok((None, held)),
+        Err(other) => {
+            holder.release(&held).await?;
+            Err(other.into())
+        }
     }
 }
 

@@ -42,8 +42,10 @@ pub const PUT_LIST_PRICE: f64 = 0.005;
 /// See [`PUT_LIST_PRICE`].
 pub const GET_PRICE: f64 = 0.0004;
 
-/// Admissions the operator runs at once in takeover mode, as `recover --all` does.
-pub const ADMISSIONS_AT_ONCE: usize = 64;
+/// Admissions the operator runs at once in takeover mode, as `recover --all` does. Each
+/// admission is about ten round trips one after another; an outage's worth of them should
+/// not queue behind each other (a store takes thousands of requests at once).
+pub const ADMISSIONS_AT_ONCE: usize = 256;
 
 /// What one run of the workload looks like, and the fleet that recovers it.
 #[derive(Clone, Debug)]

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::core::assignment::{Inbox, Registration, recovery_id_for};
+use crate::core::assignment::{Inbox, Offer, Registration, recovery_id_for};
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::layout::{self, FORMAT_VERSION};
 use crate::core::lifecycle::Event;
@@ -139,7 +139,7 @@ struct Observer {
     /// Recovery records as last read, by source run, with the index entry they were read for
     /// and when: a record is read again when its entry changed, while it waits for a worker
     /// (admitted), every [`RUNNING_REFRESH`] while it runs, and on every sweep.
-    records: BTreeMap<RunId, (IndexEntry, RecoveryRecord, crate::clock::Stopwatch)>,
+    records: BTreeMap<RunId, (IndexEntry, (RecoveryRecord, ETag), crate::clock::Stopwatch)>,
     /// The TTLs holders declared as of the last tick, by heartbeat key, for the watch.
     declared: Vec<(String, u64)>,
     /// Heartbeats of live processes that held runs at the last tick (hosts of running runs,
@@ -542,31 +542,39 @@ async fn tick(
     // Each action is one lifecycle event on its own recovery: run them side by side (an
     // admission fences and loads its source, which takes several round trips).
     let observed = &runs;
+    // The records as read this tick, by recovery: an assignment swaps the version observed
+    // (one GET fewer per assignment; a record changed since fails the swap and is reread).
+    let known: BTreeMap<RecoveryId, (RecoveryRecord, ETag)> = observer
+        .records
+        .values()
+        .map(|(_, (record, etag), _)| (record.recovery_id.clone(), (record.clone(), etag.clone())))
+        .collect();
+    let known = &known;
     let executed = futures::stream::iter(actions.clone())
         .map(|action| async move {
-            match execute(store, holder, options, &action, observed).await {
-                Ok(progress) => (progress, action),
+            match execute(store, holder, options, &action, observed, known).await {
+                Ok((progress, offer)) => (progress, action, offer),
                 Err(error) => {
                     tracing::warn!(?action, %error, "coordinator action failed");
-                    (false, action)
+                    (false, action, None)
                 }
             }
         })
         .buffer_unordered(ACTION_CONCURRENCY)
-        .collect::<Vec<(bool, Action)>>()
+        .collect::<Vec<(bool, Action, Option<Offer>)>>()
         .await;
     // A landed assignment is not progress for the loop (the worker is woken instead).
     let progressed = executed
         .iter()
-        .any(|(progress, action)| *progress && !matches!(action, Action::Assign { .. }));
-    // Workers whose offer landed this tick: woken even if their inbox already listed it.
-    let offered: std::collections::BTreeSet<String> = executed
-        .iter()
-        .filter_map(|(landed, action)| match action {
-            Action::Assign { worker, .. } if *landed => Some(worker.clone()),
-            _ => None,
-        })
-        .collect();
+        .any(|(progress, action, _)| *progress && !matches!(action, Action::Assign { .. }));
+    // Workers whose offer landed this tick, with the records as the offers left them: woken
+    // even if their inbox already listed it, and told the records.
+    let mut offered: BTreeMap<String, Vec<Offer>> = BTreeMap::new();
+    for (landed, action, offer) in executed {
+        if let (true, Action::Assign { worker, .. }) = (landed, action) {
+            offered.entry(worker).or_default().extend(offer);
+        }
+    }
     let unanswered = write_inboxes(
         store, observer, options, &workers, &runs, &actions, &offered,
     )
@@ -590,7 +598,7 @@ async fn tick(
     // on, not from the next scan: if it dies before or right after starting, its silence is
     // seen within its TTL plus the watch interval.
     for (_, registration) in observer.registrations.values() {
-        if offered.contains(&registration.worker)
+        if offered.contains_key(&registration.worker)
             && observer.judged_busy.insert(registration.worker.clone())
         {
             observer.liveness.forget(&registration.heartbeat);
@@ -845,8 +853,10 @@ const MAX_IMMEDIATE_TICKS: u32 = 64;
 /// a failure) without touching the index, and the coordinator sees it within this.
 const RUNNING_REFRESH: Duration = Duration::from_secs(1);
 
-/// Actions (admissions, lifecycle events) executed at once per tick.
-const ACTION_CONCURRENCY: usize = 16;
+/// Actions (admissions, lifecycle events) executed at once per tick, and records read at once.
+/// After an outage every index entry changes at once; with S3's 20–30 ms per request, 16 at a
+/// time made a tick over 200 recoveries take over a second before the first worker was told.
+const ACTION_CONCURRENCY: usize = 64;
 
 /// The listed version of `worker`'s heartbeat, if it is registered and beating.
 fn registration_beat(
@@ -1052,7 +1062,7 @@ async fn observe_runs(
             // running for a while (a worker may have handed it back).
             let cached = cache
                 .get(&entry.run_id)
-                .filter(|(seen, record, read_at)| {
+                .filter(|(seen, (record, _), read_at)| {
                     *seen == entry
                         && !sweep
                         && match record.state {
@@ -1062,7 +1072,7 @@ async fn observe_runs(
                             _ => true,
                         }
                 })
-                .map(|(_, record, read_at)| (record.clone(), *read_at));
+                .map(|(_, known, read_at)| (known.clone(), *read_at));
             observe_run(store, sweep, entry, cached)
         })
         .buffered(ACTION_CONCURRENCY)
@@ -1070,11 +1080,11 @@ async fn observe_runs(
         .await;
     let mut records = BTreeMap::new();
     let mut runs = Vec::with_capacity(observed.len());
-    for (run, read_at) in observed.into_iter().flatten() {
-        if let (Some(record), Some(read_at)) = (&run.recovery, read_at) {
+    for (run, known) in observed.into_iter().flatten() {
+        if let (Some(record), Some((etag, read_at))) = (&run.recovery, known) {
             records.insert(
                 run.entry.run_id.clone(),
-                (run.entry.clone(), record.clone(), read_at),
+                (run.entry.clone(), (record.clone(), etag), read_at),
             );
         }
         runs.push(run);
@@ -1084,26 +1094,26 @@ async fn observe_runs(
     runs
 }
 
-/// One run's view and when its record was read; `None` if its record cannot be read now
-/// (the next tick tries again).
+/// One run's view, and its record's version and when it was read; `None` if its record
+/// cannot be read now (the next tick tries again).
 async fn observe_run(
     store: &Store,
     sweep: bool,
     entry: IndexEntry,
-    cached: Option<(RecoveryRecord, crate::clock::Stopwatch)>,
-) -> Option<(RunView, Option<crate::clock::Stopwatch>)> {
+    cached: Option<((RecoveryRecord, ETag), crate::clock::Stopwatch)>,
+) -> Option<(RunView, Option<(ETag, crate::clock::Stopwatch)>)> {
     let read_record = match entry.phase {
         Phase::Recovering => true,
         Phase::Parked => sweep,
         Phase::Running | Phase::Dead => false,
     };
-    let (recovery, read_at) = match (&entry.recovery_id, cached) {
-        (Some(_), Some((record, read_at))) => (Some(record), Some(read_at)),
+    let (recovery, known) = match (&entry.recovery_id, cached) {
+        (Some(_), Some(((record, etag), read_at))) => (Some(record), Some((etag, read_at))),
         (Some(id), None) if read_record => match recovery::read(store, id).await {
-            Ok(record) => (
-                record.map(|(r, _)| r),
-                Some(crate::clock::Stopwatch::start()),
-            ),
+            Ok(Some((record, etag))) => {
+                (Some(record), Some((etag, crate::clock::Stopwatch::start())))
+            }
+            Ok(None) => (None, None),
             Err(error) => {
                 tracing::warn!(recovery_id = %id, %error, "cannot read the recovery record");
                 return None;
@@ -1132,7 +1142,7 @@ async fn observe_run(
             recovery,
             answered,
         },
-        read_at,
+        known,
     ))
 }
 
@@ -1146,7 +1156,7 @@ async fn write_inboxes(
     workers: &[WorkerView],
     runs: &[RunView],
     actions: &[Action],
-    offered: &std::collections::BTreeSet<String>,
+    offered: &BTreeMap<String, Vec<Offer>>,
 ) -> Result<Vec<String>, StoreError> {
     let mut inboxes: BTreeMap<String, Vec<RecoveryId>> = workers
         .iter()
@@ -1171,23 +1181,25 @@ async fn write_inboxes(
     // listed the recovery (one handed back and offered to the same worker again leaves the
     // inbox as it was, and the worker would otherwise find it only at its next poll). Only
     // landed offers: an assignment that keeps failing must not wake a worker every tick.
+    // A landed offer is written with its record, so the worker starts it without a read.
     // (worker, its inbox, whether to write it, where to wake it)
     let changed: Vec<(String, Vec<RecoveryId>, bool, Option<String>)> = inboxes
         .into_iter()
         .filter_map(|(worker, recoveries)| {
             let before = observer.inboxes.get(&worker);
-            let write = before != Some(&recoveries);
+            let landed = offered.contains_key(&worker);
+            let write = before != Some(&recoveries) || landed;
             let gained = recoveries
                 .iter()
                 .any(|id| !before.is_some_and(|list| list.contains(id)));
-            if !write && !offered.contains(&worker) {
+            if !write {
                 return None;
             }
             let wake = workers
                 .iter()
                 .find(|w| w.registration.worker == worker)
                 .and_then(|w| w.registration.wake.clone())
-                .filter(|_| gained || offered.contains(&worker));
+                .filter(|_| gained || landed);
             Some((worker, recoveries, write, wake))
         })
         .collect();
@@ -1203,6 +1215,16 @@ async fn write_inboxes(
                         worker: worker.clone(),
                         recoveries: recoveries.clone(),
                         coordinator_wake,
+                        offers: offered
+                            .get(&worker)
+                            .map(|offers| {
+                                offers
+                                    .iter()
+                                    .filter(|offer| recoveries.contains(&offer.record.recovery_id))
+                                    .cloned()
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
                     };
                     store
                         .put(&layout::inbox(&worker), layout::encode_object(&inbox))
@@ -1304,22 +1326,24 @@ async fn execute(
     options: &CoordinatorOptions,
     action: &Action,
     runs: &[RunView],
-) -> crate::Result<bool> {
+    known: &BTreeMap<RecoveryId, (RecoveryRecord, ETag)>,
+) -> crate::Result<(bool, Option<Offer>)> {
     let event = |recovery: &RecoveryId, event: Event| {
         let recovery = recovery.clone();
+        let observed = known.get(&recovery).cloned();
         async move {
-            match lifecycle::transition(store, &recovery, None, event).await {
+            match lifecycle::transition(store, &recovery, observed, event).await {
                 // Decided on a record that changed since: the next tick decides again.
                 Err(LifecycleError::Refused(refused)) => {
                     tracing::debug!(%refused, "stale decision");
                     Ok(None)
                 }
-                Ok((record, _)) => Ok(Some(record)),
+                Ok(changed) => Ok(Some(changed)),
                 Err(other) => Err(other),
             }
         }
     };
-    Ok(match action {
+    let progress = match action {
         Action::Admit { source } => {
             let observed = runs.iter().find(|r| r.entry.run_id == *source);
             if still_as_observed(store, source, observed.map(|r| &r.entry)).await? {
@@ -1340,8 +1364,14 @@ async fn execute(
                 crate::metrics::count(crate::metrics::RECOVERIES_ASSIGNED);
             }
             // Whether the offer landed (the caller wakes the worker; the tick loop does not
-            // count it as progress).
-            assigned.is_some()
+            // count it as progress), and the record as it left it, for the worker's inbox.
+            return Ok((
+                assigned.is_some(),
+                assigned.map(|(record, etag)| Offer {
+                    record,
+                    etag: etag.0,
+                }),
+            ));
         }
         Action::Abandon {
             recovery,
@@ -1356,13 +1386,13 @@ async fn execute(
                 },
             )
             .await?;
-            if let Some(record) = &record {
+            if let Some((record, _)) = &record {
                 tracing::warn!(recovery_id = %recovery, worker_id = %worker, failures = record.failures, "worker died mid-attempt; recovery handed back");
             }
             record.is_some()
         }
         Action::DeadLetter { source, recovery } => {
-            if let Some(record) = event(
+            if let Some((record, _)) = event(
                 recovery,
                 Event::DeadLetter {
                     max_failures: options.max_attempts,
@@ -1388,7 +1418,8 @@ async fn execute(
             }
             false
         }
-    })
+    };
+    Ok((progress, None))
 }
 
 #[cfg(test)]

@@ -739,16 +739,23 @@ impl Node {
     )]
     pub async fn execute_recovery(&self, record: &RecoveryRecord) -> Result<(Stopped, u64)> {
         let run = RunId::new(record.recovery_id.as_str());
+        let (floor, poll, max_wait) = (
+            record.source_epoch.next(),
+            self.holder.ttl() / 4,
+            self.holder.ttl() * 3,
+        );
         let held = match self.take_from_abandoned(&run, record).await? {
             Some(held) => held,
+            // The first attempt (the lifecycle counts every start) finds no lease: create it
+            // without looking first.
+            None if record.attempts <= 1 => {
+                self.holder
+                    .create_or_wait_from(&run, floor, poll, max_wait)
+                    .await?
+            }
             None => {
                 self.holder
-                    .acquire_or_wait_from(
-                        &run,
-                        record.source_epoch.next(),
-                        self.holder.ttl() / 4,
-                        self.holder.ttl() * 3,
-                    )
+                    .acquire_or_wait_from(&run, floor, poll, max_wait)
                     .await?
             }
         };

@@ -168,6 +168,16 @@ impl Runner {
                         })
                         .await?;
                     crate::metrics::step("model", stopwatch.elapsed());
+                    // A final answer ends the run: its terminal fact, which follows from the
+                    // facts alone, goes in the same commit (one request, not two).
+                    if let Some(terminal) = self.ending_with(&turn) {
+                        self.record_all(vec![
+                            FactBody::ModelTurn(turn),
+                            FactBody::Terminal(terminal.clone()),
+                        ])
+                        .await?;
+                        return Ok(Stopped::Finished(terminal));
+                    }
                     self.record(FactBody::ModelTurn(turn)).await?;
                 }
                 Step::RunTools { calls } => {
@@ -224,14 +234,47 @@ impl Runner {
 
     /// Journals one fact locally, then commits it. Returns once it is in the store.
     pub async fn record(&mut self, body: FactBody) -> Result<(), RunError> {
-        let fact = Fact {
-            seq: Seq(self.writer.state().last_seq().0 + 1),
-            at_ms: self.clock.wall_ms(),
-            body,
-        };
-        self.log.append(&fact)?;
-        self.writer.commit(vec![fact]).await?;
+        self.record_all(vec![body]).await
+    }
+
+    /// Journals facts locally, then commits them together (one generation). Returns once
+    /// they are in the store.
+    async fn record_all(&mut self, bodies: Vec<FactBody>) -> Result<(), RunError> {
+        let (first, at_ms) = (self.writer.state().last_seq().0 + 1, self.clock.wall_ms());
+        let facts: Vec<Fact> = bodies
+            .into_iter()
+            .zip(first..)
+            .map(|(body, seq)| Fact {
+                seq: Seq(seq),
+                at_ms,
+                body,
+            })
+            .collect();
+        self.log.append_all(&facts)?;
+        self.writer.commit(facts).await?;
         self.committed_at = Some(crate::clock::Stopwatch::start());
         Ok(())
+    }
+
+    /// The terminal fact the run ends with once `turn` is applied, if it is a final answer
+    /// (no tool calls) that ends it. Only then is the state copied, so once per run.
+    fn ending_with(&self, turn: &crate::core::fact::ModelTurn) -> Option<Terminal> {
+        if !turn.tool_calls.is_empty() {
+            return None;
+        }
+        let mut after = self.writer.state().clone();
+        let fact = Fact {
+            seq: Seq(after.last_seq().0 + 1),
+            at_ms: self.clock.wall_ms(),
+            body: FactBody::ModelTurn(turn.clone()),
+        };
+        after.apply(fact).ok()?;
+        match after.next_step() {
+            Step::Finish { outcome, reason } => Some(Terminal {
+                outcome,
+                message: reason,
+            }),
+            _ => None,
+        }
     }
 }

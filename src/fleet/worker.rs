@@ -11,7 +11,7 @@
 //! A worker ID is owned by one live process at a time: a worker that finds another live
 //! process beating under its ID refuses to start (`Holder::claim_identity`).
 
-use crate::core::record::{RecoveryResult, RecoveryState};
+use crate::core::record::{RecoveryRecord, RecoveryResult, RecoveryState};
 use crate::fleet::lifecycle;
 use crate::fleet::lifecycle::LifecycleError;
 use std::collections::BTreeMap;
@@ -28,10 +28,10 @@ use crate::fleet::coordinator::read_inbox;
 use crate::fleet::runner::Stopped;
 use crate::fleet::wake::Wakeup;
 use crate::fleet::{Agent, Node};
-use crate::store::Store;
 use crate::store::lease::Holder;
 use crate::store::log::LogDir;
 use crate::store::recovery::{self};
+use crate::store::{ETag, Store};
 
 /// How a worker identifies itself, how much it runs at once, and how it paces and stops.
 #[derive(Clone, Debug)]
@@ -228,6 +228,7 @@ pub async fn run(
                 done.retain(|id| inbox.recoveries.contains(id));
                 let skip: Vec<RecoveryId> = done.iter().cloned().collect();
                 drop(done);
+                let mut offers = inbox.offers;
                 for id in inbox.recoveries {
                     if running.len() >= options.concurrency as usize
                         || running.contains_key(&id)
@@ -244,10 +245,16 @@ pub async fn run(
                     let done = wakeup.clone();
                     let ended = Arc::clone(&ended);
                     let freed = Arc::clone(&freed);
+                    let offer = offers
+                        .iter()
+                        .position(|offer| offer.record.recovery_id == id)
+                        .map(|at| offers.swap_remove(at))
+                        .map(|offer| (offer.record, ETag(offer.etag)));
                     running.insert(
                         id,
                         tokio::spawn(async move {
-                            let (over, ran) = attempt(&node, &worker, &task_id, &stats).await;
+                            let (over, ran) =
+                                attempt(&node, &worker, &task_id, &stats, offer).await;
                             if over {
                                 ended
                                     .lock()
@@ -332,13 +339,35 @@ pub async fn run(
 /// whether an attempt ran at all (a stale inbox entry starts none).
 /// At the step cap the recovery is yielded and, still offered to this worker, started again
 /// at once (each resume is bounded; none counts as a failure).
+/// `offer` is the record as the inbox carried it: the first start swaps that version without
+/// reading the record; if it was stale, the record is read and judged as usual.
 #[tracing::instrument(name = "worker_attempt", skip_all, fields(worker_id = %worker, recovery_id = %id))]
-async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats) -> (bool, bool) {
+async fn attempt(
+    node: &Node,
+    worker: &str,
+    id: &RecoveryId,
+    stats: &WorkerStats,
+    offer: Option<(RecoveryRecord, ETag)>,
+) -> (bool, bool) {
     let store = &node.store;
     let mut ran = false;
+    // Only an offer to this worker waiting for its attempt is a shortcut; anything else is
+    // judged from the record as read.
+    let mut offer = offer.filter(|(record, _)| {
+        record.recovery_id == *id
+            && record.state == RecoveryState::Admitted
+            && record.assigned_to.as_deref() == Some(worker)
+    });
     loop {
-        let Ok(Some((record, etag))) = recovery::read(store, id).await else {
-            return (false, ran);
+        let from_offer = offer.is_some();
+        let (record, etag) = match offer.take() {
+            Some(offered) => offered,
+            None => {
+                let Ok(Some(read)) = recovery::read(store, id).await else {
+                    return (false, ran);
+                };
+                read
+            }
         };
         if record.state.is_terminal() {
             return (true, ran);
@@ -370,6 +399,8 @@ async fn attempt(node: &Node, worker: &str, id: &RecoveryId, stats: &WorkerStats
         let (record, started_etag) =
             match lifecycle::transition(store, id, Some((record, etag)), start).await {
                 Ok(started) => started,
+                // The offer was stale: judge the record as it is now.
+                Err(_) if from_offer => continue,
                 Err(error) => {
                     tracing::debug!(recovery_id = %id, %error, "not started");
                     return (false, ran);

@@ -511,8 +511,11 @@ async fn collect_or_count(
             continue;
         }
         let chain = Chain::new(store, base.clone());
-        let Some((snapshot, _)) = chain.hint().await? else {
-            continue;
+        // No hint: the run never snapshotted past its first generation (a hint at 1 is never
+        // written), which is then its snapshot.
+        let snapshot = match chain.hint().await? {
+            Some((snapshot, _)) => snapshot,
+            None => 1,
         };
         let snapshot_key = chain.key(snapshot);
         let Some(object) = store.read(&snapshot_key).await? else {

@@ -698,6 +698,36 @@ impl Holder {
             .await
     }
 
+    /// [`Self::acquire_or_wait_from`] for a lease that should not exist yet (a recovery's
+    /// first attempt): creates it at once, without reading first, and only if one exists
+    /// after all takes the reading path. One request fewer on the way to a recovery's first
+    /// step; a lease found existing costs one more.
+    pub async fn create_or_wait_from(
+        &self,
+        run: &RunId,
+        floor: Epoch,
+        poll: Duration,
+        max_wait: Duration,
+    ) -> Result<Held, LeaseError> {
+        let epoch = floor.max(Epoch(1));
+        let key = layout::lease(run.as_str());
+        match self.store.create(&key, self.lease(run, epoch, false)).await {
+            // Created by this call (a lost acknowledgement of it is adopted by `create`).
+            Ok(etag) => {
+                tracing::info!(run_id = %run, epoch = %epoch, holder_id = %self.id, "lease acquired");
+                Ok(Held {
+                    run: run.clone(),
+                    epoch,
+                    etag,
+                })
+            }
+            Err(StoreError::AlreadyExists { .. }) => {
+                self.acquire_or_wait_from(run, floor, poll, max_wait).await
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
     /// [`Self::acquire_or_wait`] with an epoch of at least `floor`.
     pub async fn acquire_or_wait_from(
         &self,

@@ -49,6 +49,20 @@ pub enum Located {
     Retired(u64),
 }
 
+/// What a writer knows of its chain's hint, to move it without reading it first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HintState {
+    /// Not known: read it before moving it.
+    Unknown,
+    /// Known not to exist (this writer created the chain, and a hint at 1 is never written).
+    Absent,
+    /// This writer wrote it last, at this version.
+    Written(ETag),
+}
+
+/// Slots a probe read whole, by number, for the load that follows it.
+pub(super) type Fetched = std::collections::BTreeMap<u64, crate::store::Object>;
+
 /// How often `Chain::locate` probes again when the hint moved past its result while it probed.
 const PROBE_ROUNDS: usize = 8;
 
@@ -132,6 +146,27 @@ impl Chain {
     /// Moves the hint forward to `n` (never backwards). Best effort: a lost race only means
     /// a later reader probes a little further.
     pub async fn advance_hint(&self, n: u64) -> Result<(), StoreError> {
+        self.advance_hint_from(n, &HintState::Unknown)
+            .await
+            .map(drop)
+    }
+
+    /// [`Chain::advance_hint`] from what this caller knows of the hint: a hint it wrote is
+    /// moved by compare-and-swap on that version, and one it knows absent (a chain it
+    /// created) is created, either without reading first (a writer moving its own hint costs
+    /// one request, not two). Returns what the caller knows after.
+    ///
+    /// A hint at generation 1 is never written: a reader without a hint probes from 1 anyway,
+    /// and gc deletes nothing below 1. A run that never snapshots past its first generation
+    /// has no hint at all (one request fewer per run).
+    pub async fn advance_hint_from(
+        &self,
+        n: u64,
+        known: &HintState,
+    ) -> Result<HintState, StoreError> {
+        if n <= 1 {
+            return Ok(known.clone());
+        }
         let key = layout::head(&self.base);
         let hint = Hint {
             format: FORMAT_VERSION,
@@ -140,31 +175,47 @@ impl Chain {
             retired: false,
         };
         let bytes = layout::encode_object(&hint);
-        if n == 1 {
-            // A new chain has no hint yet: create it without reading first (if one exists
-            // after all, the path below decides).
-            match self.store.create(&key, bytes.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(StoreError::AlreadyExists { .. }) => {}
-                Err(other) => return Err(other),
-            }
+        let first_try = match known {
+            HintState::Written(etag) => Some(self.store.swap(&key, bytes.clone(), etag).await),
+            HintState::Absent => Some(self.store.create(&key, bytes.clone()).await),
+            HintState::Unknown => None,
+        };
+        match first_try {
+            Some(Ok(etag)) => return Ok(HintState::Written(etag)),
+            // Moved meanwhile (a retirement, another writer), or it exists after all: the path
+            // below decides from what is there.
+            Some(Err(StoreError::Changed { .. } | StoreError::AlreadyExists { .. })) | None => {}
+            Some(Err(other)) => return Err(other),
         }
         match self.read_hint().await? {
             None => match self.store.create(&key, bytes).await {
-                Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
+                Ok(etag) => Ok(HintState::Written(etag)),
+                Err(StoreError::AlreadyExists { .. }) => Ok(HintState::Unknown),
                 Err(other) => Err(other),
             },
             // A retired chain keeps its mark: moving "forward" past retirement is not a thing.
-            Some(current) if current.retired || current.generation >= n => Ok(()),
+            Some(current) if current.retired || current.generation >= n => Ok(HintState::Unknown),
             Some(HintView { etag, .. }) => match self.store.swap(&key, bytes, &etag).await {
-                Ok(_) | Err(StoreError::Changed { .. }) => Ok(()),
+                Ok(etag) => Ok(HintState::Written(etag)),
+                Err(StoreError::Changed { .. }) => Ok(HintState::Unknown),
                 Err(other) => Err(other),
             },
         }
     }
 
-    async fn exists(&self, n: u64) -> Result<bool, StoreError> {
-        Ok(self.store.head(&self.key(n)).await?.is_some())
+    /// Whether slot `n` exists: a HEAD, or with `keep` a GET whose object is kept there (a
+    /// load needs the slots it probes anyway, so probing by GET saves reading them twice).
+    async fn exists(&self, n: u64, keep: &mut Option<&mut Fetched>) -> Result<bool, StoreError> {
+        match keep {
+            None => Ok(self.store.head(&self.key(n)).await?.is_some()),
+            Some(kept) => match self.store.read(&self.key(n)).await? {
+                Some(object) => {
+                    kept.insert(n, object);
+                    Ok(true)
+                }
+                None => Ok(false),
+            },
+        }
     }
 
     /// The newest generation number, found without a LIST (see [`Chain::locate`]). A retired
@@ -194,6 +245,15 @@ impl Chain {
     /// successor therefore never loads a stale prefix and never puts its fence into a slot gc
     /// freed below the old writer's head (which would leave the old writer unfenced).
     pub async fn locate(&self) -> Result<Located, StoreError> {
+        self.locate_keeping(None).await
+    }
+
+    /// [`Chain::locate`], probing by GET and keeping in `keep` the slots found (those of the
+    /// round that gave the answer), for a load that reads them next.
+    pub(super) async fn locate_keeping(
+        &self,
+        mut keep: Option<&mut Fetched>,
+    ) -> Result<Located, StoreError> {
         let mut hint = self.read_hint().await?;
         for _ in 0..PROBE_ROUNDS {
             let start = match &hint {
@@ -201,8 +261,11 @@ impl Chain {
                 Some(hint) => hint.generation,
                 None => 1,
             };
-            let probed = if self.exists(start).await? {
-                Some(self.probe_from(start).await?)
+            if let Some(kept) = keep.as_deref_mut() {
+                kept.clear();
+            }
+            let probed = if self.exists(start, &mut keep).await? {
+                Some(self.probe_keeping(start, &mut keep).await?)
             } else if start == 1 {
                 None
             } else {
@@ -232,10 +295,18 @@ impl Chain {
 
     /// The newest generation, given that `known` exists.
     pub async fn probe_from(&self, known: u64) -> Result<u64, StoreError> {
+        self.probe_keeping(known, &mut None).await
+    }
+
+    async fn probe_keeping(
+        &self,
+        known: u64,
+        keep: &mut Option<&mut Fetched>,
+    ) -> Result<u64, StoreError> {
         let (mut low, mut step) = (known, 1u64);
         let high = loop {
             let candidate = low + step;
-            if self.exists(candidate).await? {
+            if self.exists(candidate, keep).await? {
                 low = candidate;
                 step = step.saturating_mul(2);
             } else {
@@ -245,7 +316,7 @@ impl Chain {
         let mut high = high;
         while high - low > 1 {
             let middle = low + (high - low) / 2;
-            if self.exists(middle).await? {
+            if self.exists(middle, keep).await? {
                 low = middle;
             } else {
                 high = middle;

@@ -63,9 +63,11 @@ pub async fn load(
     let mut attempt = 0;
     loop {
         attempt += 1;
+        // The slots the probe read, which the load then does not read again.
+        let mut fetched = super::chain::Fetched::new();
         let newest = match up_to {
             Some(n) => n,
-            None => match chain.locate().await? {
+            None => match chain.locate_keeping(Some(&mut fetched)).await? {
                 Located::At(n) => n,
                 Located::Retired(_) => {
                     return Err(retired(store, run, &layout::head(&chain.base)).await);
@@ -79,7 +81,7 @@ pub async fn load(
                 }
             },
         };
-        let error = match load_chain(&chain, run, newest).await {
+        let error = match load_chain(&chain, run, newest, fetched).await {
             Ok(loaded) => return Ok(loaded),
             Err(error @ GenerationError::Discontinuous { .. }) => error,
             Err(other) => return Err(other),
@@ -130,12 +132,22 @@ pub(super) async fn retired(store: &Store, run: &RunId, head_key: &str) -> Gener
 }
 
 /// Reads and checks the chain ending at generation `newest`.
-async fn load_chain(chain: &Chain, run: &RunId, newest: u64) -> Result<Loaded, GenerationError> {
+async fn load_chain(
+    chain: &Chain,
+    run: &RunId,
+    newest: u64,
+    fetched: super::chain::Fetched,
+) -> Result<Loaded, GenerationError> {
     let store = chain.store();
+    let fetched = &std::sync::Mutex::new(fetched);
     let read = |n: u64| {
         let chain = chain.clone();
+        let prefetched = fetched.lock().map_or(None, |mut kept| kept.remove(&n));
         async move {
             let key = chain.key(n);
+            if let Some(object) = prefetched {
+                return Ok((key, object));
+            }
             match chain.store().read(&key).await? {
                 Some(object) => Ok((key, object)),
                 None => Err(GenerationError::Discontinuous {

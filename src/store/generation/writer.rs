@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::chain::Chain;
+use super::chain::{Chain, HintState};
 use super::format::{
     Generation, GenerationError, KIND, SnapshotPolicy, decode_with, encode_facts, seal_context,
 };
@@ -40,6 +40,9 @@ pub struct RunWriter {
     /// Set while a commit writes; still set at the next commit only if that commit's future
     /// was dropped mid-write, when nobody knows whether its generation landed.
     in_flight: bool,
+    /// What this writer knows of the head hint, so the next snapshot moves it without
+    /// reading it first.
+    hint: HintState,
 }
 
 impl RunWriter {
@@ -91,6 +94,8 @@ impl RunWriter {
             policy,
             newest_digest: None,
             in_flight: false,
+            // A new chain: its first generation never gets a hint (see `advance_hint_from`).
+            hint: HintState::Absent,
         };
         let facts = state.into_facts();
         match writer.commit_facts(facts, true).await {
@@ -162,6 +167,7 @@ impl RunWriter {
                 policy,
                 newest_digest: Some(loaded.digest),
                 in_flight: false,
+                hint: HintState::Unknown,
             };
             if loaded.epoch == epoch {
                 // Our own epoch already fenced this run (a restart of the same holding).
@@ -409,8 +415,12 @@ impl RunWriter {
             self.snapshot_bytes = size;
             self.delta_count = 0;
             self.delta_bytes = 0;
-            if let Err(error) = self.chain.advance_hint(n).await {
-                tracing::warn!(run_id = %self.run, generation = n, %error, "could not advance the head hint");
+            match self.chain.advance_hint_from(n, &self.hint).await {
+                Ok(known) => self.hint = known,
+                Err(error) => {
+                    self.hint = HintState::Unknown;
+                    tracing::warn!(run_id = %self.run, generation = n, %error, "could not advance the head hint");
+                }
             }
         } else {
             self.delta_count += 1;
