@@ -52,6 +52,7 @@ fn fresh_record() -> RecoveryRecord {
         source_run: RunId::new("src"),
         source_generation: 3,
         source_digest: "d".into(),
+        source_base: None,
         source_epoch: Epoch(1),
         state: RecoveryState::Admitted,
         force: false,
@@ -2018,4 +2019,174 @@ async fn a_worker_that_dies_just_after_its_offer_is_noticed_within_its_ttl() {
     coordinator.await.unwrap().unwrap();
     let _ = doomed.await;
     let _ = rescuer.await;
+}
+
+/// Writes `worker`'s inbox listing `id`, with `offer` as the record the offer left.
+async fn write_inbox_with_offer(
+    store: &Store,
+    worker: &str,
+    id: &RecoveryId,
+    offer: RecoveryRecord,
+    etag: &str,
+) {
+    let inbox = rekindle::core::assignment::Inbox {
+        format: layout::FORMAT_VERSION,
+        kind: "inbox".into(),
+        worker: worker.into(),
+        recoveries: vec![id.clone()],
+        coordinator_wake: None,
+        offers: vec![rekindle::core::assignment::Offer {
+            record: offer,
+            etag: etag.into(),
+        }],
+    };
+    store
+        .put(&layout::inbox(worker), layout::encode_object(&inbox))
+        .await
+        .unwrap();
+}
+
+// Proves the record an inbox carries is only a shortcut: an offer whose version is stale
+// (the record changed since the offer) still starts, from the record as read; and a stale
+// offer of a recovery the record has since given to another worker starts nothing. (An
+// offer is the record and the version one compare-and-swap of the coordinator returned, so
+// its content is exactly what that version names.)
+#[tokio::test(start_paused = true)]
+async fn an_offer_in_the_inbox_is_a_hint_not_the_truth() {
+    let harness = Harness::new(3, 32, None);
+    let store = harness.store();
+
+    // Stale version: the record was rewritten after the offer; the worker reads it and runs.
+    harness.crashed_host("stale", 1).await;
+    let id = harness.admit_and_assign("stale", "w1").await;
+    let (offered, etag) = recovery::read(&store, &id).await.unwrap().unwrap();
+    // An attempt that started and yielded since, keeping the assignment: a new version.
+    let w = || "w1".to_string();
+    lifecycle::transition(&store, &id, None, Event::Start { worker: w() })
+        .await
+        .unwrap();
+    let yielded = Event::Yield {
+        worker: w(),
+        attempt: 1,
+        keep_assignment: true,
+    };
+    let (now, _) = lifecycle::transition(&store, &id, None, yielded)
+        .await
+        .unwrap();
+    assert_eq!(now.state, RecoveryState::Admitted);
+    assert_eq!(now.assigned_to.as_deref(), Some("w1"));
+    write_inbox_with_offer(&store, "w1", &id, offered, &etag.0).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = harness.spawn_worker(&store, harness.worker_options("w1"), &stop);
+    harness
+        .until(
+            Duration::from_secs(60),
+            "the stale offer's recovery",
+            || async {
+                harness
+                    .record("stale")
+                    .await
+                    .is_some_and(|r| r.state == RecoveryState::Finished)
+            },
+        )
+        .await;
+    harness.audit("stale", 1);
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+
+    // Offered to w2, then moved to w-other (w2 was passed over) before w2 read its inbox: the
+    // offer's version is stale and the record gives the recovery to another worker.
+    harness.crashed_host("other", 1).await;
+    let id = harness.admit_and_assign("other", "w2").await;
+    let (offered, etag) = recovery::read(&store, &id).await.unwrap().unwrap();
+    let moved = Event::Assign {
+        worker: "w-other".into(),
+    };
+    lifecycle::transition(&store, &id, None, moved)
+        .await
+        .unwrap();
+    write_inbox_with_offer(&store, "w2", &id, offered, &etag.0).await;
+    let calls_before = harness.ledger.calls("other").len();
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = harness.spawn_worker(&store, harness.worker_options("w2"), &stop);
+    rekindle::clock::sleep(Duration::from_secs(5)).await;
+    let record = harness.record("other").await.unwrap();
+    assert_eq!(record.state, RecoveryState::Admitted, "{record:?}");
+    assert_eq!(record.assigned_to.as_deref(), Some("w-other"));
+    assert_eq!(record.attempts, 0);
+    assert_eq!(harness.ledger.calls("other").len(), calls_before);
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+
+    // Offered to w3, then started by an earlier incarnation of w3 that died: the restarted
+    // w3 finds the old offer in its inbox. The offer's version is stale and its state wrong
+    // (the record runs already); the dead incarnation's attempt is handed back and the
+    // recovery finishes, nothing stranded on the offer.
+    harness.crashed_host("restarted", 1).await;
+    let id = harness.admit_and_assign("restarted", "w3").await;
+    let (offered, etag) = recovery::read(&store, &id).await.unwrap().unwrap();
+    lifecycle::transition(
+        &store,
+        &id,
+        None,
+        Event::Start {
+            worker: "w3".into(),
+        },
+    )
+    .await
+    .unwrap();
+    write_inbox_with_offer(&store, "w3", &id, offered, &etag.0).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = harness.spawn_worker(&store, harness.worker_options("w3"), &stop);
+    harness
+        .until(
+            Duration::from_secs(10),
+            "the dead incarnation's attempt handed back",
+            || async {
+                harness
+                    .record("restarted")
+                    .await
+                    .is_some_and(|r| r.state != RecoveryState::Running)
+            },
+        )
+        .await;
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+}
+
+// Proves a final answer and the terminal fact it implies land in one generation: a run of K
+// tool steps costs 2K + 2 commits (opening, K model turns calling a tool, K results, the
+// final answer with its end), and nothing is lost by sharing the commit.
+#[tokio::test(start_paused = true)]
+async fn the_final_answer_and_the_end_share_one_commit() {
+    use rekindle::core::fact::FactBody;
+    use rekindle::store::generation;
+
+    let harness = Harness::new(3, 32, None);
+    let store = harness.store();
+    let node = harness.node(&store, "host", TTL);
+    let run = RunId::new("ends");
+    let stopped = node.start_run(&run, None, "go").await.unwrap();
+    assert!(matches!(stopped, Stopped::Finished(_)), "{stopped:?}");
+    let loaded = generation::load(&store, &run, None).await.unwrap();
+    assert_eq!(loaded.state.terminal().unwrap().outcome, Outcome::Completed);
+    assert_eq!(loaded.generation, 2 * 3 + 2, "generations of a 3-step run");
+    let key = layout::generation(&layout::run_base(run.as_str()), loaded.generation);
+    let object = store.read(&key).await.unwrap().unwrap();
+    let last = generation::decode(&key, &run, &object.bytes).unwrap();
+    let kinds: Vec<bool> = last
+        .facts
+        .iter()
+        .map(|fact| matches!(fact.body, FactBody::Terminal(_)))
+        .collect();
+    assert_eq!(
+        kinds,
+        [false, true],
+        "the last generation: {:?}",
+        last.facts
+    );
+    assert!(
+        matches!(last.facts[0].body, FactBody::ModelTurn(ref turn) if turn.tool_calls.is_empty())
+    );
+    harness.audit("ends", 0);
 }

@@ -816,3 +816,70 @@ async fn the_coordinator_removes_what_dead_processes_left_in(store: Store) {
     stop.store(true, Ordering::SeqCst);
     coordinator.await.unwrap().unwrap();
 }
+
+// Proves a run that never snapshots past its first generation, which therefore never gets a
+// hint (a hint at generation 1 is not written: a reader probes from 1 anyway), still loads,
+// fences and is retired by gc once it ended long ago: gc takes generation 1 as its snapshot.
+#[tokio::test]
+async fn a_run_without_a_hint_loads_fences_and_is_retired() {
+    let store = common::memory();
+    let run = RunId::new("short");
+    let facts = sample::run("short", 6, 5);
+    let (first, rest) = facts.split_at(2);
+    let mut writer = RunWriter::create(&store, first.to_vec(), Epoch(1), SnapshotPolicy::default())
+        .await
+        .unwrap();
+    for fact in rest {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    assert!(writer.state().terminal().is_some());
+    let head = layout::head(&layout::run_base(run.as_str()));
+    assert!(
+        store.read(&head).await.unwrap().is_none(),
+        "no snapshot past generation 1, so no hint was written"
+    );
+    let loaded = generation::load(&store, &run, None).await.unwrap();
+    assert_eq!(loaded.generation, writer.generation());
+    assert_eq!(loaded.base, 1);
+    assert_eq!(loaded.state.facts().len(), facts.len());
+
+    let report = collect_later(&store).await;
+    assert_eq!(report.runs_retired, 1, "{report:?}");
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { .. })
+    ));
+}
+
+// Proves a pinned load given a wrong snapshot number (the record's `source_base` is only a
+// hint) still loads exactly the pinned generation, checked as any load is.
+#[tokio::test]
+async fn a_pinned_load_with_a_wrong_base_is_still_exact() {
+    let store = common::memory();
+    let run = RunId::new("pinned");
+    let facts = sample::run("pinned", 40, 9);
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), POLICY)
+        .await
+        .unwrap();
+    for fact in &facts[2..30] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let (pinned, base) = (writer.generation(), writer.base());
+    assert!(base > 1, "the run snapshotted past its first generation");
+    let exact = generation::load(&store, &run, Some(pinned)).await.unwrap();
+    for hint in [
+        Some(base),
+        Some(1),
+        Some(base + 1),
+        Some(pinned),
+        Some(pinned + 7),
+        None,
+    ] {
+        let loaded = generation::load_pinned(&store, &run, pinned, hint)
+            .await
+            .unwrap();
+        assert_eq!(loaded.generation, pinned, "hint {hint:?}");
+        assert_eq!(loaded.digest, exact.digest, "hint {hint:?}");
+        assert_eq!(loaded.state, exact.state, "hint {hint:?}");
+    }
+}

@@ -211,7 +211,7 @@ pub(crate) async fn recover_all(
     // Admissions go side by side; the coordinator is woken after each, so the first
     // recoveries run while the rest are still being admitted.
     let waker = rekindle::fleet::wake::CoordinatorWaker::new(&store);
-    let outcomes: Vec<(RunId, anyhow::Result<RecoveryId>)> = futures::stream::iter(
+    let admitting = futures::stream::iter(
         judged
             .into_iter()
             .filter(|(_, judgement)| *judgement != Liveness::Running),
@@ -234,8 +234,9 @@ pub(crate) async fn recover_all(
         }
     })
     .buffer_unordered(ADMISSION_CONCURRENCY)
-    .collect()
-    .await;
+    .collect::<Vec<(RunId, anyhow::Result<RecoveryId>)>>();
+    // The coordinator's address is looked up while the first admissions run.
+    let ((), outcomes) = futures::join!(waker.prepare(), admitting);
     let mut admitted = Vec::new();
     let mut failed = 0;
     for (run, outcome) in outcomes {

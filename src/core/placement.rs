@@ -267,6 +267,7 @@ mod tests {
             source_run: RunId::new(name),
             source_generation: 3,
             source_digest: "d".into(),
+            source_base: None,
             source_epoch: Epoch(1),
             state,
             force: false,

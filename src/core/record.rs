@@ -70,6 +70,10 @@ pub struct RecoveryRecord {
     pub source_generation: u64,
     /// The SHA-256 of the source generation's object.
     pub source_digest: String,
+    /// The snapshot the source generation builds on, so a worker reads the whole pinned
+    /// chain at once. A hint: the chain checks decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_base: Option<u64>,
     /// The epoch of that generation; the recovery run's epochs start above it.
     #[serde(default)]
     pub source_epoch: Epoch,

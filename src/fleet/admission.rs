@@ -155,6 +155,7 @@ pub async fn admit(
                         digest: digest.to_owned(),
                         epoch: writer.epoch(),
                         state: writer.state(),
+                        base: writer.base(),
                     };
                     recovery::create_pinned(store, source, recovery_id, force, pin, claimed_now)
                         .await

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::clock::{Stopwatch, SystemClock};
 use crate::core::fact::{RunId, ToolCall};
-use crate::core::record::Phase;
+use crate::core::record::{Phase, RecoveryRecord};
 use crate::error::Result;
 use crate::fleet::coordinator::{self, CoordinatorOptions};
 use crate::fleet::runner::Stopped;
@@ -41,6 +41,9 @@ use crate::store::{MetricsSnapshot, Store, StoreSettings, StoreUrl};
 pub const PUT_LIST_PRICE: f64 = 0.005;
 /// See [`PUT_LIST_PRICE`].
 pub const GET_PRICE: f64 = 0.0004;
+
+/// Runs the audit reads at once after a bench.
+const AUDIT_CONCURRENCY: usize = 32;
 
 /// Admissions the operator runs at once in takeover mode, as `recover --all` does. Each
 /// admission is about ten round trips one after another; an outage's worth of them should
@@ -314,8 +317,8 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
     if mode == Mode::Takeover {
         let operator = Holder::new(&fleet_store, format!("{prefix}-operator"), workload.ttl);
         let waker = CoordinatorWaker::new(&fleet_store);
-        futures::stream::iter(&interrupted)
-            .for_each_concurrent(ADMISSIONS_AT_ONCE, |run| {
+        let admitting =
+            futures::stream::iter(&interrupted).for_each_concurrent(ADMISSIONS_AT_ONCE, |run| {
                 let (store, operator, waker) = (&fleet_store, &operator, &waker);
                 async move {
                     match crate::fleet::recover_interrupted(store, operator, run, false).await {
@@ -323,8 +326,9 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
                         Err(error) => tracing::warn!(run_id = %run, %error, "not admitted"),
                     }
                 }
-            })
-            .await;
+            });
+        // As `recover --all`: the coordinator's address is looked up beside the admissions.
+        futures::join!(waker.prepare(), admitting);
     }
     // Done when no run of this bench is left in the index (finished recoveries leave it).
     let mut scan = IndexScan::default();
@@ -359,21 +363,38 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
     let mut recovered = 0;
     let mut finished_by_host = 0;
     let mut never_started = Vec::new();
-    for i in 0..workload.runs {
-        let run = RunId::new(format!("{prefix}-run-{i:04}"));
-        let recovery_id = crate::core::assignment::recovery_id_for(&run);
-        let record = crate::store::recovery::read(&store, &recovery_id).await?;
-        let chain = if record.is_some() {
-            RunId::new(recovery_id.as_str())
-        } else {
-            run.clone()
-        };
-        let done = matches!(
-            crate::store::generation::load(&store, &chain, None).await,
-            Ok(loaded) if loaded.state.terminal().is_some()
-        );
+    // Each run's record and whether its chain ended, read side by side (on a store with
+    // latency, one after another would take longer than the recoveries did).
+    let outcomes: Vec<(RunId, Option<RecoveryRecord>, bool)> =
+        futures::stream::iter(0..workload.runs)
+            .map(|i| {
+                let store = &store;
+                let run = RunId::new(format!("{prefix}-run-{i:04}"));
+                async move {
+                    let recovery_id = crate::core::assignment::recovery_id_for(&run);
+                    let record = crate::store::recovery::read(store, &recovery_id)
+                        .await?
+                        .map(|(record, _)| record);
+                    let chain = if record.is_some() {
+                        RunId::new(recovery_id.as_str())
+                    } else {
+                        run.clone()
+                    };
+                    let done = matches!(
+                        crate::store::generation::load(store, &chain, None).await,
+                        Ok(loaded) if loaded.state.terminal().is_some()
+                    );
+                    Ok::<_, crate::Error>((run, record, done))
+                }
+            })
+            .buffered(AUDIT_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_>>()?;
+    for (run, record, done) in outcomes {
         completed += usize::from(done);
-        let Some((record, _)) = record else {
+        let Some(record) = record else {
             if done {
                 finished_by_host += 1;
             } else {

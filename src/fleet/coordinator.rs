@@ -526,18 +526,18 @@ async fn tick(
         .iter()
         .filter(|action| matches!(action, Action::Admit { .. }))
         .count();
-    if total > ACTION_CONCURRENCY {
+    if total > ADMISSION_BATCH {
         let start = observer.admit_cursor % total;
         let mut nth = 0;
         actions.retain(|action| {
             if !matches!(action, Action::Admit { .. }) {
                 return true;
             }
-            let keep = (nth + total - start) % total < ACTION_CONCURRENCY;
+            let keep = (nth + total - start) % total < ADMISSION_BATCH;
             nth += 1;
             keep
         });
-        observer.admit_cursor = observer.admit_cursor.wrapping_add(ACTION_CONCURRENCY);
+        observer.admit_cursor = observer.admit_cursor.wrapping_add(ADMISSION_BATCH);
     }
     // Each action is one lifecycle event on its own recovery: run them side by side (an
     // admission fences and loads its source, which takes several round trips).
@@ -856,7 +856,13 @@ const RUNNING_REFRESH: Duration = Duration::from_secs(1);
 /// Actions (admissions, lifecycle events) executed at once per tick, and records read at once.
 /// After an outage every index entry changes at once; with S3's 20–30 ms per request, 16 at a
 /// time made a tick over 200 recoveries take over a second before the first worker was told.
-const ACTION_CONCURRENCY: usize = 64;
+/// (Admissions are batched by [`ADMISSION_BATCH`] on top.)
+const ACTION_CONCURRENCY: usize = 256;
+
+/// Admissions the coordinator starts per tick: the first ones are assigned by the tick that
+/// follows at once while the rest wait their turn, and sources whose admission keeps failing
+/// cannot hold the others back (the window moves on every tick).
+const ADMISSION_BATCH: usize = 64;
 
 /// The listed version of `worker`'s heartbeat, if it is registered and beating.
 fn registration_beat(

@@ -788,10 +788,11 @@ impl Node {
                 return Ok((Stopped::Finished(terminal), final_generation));
             }
             Err(GenerationError::NotFound { .. }) => {
-                let source = generation::load(
+                let source = generation::load_pinned(
                     &self.store,
                     &record.source_run,
-                    Some(record.source_generation),
+                    record.source_generation,
+                    record.source_base,
                 )
                 .await?;
                 if source.digest != record.source_digest {

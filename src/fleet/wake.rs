@@ -164,6 +164,12 @@ impl CoordinatorWaker {
         }
     }
 
+    /// Looks the coordinator's address up now (two reads), so the first wake-up does not
+    /// wait for them: run it beside the work whose end wakes the coordinator.
+    pub async fn prepare(&self) {
+        self.url.get_or_init(|| coordinator_url(&self.store)).await;
+    }
+
     /// Wakes the coordinator, if one leads and advertises an address; best effort.
     pub async fn wake(&self) {
         let url = self.url.get_or_init(|| coordinator_url(&self.store)).await;

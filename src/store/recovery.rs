@@ -279,6 +279,7 @@ pub async fn admit(
         digest: loaded.digest.clone(),
         epoch: loaded.epoch,
         state: &loaded.state,
+        base: loaded.base,
     };
     create_pinned(store, source, recovery_id, force, pin, claimed_now).await
 }
@@ -314,6 +315,8 @@ pub struct Pin<'a> {
     pub epoch: crate::core::epoch::Epoch,
     /// The source's state as of that generation.
     pub state: &'a crate::core::fold::RunState,
+    /// The snapshot that generation builds on.
+    pub base: u64,
 }
 
 /// Creates the record of a recovery of `source` pinned at `pin`, for a caller that has
@@ -337,6 +340,7 @@ pub async fn create_pinned(
         source_run: source.clone(),
         source_generation: pin.generation,
         source_digest: pin.digest,
+        source_base: Some(pin.base),
         source_epoch: pin.epoch,
         state: RecoveryState::Admitted,
         force,

@@ -35,5 +35,5 @@ mod writer;
 
 pub use chain::{Chain, HintState, HintView, Located};
 pub use format::{Generation, GenerationError, SnapshotPolicy, decode, decode_with};
-pub use load::{Loaded, load};
+pub use load::{Loaded, load, load_pinned};
 pub use writer::RunWriter;
