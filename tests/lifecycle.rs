@@ -2190,3 +2190,53 @@ async fn the_final_answer_and_the_end_share_one_commit() {
     );
     harness.audit("ends", 0);
 }
+
+// Proves a fence whose lease release fails is not left holding the source for good: the
+// admission fails after writing its record (and before indexing it), and its replay by the
+// same process releases the lease and indexes the recovery. (The release goes out beside the
+// record's write, so its failure is only known once the record exists.)
+#[tokio::test(start_paused = true)]
+async fn a_failed_release_of_the_fencing_lease_is_finished_by_the_replay() {
+    let harness = Harness::new(3, 32, None);
+    harness.crashed_host("relfail", 1).await;
+    let (store, crashable) = harness.crashable();
+    let holder = Holder::new(&store, "operator", TTL);
+    let run = RunId::new("relfail");
+    let id = recovery_id_for(&run);
+    // The takeover's swap of the lease lands; the release after the fence is refused.
+    crashable.fail_writes(Some(("/lease", 1)));
+    let error = admission::admit(&store, &holder, &run, &id, false, Takeover::Now)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("lease"), "{error}");
+    let view = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    assert_eq!(view.lease.holder, "operator");
+    assert!(
+        !view.lease.released,
+        "the failed release left the lease held"
+    );
+    assert!(
+        harness.record("relfail").await.is_some(),
+        "the record was written"
+    );
+
+    crashable.fail_writes(None);
+    let replay = admission::admit(&store, &holder, &run, &id, false, Takeover::Now)
+        .await
+        .unwrap();
+    assert!(!replay.created);
+    let view = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    assert!(view.lease.released, "the replay released the fencing lease");
+    let entry = index::read(&store, &run).await.unwrap().unwrap();
+    assert_eq!(entry.phase, Phase::Recovering);
+
+    // A replay is known from the record: the source is not loaded again (the reads started
+    // beside the record's are dropped), so it costs the record, the lease and the entry.
+    let before = store.metrics();
+    let again = admission::admit(&store, &holder, &run, &id, false, Takeover::Now)
+        .await
+        .unwrap();
+    assert!(!again.created);
+    let spent = store.metrics().since(&before);
+    assert!(spent.requests() <= 4, "a replay cost {spent:?}");
+}

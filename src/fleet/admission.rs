@@ -2,6 +2,8 @@
 //! and the library alike.
 
 use std::sync::Arc;
+
+use futures::future::Either;
 use std::time::Duration;
 
 use crate::core::fact::{RecoveryId, RunId};
@@ -68,15 +70,21 @@ pub async fn admit(
     takeover: Takeover,
 ) -> crate::Result<Admitted> {
     // The checks below only read; they go out at once (one round trip instead of four, which
-    // an outage's worth of admissions pays on a store with S3's latency). A replay's load of
-    // the source is wasted, a rare case.
+    // an outage's worth of admissions pays on a store with S3's latency). A replay is known
+    // from the record alone: the other reads are dropped then, unfinished.
     let as_run = RunId::new(recovery_id.as_str());
-    let (existing, claimed, as_run_lease, loaded) = futures::join!(
-        recovery::read(store, recovery_id),
-        recovery::claimed_by(store, source),
-        lease::read_lease(store, &as_run),
-        refuse_unrecoverable(store, source),
-    );
+    let record_read = std::pin::pin!(recovery::read(store, recovery_id));
+    let mut checks = std::pin::pin!(async {
+        futures::join!(
+            recovery::claimed_by(store, source),
+            lease::read_lease(store, &as_run),
+            refuse_unrecoverable(store, source),
+        )
+    });
+    let (existing, checked) = match futures::future::select(record_read, checks.as_mut()).await {
+        Either::Left((existing, _)) => (existing, None),
+        Either::Right((checked, record_read)) => (record_read.await, Some(checked)),
+    };
     if let Some((record, _)) = existing? {
         if record.source_run != *source {
             return Err(RecoveryError::IdInUse {
@@ -87,13 +95,19 @@ pub async fn admit(
             .into());
         }
         // A replay. The index entry may be missing if the first admission crashed before
-        // writing it; writing it again is harmless.
+        // writing it, or the source's lease still held by this process if its release
+        // failed; both are done again.
+        release_own_fence(store, holder, source).await?;
         sync_index(store, &record).await?;
         return Ok(Admitted {
             record,
             created: false,
         });
     }
+    let (claimed, as_run_lease, loaded) = match checked {
+        Some(checked) => checked,
+        None => checks.await,
+    };
     if let Some(existing) = claimed?
         && existing != *recovery_id
     {
@@ -165,11 +179,11 @@ pub async fn admit(
         };
         // The fencing lease is released while the record is written (one round trip, not
         // two): the fence generation already stops the old writer, and the claim later ones.
+        // A failed release fails the admission after the record: its replay releases it.
         let (released, admission) = futures::join!(holder.release(&held), pinned);
-        if let Err(error) = released {
-            tracing::warn!(run_id = %source, %error, "could not release the source's lease after fencing it; it lapses with this process's heartbeat");
-        }
-        Ok::<_, Error>(admission?)
+        let admission = admission?;
+        released.map_err(LifecycleError::from)?;
+        Ok::<_, Error>(admission)
     }
     .await;
     let admission = match admitted {
@@ -198,6 +212,21 @@ pub async fn admit(
         record: admission.record,
         created: admission.created,
     })
+}
+
+/// Releases the source's lease if this very process still holds it: a fence whose release
+/// failed (the admission then failed after its record; this is its replay).
+async fn release_own_fence(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+) -> Result<(), LifecycleError> {
+    if let Some(view) = lease::read_lease(store, source).await?
+        && let Some(held) = holder.holding(&view)
+    {
+        holder.release(&held).await?;
+    }
+    Ok(())
 }
 
 /// Refuses, before anything is written, a source that cannot be recovered: one that ended

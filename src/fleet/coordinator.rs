@@ -33,7 +33,7 @@ use crate::core::liveness::{self, ExpiryWatch, Judge};
 use crate::core::placement::{self, Action, RunView, WorkerView};
 use crate::store::generation::GenerationError;
 use crate::store::index::{IndexError, IndexScan};
-use crate::store::lease::{Attempt, Held, Holder};
+use crate::store::lease::{Attempt, Held, Holder, LeaseError};
 use crate::store::recovery::{self, RecoveryError};
 use crate::store::{ETag, Store, StoreError};
 
@@ -224,13 +224,13 @@ pub async fn run(
         };
         let mut watching = false;
         if let Some(held) = &leading {
-            if let Err(error) = holder.check(held).await {
-                tracing::info!(coordinator = %options.id, %error, "no longer leading");
-                leading = None;
-                set_leading(&options, false);
-                continue;
-            }
-            match tick(&store, &holder, &options, &mut observer).await {
+            match tick(&store, &holder, &options, &mut observer, Some(held)).await {
+                Err(TickError::NotLeading(error)) => {
+                    tracing::info!(coordinator = %options.id, %error, "no longer leading");
+                    leading = None;
+                    set_leading(&options, false);
+                    continue;
+                }
                 Ok(report) if report.again && followed_up < MAX_IMMEDIATE_TICKS => {
                     followed_up += 1;
                     continue;
@@ -447,19 +447,46 @@ pub async fn tick_once(
     options: &CoordinatorOptions,
 ) -> crate::Result<Vec<Action>> {
     let mut observer = Observer::default();
-    Ok(tick(store, holder, options, &mut observer).await?.actions)
+    match tick(store, holder, options, &mut observer, None).await {
+        Ok(report) => Ok(report.actions),
+        Err(TickError::Store(error)) => Err(error.into()),
+        Err(TickError::NotLeading(error)) => Err(error.into()),
+    }
 }
 
+/// Why a tick stopped before acting.
+#[derive(Debug, thiserror::Error)]
+enum TickError {
+    /// Observing the bucket or writing failed; the next tick tries again.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The leadership lease is lost: nothing of this tick is acted on.
+    #[error(transparent)]
+    NotLeading(LeaseError),
+}
+
+/// One look at the bucket and the actions it calls for. With `leading`, the leadership lease
+/// is checked while the index is read (one round trip fewer), and nothing is acted on if it
+/// is lost.
 async fn tick(
     store: &Store,
     holder: &Arc<Holder>,
     options: &CoordinatorOptions,
     observer: &mut Observer,
-) -> Result<TickReport, StoreError> {
+    leading: Option<&Held>,
+) -> Result<TickReport, TickError> {
     // The index is read before the heartbeats: a host beats before it writes its entry, so
     // every holder named by an entry seen here is in the heartbeat listing that follows, and
     // a missing heartbeat really means the holder is gone.
-    let (entries, bad) = observer.index.scan(store).await?;
+    let checking = async {
+        match leading {
+            Some(held) => holder.check(held).await,
+            None => Ok(()),
+        }
+    };
+    let (checked, scanned) = futures::join!(checking, observer.index.scan(store));
+    checked.map_err(TickError::NotLeading)?;
+    let (entries, bad) = scanned?;
     // The holders every index entry names; unknown while an entry is unreadable (it might
     // name any heartbeat), and then no heartbeat is removed this tick.
     let named: Option<std::collections::BTreeSet<String>> = bad

@@ -732,12 +732,28 @@ impl Node {
     /// already started it), checks the resume guard, drives it until it ends, parks or
     /// reaches the step cap, and releases the lease. Returns why it stopped and the newest
     /// generation. It changes no record: the caller reports the outcome as a lifecycle event.
+    pub async fn execute_recovery(&self, record: &RecoveryRecord) -> Result<(Stopped, u64)> {
+        let (stopped, generation, held) = self.run_recovery(record, None).await?;
+        if let Some(held) = held {
+            self.holder.release(&held).await?;
+        }
+        Ok((stopped, generation))
+    }
+
+    /// [`Node::execute_recovery`] without the release: returns the recovery run's lease for
+    /// the caller to release (a worker does it while it records the outcome), `None` if it
+    /// was released already. `seed` is the pinned source as the caller loaded it, if it did
+    /// (a worker reads it while it starts the attempt); only a first attempt uses it.
     #[tracing::instrument(
         name = "recovery_attempt",
         skip_all,
         fields(run_id = %record.source_run, recovery_id = %record.recovery_id, holder_id = %self.holder.id(), epoch = tracing::field::Empty)
     )]
-    pub async fn execute_recovery(&self, record: &RecoveryRecord) -> Result<(Stopped, u64)> {
+    pub(crate) async fn run_recovery(
+        &self,
+        record: &RecoveryRecord,
+        seed: Option<std::result::Result<generation::Loaded, GenerationError>>,
+    ) -> Result<(Stopped, u64, Option<Held>)> {
         let run = RunId::new(record.recovery_id.as_str());
         let (floor, poll, max_wait) = (
             record.source_epoch.next(),
@@ -785,16 +801,21 @@ impl Node {
                     outcome,
                     message: "ended in an earlier attempt (checkpoint since retired)".into(),
                 };
-                return Ok((Stopped::Finished(terminal), final_generation));
+                return Ok((Stopped::Finished(terminal), final_generation, None));
             }
             Err(GenerationError::NotFound { .. }) => {
-                let source = generation::load_pinned(
-                    &self.store,
-                    &record.source_run,
-                    record.source_generation,
-                    record.source_base,
-                )
-                .await?;
+                let source = match seed {
+                    Some(seeded) => seeded?,
+                    None => {
+                        generation::load_pinned(
+                            &self.store,
+                            &record.source_run,
+                            record.source_generation,
+                            record.source_base,
+                        )
+                        .await?
+                    }
+                };
                 if source.digest != record.source_digest {
                     return Err(FleetError::PinMismatch {
                         recovery: record.recovery_id.clone(),
@@ -844,11 +865,8 @@ impl Node {
                 latency: (record.attempts == 1).then_some((record.admitted_at_ms, last_commit)),
             });
         }
-        let driven = self.drive_until_stopped(runner, &held, true).await;
-        if driven.is_ok() {
-            self.holder.release(&held).await?;
-        }
-        driven
+        let (stopped, generation) = self.drive_until_stopped(runner, &held, true).await?;
+        Ok((stopped, generation, Some(held)))
     }
 }
 

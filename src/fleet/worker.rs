@@ -160,6 +160,9 @@ pub async fn run(
     };
     // Ordered, so aborts and shutdown waits happen in the same order on every replay.
     let mut running: BTreeMap<RecoveryId, tokio::task::JoinHandle<()>> = BTreeMap::new();
+    // The versions of the inbox's offers already used for a start (kept while the inbox
+    // carries them).
+    let mut used_offers: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     // Where the leading coordinator takes wake-ups, as the last inbox said.
     let mut coordinator: Option<String> = None;
     // Recoveries that ended for good (finished or dead-lettered): the inbox may still list
@@ -228,7 +231,14 @@ pub async fn run(
                 done.retain(|id| inbox.recoveries.contains(id));
                 let skip: Vec<RecoveryId> = done.iter().cloned().collect();
                 drop(done);
-                let mut offers = inbox.offers;
+                // Each offer is used once: a start that did not land on it changed nothing, and
+                // the record is read from then on (no conditional PUT bound to fail per poll).
+                used_offers.retain(|etag| inbox.offers.iter().any(|offer| offer.etag == *etag));
+                let mut offers: Vec<_> = inbox
+                    .offers
+                    .into_iter()
+                    .filter(|offer| !used_offers.contains(&offer.etag))
+                    .collect();
                 for id in inbox.recoveries {
                     if running.len() >= options.concurrency as usize
                         || running.contains_key(&id)
@@ -249,7 +259,10 @@ pub async fn run(
                         .iter()
                         .position(|offer| offer.record.recovery_id == id)
                         .map(|at| offers.swap_remove(at))
-                        .map(|offer| (offer.record, ETag(offer.etag)));
+                        .map(|offer| {
+                            used_offers.insert(offer.etag.clone());
+                            (offer.record, ETag(offer.etag))
+                        });
                     running.insert(
                         id,
                         tokio::spawn(async move {
@@ -396,23 +409,50 @@ async fn attempt(
         let start = Event::Start {
             worker: worker.to_owned(),
         };
-        let (record, started_etag) =
-            match lifecycle::transition(store, id, Some((record, etag)), start).await {
-                Ok(started) => started,
-                // The offer was stale: judge the record as it is now.
-                Err(_) if from_offer => continue,
-                Err(error) => {
-                    tracing::debug!(recovery_id = %id, %error, "not started");
-                    return (false, ran);
+        // A first attempt seeds from the pinned source: read it (immutable generations,
+        // checked against the pin's digest) while the start is being recorded.
+        let seeding = {
+            let pinned = (record.attempts == 0).then(|| {
+                (
+                    record.source_run.clone(),
+                    record.source_generation,
+                    record.source_base,
+                )
+            });
+            async move {
+                match pinned {
+                    Some((source, generation, base)) => Some(
+                        crate::store::generation::load_pinned(store, &source, generation, base)
+                            .await,
+                    ),
+                    None => None,
                 }
-            };
+            }
+        };
+        let (started, seed) = futures::join!(
+            lifecycle::transition(store, id, Some((record, etag)), start),
+            seeding
+        );
+        let (record, started_etag) = match started {
+            Ok(started) => started,
+            // The offer was stale: judge the record as it is now.
+            Err(_) if from_offer => continue,
+            Err(error) => {
+                tracing::debug!(recovery_id = %id, %error, "not started");
+                return (false, ran);
+            }
+        };
         ran = true;
         stats.started.fetch_add(1, Ordering::Relaxed);
         crate::metrics::count(crate::metrics::ATTEMPTS_STARTED);
         let attempt = record.attempts;
-        let outcome = node.execute_recovery(&record).await;
+        let outcome = node.run_recovery(&record, seed).await;
         let worker = worker.to_owned();
-        let (event, again) = match outcome {
+        let mut held = None;
+        let (event, again) = match outcome.map(|(stopped, generation, lease)| {
+            held = lease;
+            (stopped, generation)
+        }) {
             Ok((Stopped::Finished(terminal), final_generation)) => (
                 Event::Finish {
                     worker,
@@ -481,7 +521,18 @@ async fn attempt(
         // The record as this attempt's start left it: nobody else changes a running attempt's
         // record but the coordinator abandoning it, and then the swap fails and is re-read.
         let started = Some((record, started_etag));
-        match lifecycle::transition(store, id, started, event).await {
+        // The recovery run's lease is released while the outcome is recorded: nobody else may
+        // start the recovery until the record leaves this attempt anyway.
+        let releasing = async {
+            if let Some(held) = &held
+                && let Err(error) = node.holder.release(held).await
+            {
+                tracing::warn!(recovery_id = %id, %error, "could not release the recovery run's lease; it lapses with this worker's heartbeat");
+            }
+        };
+        let ((), recorded) =
+            futures::join!(releasing, lifecycle::transition(store, id, started, event));
+        match recorded {
             Ok(_) => {}
             Err(LifecycleError::Refused(refused)) => {
                 tracing::info!(recovery_id = %id, %refused, "attempt outcome not recorded");

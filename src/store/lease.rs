@@ -365,6 +365,19 @@ impl Holder {
     }
 
     /// The holder ID this process writes into leases and heartbeats.
+    /// The lease `view` as held by this very process (same holder ID and nonce, not
+    /// released), for releasing a holding whose release failed earlier.
+    pub fn holding(&self, view: &LeaseView) -> Option<Held> {
+        let lease = &view.lease;
+        (lease.holder == self.id && lease.holder_nonce == self.nonce && !lease.released).then(
+            || Held {
+                run: lease.run_id.clone(),
+                epoch: lease.epoch,
+                etag: view.etag.clone(),
+            },
+        )
+    }
+
     pub fn id(&self) -> &str {
         &self.id
     }

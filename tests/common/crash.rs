@@ -24,6 +24,8 @@ pub(crate) struct Crashable {
     /// Whether the crashing write lands before the process dies.
     lands: AtomicBool,
     crashed: AtomicBool,
+    /// Writes to keys ending with this fail (after the given number of them succeeded).
+    failing: std::sync::Mutex<Option<(String, usize)>>,
 }
 
 impl fmt::Debug for Crashable {
@@ -45,7 +47,28 @@ impl Crashable {
             writes_left: AtomicI64::new(-1),
             lands: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
+            failing: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Fails every write to a key ending with `suffix` after the next `after` such writes
+    /// (the process lives on: a store that refuses them), until called with `None`.
+    pub(crate) fn fail_writes(&self, failing: Option<(&str, usize)>) {
+        *self.failing.lock().unwrap() = failing.map(|(suffix, after)| (suffix.to_owned(), after));
+    }
+
+    fn refuses(&self, location: &Path) -> bool {
+        let mut failing = self.failing.lock().unwrap();
+        match failing.as_mut() {
+            Some((suffix, after)) if location.as_ref().ends_with(suffix.as_str()) => {
+                if *after == 0 {
+                    return true;
+                }
+                *after -= 1;
+                false
+            }
+            _ => false,
+        }
     }
 
     /// Dies at the `n`th write from now (1 = the next one); `lands` says whether it lands.
@@ -103,6 +126,12 @@ impl ObjectStore for Crashable {
         opts: PutOptions,
     ) -> Result<PutResult> {
         let last = self.before_write().await;
+        if self.refuses(location) {
+            return Err(object_store::Error::PermissionDenied {
+                path: location.to_string(),
+                source: "refused by the test".into(),
+            });
+        }
         let result = self.inner.put_opts(location, payload, opts).await;
         if last {
             self.dead().await;

@@ -71,8 +71,14 @@ pub async fn load_pinned(
     up_to: u64,
     base: Option<u64>,
 ) -> Result<Loaded, GenerationError> {
-    load_with(store, run, Some(up_to), base.filter(|&base| base <= up_to)).await
+    // A base further back than any snapshot policy lets deltas run is not trusted to size a
+    // prefetch (a damaged or foreign record): the load then finds the snapshot itself.
+    let base = base.filter(|&base| base <= up_to && up_to - base <= MAX_PINNED_PREFETCH);
+    load_with(store, run, Some(up_to), base).await
 }
+
+/// The most generations a pinned load reads ahead on its record's word.
+const MAX_PINNED_PREFETCH: u64 = 256;
 
 async fn load_with(
     store: &Store,
