@@ -364,7 +364,6 @@ impl Holder {
         Ok(output)
     }
 
-    /// The holder ID this process writes into leases and heartbeats.
     /// The lease `view` as held by this very process (same holder ID and nonce, not
     /// released), for releasing a holding whose release failed earlier.
     pub fn holding(&self, view: &LeaseView) -> Option<Held> {
@@ -378,6 +377,7 @@ impl Holder {
         )
     }
 
+    /// The holder ID this process writes into leases and heartbeats.
     pub fn id(&self) -> &str {
         &self.id
     }
