@@ -2192,8 +2192,9 @@ async fn the_final_answer_and_the_end_share_one_commit() {
 }
 
 // Proves a fence whose lease release fails is not left holding the source for good: the
-// admission fails after writing its record (and before indexing it), and its replay by the
-// same process releases the lease and indexes the recovery. (The release goes out beside the
+// admission fails after writing its record (and before indexing it), and its replay — by
+// another process, as an operator running the command again — releases the lease and indexes
+// the recovery. (The release goes out beside the
 // record's write, so its failure is only known once the record exists.)
 #[tokio::test(start_paused = true)]
 async fn a_failed_release_of_the_fencing_lease_is_finished_by_the_replay() {
@@ -2221,7 +2222,8 @@ async fn a_failed_release_of_the_fencing_lease_is_finished_by_the_replay() {
     );
 
     crashable.fail_writes(None);
-    let replay = admission::admit(&store, &holder, &run, &id, false, Takeover::Now)
+    let again_holder = Holder::new(&store, "operator-again", TTL);
+    let replay = admission::admit(&store, &again_holder, &run, &id, false, Takeover::Now)
         .await
         .unwrap();
     assert!(!replay.created);
@@ -2239,4 +2241,39 @@ async fn a_failed_release_of_the_fencing_lease_is_finished_by_the_replay() {
     assert!(!again.created);
     let spent = store.metrics().since(&before);
     assert!(spent.requests() <= 4, "a replay cost {spent:?}");
+}
+
+// Proves an attempt that fails after taking the recovery run's lease (here the resume guard:
+// a worker configured differently) releases that lease, so the next attempt takes it at once
+// instead of watching this worker's live heartbeat for three TTLs.
+#[tokio::test(start_paused = true)]
+async fn a_failed_attempt_releases_the_recovery_runs_lease() {
+    let harness = Harness::new(3, 32, None);
+    harness.crashed_host("refused", 1).await;
+    let store = harness.store();
+    let id = harness.admit_and_assign("refused", "w1").await;
+    let (started, _) = lifecycle::transition(
+        &store,
+        &id,
+        None,
+        Event::Start {
+            worker: "w1".into(),
+        },
+    )
+    .await
+    .unwrap();
+    let mut node = harness.node(&store, "w1", TTL);
+    node.agent.config.system_prompt = "Another prompt: another configuration.".into();
+    let error = node.execute_recovery(&started).await.unwrap_err();
+    assert!(
+        error.to_string().contains("fingerprint") || error.to_string().contains("configuration"),
+        "{error}"
+    );
+    let run = RunId::new(id.as_str());
+    let view = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    assert_eq!(view.lease.holder, "w1");
+    assert!(
+        view.lease.released,
+        "the failed attempt released the recovery run's lease"
+    );
 }

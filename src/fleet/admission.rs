@@ -95,9 +95,9 @@ pub async fn admit(
             .into());
         }
         // A replay. The index entry may be missing if the first admission crashed before
-        // writing it, or the source's lease still held by this process if its release
-        // failed; both are done again.
-        release_own_fence(store, holder, source).await?;
+        // writing it, or the fencing lease still held if its release failed; both are done
+        // again.
+        release_fence(store, holder, source, &record).await?;
         sync_index(store, &record).await?;
         return Ok(Admitted {
             record,
@@ -214,17 +214,27 @@ pub async fn admit(
     })
 }
 
-/// Releases the source's lease if this very process still holds it: a fence whose release
-/// failed (the admission then failed after its record; this is its replay).
-async fn release_own_fence(
+/// Releases the source's fencing lease if it is still held: a fence whose release failed
+/// (the admission then failed after its record; this is its replay, by any process). The
+/// fence took the lease at exactly the epoch the record pins, and nothing else ever holds a
+/// run at that epoch (a later holder takes a higher one), so a lease held at it is the
+/// fence's and is released by compare-and-swap on the version read.
+async fn release_fence(
     store: &Store,
     holder: &Arc<Holder>,
     source: &RunId,
+    record: &RecoveryRecord,
 ) -> Result<(), LifecycleError> {
     if let Some(view) = lease::read_lease(store, source).await?
-        && let Some(held) = holder.holding(&view)
+        && !view.lease.released
+        && view.lease.epoch == record.source_epoch
     {
-        holder.release(&held).await?;
+        let fenced = Held {
+            run: source.clone(),
+            epoch: view.lease.epoch,
+            etag: view.etag,
+        };
+        holder.release(&fenced).await?;
     }
     Ok(())
 }

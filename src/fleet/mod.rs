@@ -733,7 +733,19 @@ impl Node {
     /// reaches the step cap, and releases the lease. Returns why it stopped and the newest
     /// generation. It changes no record: the caller reports the outcome as a lifecycle event.
     pub async fn execute_recovery(&self, record: &RecoveryRecord) -> Result<(Stopped, u64)> {
-        let (stopped, generation, held) = self.run_recovery(record, None).await?;
+        self.execute_recovery_seeded(record, None).await
+    }
+
+    /// [`Node::execute_recovery`] with the pinned source as the caller loaded it, if it did
+    /// (a worker reads it while it starts the attempt); only a first attempt uses it. The
+    /// lease is released before the outcome is reported: a release that fails fails the
+    /// attempt, whose next attempt takes the lease at a new epoch and finds the run as it is.
+    pub(crate) async fn execute_recovery_seeded(
+        &self,
+        record: &RecoveryRecord,
+        seed: Option<std::result::Result<generation::Loaded, GenerationError>>,
+    ) -> Result<(Stopped, u64)> {
+        let (stopped, generation, held) = self.run_recovery(record, seed).await?;
         if let Some(held) = held {
             self.holder.release(&held).await?;
         }
@@ -741,15 +753,14 @@ impl Node {
     }
 
     /// [`Node::execute_recovery`] without the release: returns the recovery run's lease for
-    /// the caller to release (a worker does it while it records the outcome), `None` if it
-    /// was released already. `seed` is the pinned source as the caller loaded it, if it did
-    /// (a worker reads it while it starts the attempt); only a first attempt uses it.
+    /// the caller to release, `None` if it was released already. On an error the lease is
+    /// released here (best effort).
     #[tracing::instrument(
         name = "recovery_attempt",
         skip_all,
         fields(run_id = %record.source_run, recovery_id = %record.recovery_id, holder_id = %self.holder.id(), epoch = tracing::field::Empty)
     )]
-    pub(crate) async fn run_recovery(
+    async fn run_recovery(
         &self,
         record: &RecoveryRecord,
         seed: Option<std::result::Result<generation::Loaded, GenerationError>>,
@@ -776,97 +787,109 @@ impl Node {
             }
         };
         tracing::Span::current().record("epoch", held.epoch.0);
-        let policy = SnapshotPolicy::default();
-        // The recovery run's generations name this worker.
-        let store = &self.store.writing_as(self.holder.id());
-        // Continue the recovery run if an earlier attempt started it, else seed it. The first
-        // attempt (the lifecycle counts every start) cannot find one, so it seeds at once; a
-        // run that exists anyway makes the seed's create fail, and it is resumed.
-        let earlier = if record.attempts > 1 {
-            RunWriter::resume(store, &run, held.epoch, policy).await
-        } else {
-            Err(GenerationError::NotFound { run: run.clone() })
-        };
-        let writer = match earlier {
-            Ok(writer) => writer,
-            // An earlier attempt ended the run and died before recording it; gc has since
-            // retired the run. It ended: report that, do not fail.
-            Err(GenerationError::Retired {
-                outcome: Some(outcome),
-                final_generation,
-                ..
-            }) => {
-                self.holder.release(&held).await?;
-                let terminal = crate::core::fact::Terminal {
-                    outcome,
-                    message: "ended in an earlier attempt (checkpoint since retired)".into(),
-                };
-                return Ok((Stopped::Finished(terminal), final_generation, None));
-            }
-            Err(GenerationError::NotFound { .. }) => {
-                let source = match seed {
-                    Some(seeded) => seeded?,
-                    None => {
-                        generation::load_pinned(
-                            &self.store,
-                            &record.source_run,
-                            record.source_generation,
-                            record.source_base,
-                        )
-                        .await?
-                    }
-                };
-                if source.digest != record.source_digest {
-                    return Err(FleetError::PinMismatch {
-                        recovery: record.recovery_id.clone(),
-                        source_run: record.source_run.clone(),
-                        generation: record.source_generation,
-                        pinned: record.source_digest.clone(),
-                        found: source.digest,
-                    }
-                    .into());
+        let attempt = async {
+            let policy = SnapshotPolicy::default();
+            // The recovery run's generations name this worker.
+            let store = &self.store.writing_as(self.holder.id());
+            // Continue the recovery run if an earlier attempt started it, else seed it. The first
+            // attempt (the lifecycle counts every start) cannot find one, so it seeds at once; a
+            // run that exists anyway makes the seed's create fail, and it is resumed.
+            let earlier = if record.attempts > 1 {
+                RunWriter::resume(store, &run, held.epoch, policy).await
+            } else {
+                Err(GenerationError::NotFound { run: run.clone() })
+            };
+            let writer = match earlier {
+                Ok(writer) => writer,
+                // An earlier attempt ended the run and died before recording it; gc has since
+                // retired the run. It ended: report that, do not fail.
+                Err(GenerationError::Retired {
+                    outcome: Some(outcome),
+                    final_generation,
+                    ..
+                }) => {
+                    self.holder.release(&held).await?;
+                    let terminal = crate::core::fact::Terminal {
+                        outcome,
+                        message: "ended in an earlier attempt (checkpoint since retired)".into(),
+                    };
+                    return Ok((Stopped::Finished(terminal), final_generation, None));
                 }
-                match RunWriter::create_as(
-                    store,
-                    run.clone(),
-                    source.state.into_facts(),
-                    held.epoch,
-                    policy,
-                )
-                .await
-                {
-                    Ok(writer) => writer,
-                    Err(GenerationError::AlreadyExists { .. }) => {
-                        RunWriter::resume(store, &run, held.epoch, policy).await?
+                Err(GenerationError::NotFound { .. }) => {
+                    let source = match seed {
+                        Some(seeded) => seeded?,
+                        None => {
+                            generation::load_pinned(
+                                &self.store,
+                                &record.source_run,
+                                record.source_generation,
+                                record.source_base,
+                            )
+                            .await?
+                        }
+                    };
+                    if source.digest != record.source_digest {
+                        return Err(FleetError::PinMismatch {
+                            recovery: record.recovery_id.clone(),
+                            source_run: record.source_run.clone(),
+                            generation: record.source_generation,
+                            pinned: record.source_digest.clone(),
+                            found: source.digest,
+                        }
+                        .into());
                     }
-                    Err(other) => return Err(other.into()),
+                    match RunWriter::create_as(
+                        store,
+                        run.clone(),
+                        source.state.into_facts(),
+                        held.epoch,
+                        policy,
+                    )
+                    .await
+                    {
+                        Ok(writer) => writer,
+                        Err(GenerationError::AlreadyExists { .. }) => {
+                            RunWriter::resume(store, &run, held.epoch, policy).await?
+                        }
+                        Err(other) => return Err(other.into()),
+                    }
                 }
+                Err(other) => return Err(other.into()),
+            };
+            if let Some(meta) = writer.state().meta() {
+                meta.fingerprint
+                    .check_resume(&self.agent.config.fingerprint(), record.force)
+                    .map_err(|error| FleetError::ResumeRefused {
+                        run: run.clone(),
+                        error,
+                    })?;
             }
-            Err(other) => return Err(other.into()),
+            self.logs.remove_log(run.as_str())?;
+            let (mut log, _) = self.logs.open_log(run.as_str())?;
+            log.append_all(writer.state().facts())?;
+            tracing::info!(recovery_id = %record.recovery_id, source_run = %record.source_run, epoch = %held.epoch, "recovery started");
+            let mut runner = self.runner(writer, log, held.clone());
+            // After an interruption: the source's (the first attempt) or a worker's that died
+            // mid-attempt (the coordinator abandoned it). Not after a clean hand-back.
+            if record.attempts == 1 || record.abandoned_by.is_some() {
+                let last_commit = runner.writer.state().facts().last().map_or(0, |f| f.at_ms);
+                runner.resumed = Some(crate::fleet::runner::Resumed {
+                    latency: (record.attempts == 1).then_some((record.admitted_at_ms, last_commit)),
+                });
+            }
+            let (stopped, generation) = self.drive_until_stopped(runner, &held, true).await?;
+            Ok((stopped, generation, Some(held.clone())))
         };
-        if let Some(meta) = writer.state().meta() {
-            meta.fingerprint
-                .check_resume(&self.agent.config.fingerprint(), record.force)
-                .map_err(|error| FleetError::ResumeRefused {
-                    run: run.clone(),
-                    error,
-                })?;
+        let result = attempt.await;
+        if result.is_err() {
+            // Nothing runs under this lease any more (the runner returned): free it for the
+            // next attempt rather than leave it held while this worker lives. A lease taken
+            // over since is not ours to release, and the release changes nothing then.
+            if let Err(error) = self.holder.release(&held).await {
+                tracing::debug!(run_id = %run, %error, "cannot release the recovery run's lease after a failed attempt");
+            }
         }
-        self.logs.remove_log(run.as_str())?;
-        let (mut log, _) = self.logs.open_log(run.as_str())?;
-        log.append_all(writer.state().facts())?;
-        tracing::info!(recovery_id = %record.recovery_id, source_run = %record.source_run, epoch = %held.epoch, "recovery started");
-        let mut runner = self.runner(writer, log, held.clone());
-        // After an interruption: the source's (the first attempt) or a worker's that died
-        // mid-attempt (the coordinator abandoned it). Not after a clean hand-back.
-        if record.attempts == 1 || record.abandoned_by.is_some() {
-            let last_commit = runner.writer.state().facts().last().map_or(0, |f| f.at_ms);
-            runner.resumed = Some(crate::fleet::runner::Resumed {
-                latency: (record.attempts == 1).then_some((record.admitted_at_ms, last_commit)),
-            });
-        }
-        let (stopped, generation) = self.drive_until_stopped(runner, &held, true).await?;
-        Ok((stopped, generation, Some(held)))
+        result
     }
 }
 

@@ -446,13 +446,9 @@ async fn attempt(
         stats.started.fetch_add(1, Ordering::Relaxed);
         crate::metrics::count(crate::metrics::ATTEMPTS_STARTED);
         let attempt = record.attempts;
-        let outcome = node.run_recovery(&record, seed).await;
+        let outcome = node.execute_recovery_seeded(&record, seed).await;
         let worker = worker.to_owned();
-        let mut held = None;
-        let (event, again) = match outcome.map(|(stopped, generation, lease)| {
-            held = lease;
-            (stopped, generation)
-        }) {
+        let (event, again) = match outcome {
             Ok((Stopped::Finished(terminal), final_generation)) => (
                 Event::Finish {
                     worker,
@@ -521,18 +517,7 @@ async fn attempt(
         // The record as this attempt's start left it: nobody else changes a running attempt's
         // record but the coordinator abandoning it, and then the swap fails and is re-read.
         let started = Some((record, started_etag));
-        // The recovery run's lease is released while the outcome is recorded: nobody else may
-        // start the recovery until the record leaves this attempt anyway.
-        let releasing = async {
-            if let Some(held) = &held
-                && let Err(error) = node.holder.release(held).await
-            {
-                tracing::warn!(recovery_id = %id, %error, "could not release the recovery run's lease; it lapses with this worker's heartbeat");
-            }
-        };
-        let ((), recorded) =
-            futures::join!(releasing, lifecycle::transition(store, id, started, event));
-        match recorded {
+        match lifecycle::transition(store, id, started, event).await {
             Ok(_) => {}
             Err(LifecycleError::Refused(refused)) => {
                 tracing::info!(recovery_id = %id, %refused, "attempt outcome not recorded");

@@ -364,19 +364,6 @@ impl Holder {
         Ok(output)
     }
 
-    /// The lease `view` as held by this very process (same holder ID and nonce, not
-    /// released), for releasing a holding whose release failed earlier.
-    pub fn holding(&self, view: &LeaseView) -> Option<Held> {
-        let lease = &view.lease;
-        (lease.holder == self.id && lease.holder_nonce == self.nonce && !lease.released).then(
-            || Held {
-                run: lease.run_id.clone(),
-                epoch: lease.epoch,
-                etag: view.etag.clone(),
-            },
-        )
-    }
-
     /// The holder ID this process writes into leases and heartbeats.
     pub fn id(&self) -> &str {
         &self.id
