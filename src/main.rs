@@ -335,13 +335,14 @@ enum BenchCommand {
         store_settings: StoreSettingsArgs,
     },
     /// The crash-recover workload (takeover) with 1, 2, 4 and 8 workers: recovered steps
-    /// per second and efficiency against one worker. Add --latency-ms 20 --jitter-ms 10 for
-    /// S3-like latency. --counts sets the worker counts (--workers is not used).
+    /// per second and efficiency against the smallest count (one worker by default). Add
+    /// --latency-ms 20 --jitter-ms 10 for S3-like latency. --counts sets the worker counts
+    /// (--workers is not used).
     Scale {
         #[command(flatten)]
         workload: WorkloadArgs,
-        /// Worker counts to measure, comma-separated.
-        #[arg(long, default_value = "1,2,4,8", value_delimiter = ',')]
+        /// Worker counts to measure, comma-separated (measured smallest first).
+        #[arg(long, default_value = "1,2,4,8", value_delimiter = ',', value_parser = parse_worker_count)]
         counts: Vec<usize>,
     },
     /// The host side of crash-recover (started and killed by it).
@@ -736,9 +737,9 @@ async fn bench(command: BenchCommand) -> anyhow::Result<()> {
             workload: args,
             counts,
         } => {
-            if counts.is_empty() || counts.contains(&0) {
-                anyhow::bail!("--counts needs worker counts of at least 1, e.g. 1,2,4,8");
-            }
+            let mut counts = counts;
+            counts.sort_unstable();
+            counts.dedup();
             let workload = workload(args)?;
             let mut broken = Vec::new();
             for row in bench::scale(&workload, &counts).await? {
@@ -797,5 +798,15 @@ mod erased {
         fn json(&self) -> String {
             serde_json::to_string(self).unwrap_or_default()
         }
+    }
+}
+
+/// One of `bench scale --counts`: a worker count of at least 1.
+fn parse_worker_count(given: &str) -> Result<usize, String> {
+    match given.trim().parse::<usize>() {
+        Ok(count) if count >= 1 => Ok(count),
+        _ => Err(format!(
+            "'{given}' is not a worker count: expected comma-separated counts of at least 1, e.g. 1,2,4,8"
+        )),
     }
 }

@@ -402,3 +402,35 @@ fn demo_needs_a_worker_and_recover_all_fails_when_an_admission_fails() {
         "{stderr}"
     );
 }
+
+// Proves the bench refuses what cannot give an honest figure: a store inside one process (its
+// host is another process, killed -9) and worker counts that are not counts, each with a
+// message naming the problem and a non-zero exit, before any fleet starts.
+#[test]
+fn bench_refuses_a_memory_store_and_bad_worker_counts() {
+    let memory = rekindle(&[
+        "bench",
+        "crash-recover",
+        "--runs",
+        "2",
+        "--mode",
+        "takeover",
+        "--store",
+        "memory://",
+    ]);
+    assert_eq!(memory.status.code(), Some(1), "{memory:?}");
+    let stderr = String::from_utf8_lossy(&memory.stderr);
+    assert!(
+        stderr.contains("memory://") && stderr.contains("another"),
+        "{stderr}"
+    );
+    for bad in ["0,1", "abc", "1,,2", "-1"] {
+        let out = rekindle(&["bench", "scale", &format!("--counts={bad}")]);
+        assert_eq!(out.status.code(), Some(2), "--counts={bad}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("is not a worker count"),
+            "--counts={bad}: {stderr}"
+        );
+    }
+}

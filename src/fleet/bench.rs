@@ -253,6 +253,12 @@ impl CrashRecoverReport {
 
 /// Runs the crash-recover workload once in `mode`.
 pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecoverReport> {
+    if workload.store.as_ref().is_some_and(StoreUrl::is_memory) {
+        return Err(BenchError::Host(
+            "--store memory:// lives inside one process, and the bench's host is another one (it is killed -9): use a directory or an S3 bucket".into(),
+        )
+        .into());
+    }
     let dir = WorkDir::new("bench")?;
     let store_url = workload.store.clone().unwrap_or_else(|| StoreUrl::Local {
         root: dir.path().join("store"),
@@ -523,7 +529,9 @@ pub struct ScaleRow {
     pub run: CrashRecoverReport,
 }
 
-/// Runs the crash-recover workload (takeover) with 1, 2, 4 and 8 workers.
+/// Runs the crash-recover workload (takeover) with each worker count in `counts` (1, 2, 4
+/// and 8 by default), in the order given; efficiency is against the first row's throughput
+/// per worker (the CLI sorts the counts, so that is the smallest).
 pub async fn scale(workload: &Workload, counts: &[usize]) -> Result<Vec<ScaleRow>> {
     let mut rows: Vec<ScaleRow> = Vec::new();
     for &workers in counts {
