@@ -69,16 +69,17 @@ pub async fn admit(
     force: bool,
     takeover: Takeover,
 ) -> crate::Result<Admitted> {
-    // The checks below only read; they go out at once (one round trip instead of four, which
-    // an outage's worth of admissions pays on a store with S3's latency). A replay is known
-    // from the record alone: the other reads are dropped then, unfinished.
+    // The record, claim and recovery-ID checks only read; they go out at once (one round trip
+    // instead of three, which an outage's worth of admissions pays on a store with S3's
+    // latency). A replay is known from the record alone: the other reads are dropped then.
+    // The source is loaded after them, right before the claim, so a check that stalled cannot
+    // leave the fence working from a load older than the claim by the length of the stall.
     let as_run = RunId::new(recovery_id.as_str());
     let record_read = std::pin::pin!(recovery::read(store, recovery_id));
     let mut checks = std::pin::pin!(async {
         futures::join!(
             recovery::claimed_by(store, source),
             lease::read_lease(store, &as_run),
-            refuse_unrecoverable(store, source),
         )
     });
     let (existing, checked) = match futures::future::select(record_read, checks.as_mut()).await {
@@ -104,7 +105,7 @@ pub async fn admit(
             created: false,
         });
     }
-    let (claimed, as_run_lease, loaded) = match checked {
+    let (claimed, as_run_lease) = match checked {
         Some(checked) => checked,
         None => checks.await,
     };
@@ -128,7 +129,7 @@ pub async fn admit(
     }
     // The source as loaded here is handed to the fence, which only reloads it if a commit
     // landed since (one load per admission, not three).
-    let loaded = loaded?;
+    let loaded = refuse_unrecoverable(store, source).await?;
     // The lease version judged free or silent: without a takeover, only that version may be
     // taken over (a holder that took the lease since is alive, not judged).
     let judged = match takeover {
