@@ -571,10 +571,10 @@ async fn tick(
     let observed = &runs;
     // The records as read this tick, by recovery: an assignment swaps the version observed
     // (one GET fewer per assignment; a record changed since fails the swap and is reread).
-    let known: BTreeMap<RecoveryId, (RecoveryRecord, ETag)> = observer
+    let known: BTreeMap<&RecoveryId, &(RecoveryRecord, ETag)> = observer
         .records
         .values()
-        .map(|(_, (record, etag), _)| (record.recovery_id.clone(), (record.clone(), etag.clone())))
+        .map(|(_, known, _)| (&known.0.recovery_id, known))
         .collect();
     let known = &known;
     let executed = futures::stream::iter(actions.clone())
@@ -1359,11 +1359,11 @@ async fn execute(
     options: &CoordinatorOptions,
     action: &Action,
     runs: &[RunView],
-    known: &BTreeMap<RecoveryId, (RecoveryRecord, ETag)>,
+    known: &BTreeMap<&RecoveryId, &(RecoveryRecord, ETag)>,
 ) -> crate::Result<(bool, Option<Offer>)> {
     let event = |recovery: &RecoveryId, event: Event| {
         let recovery = recovery.clone();
-        let observed = known.get(&recovery).cloned();
+        let observed = known.get(&recovery).map(|&known| known.clone());
         async move {
             match lifecycle::transition(store, &recovery, observed, event).await {
                 // Decided on a record that changed since: the next tick decides again.

@@ -740,31 +740,16 @@ impl Node {
     /// (a worker reads it while it starts the attempt); only a first attempt uses it. The
     /// lease is released before the outcome is reported: a release that fails fails the
     /// attempt, whose next attempt takes the lease at a new epoch and finds the run as it is.
-    pub(crate) async fn execute_recovery_seeded(
-        &self,
-        record: &RecoveryRecord,
-        seed: Option<std::result::Result<generation::Loaded, GenerationError>>,
-    ) -> Result<(Stopped, u64)> {
-        let (stopped, generation, held) = self.run_recovery(record, seed).await?;
-        if let Some(held) = held {
-            self.holder.release(&held).await?;
-        }
-        Ok((stopped, generation))
-    }
-
-    /// [`Node::execute_recovery`] without the release: returns the recovery run's lease for
-    /// the caller to release, `None` if it was released already. On an error the lease is
-    /// released here (best effort).
     #[tracing::instrument(
         name = "recovery_attempt",
         skip_all,
         fields(run_id = %record.source_run, recovery_id = %record.recovery_id, holder_id = %self.holder.id(), epoch = tracing::field::Empty)
     )]
-    async fn run_recovery(
+    pub(crate) async fn execute_recovery_seeded(
         &self,
         record: &RecoveryRecord,
         seed: Option<std::result::Result<generation::Loaded, GenerationError>>,
-    ) -> Result<(Stopped, u64, Option<Held>)> {
+    ) -> Result<(Stopped, u64)> {
         let run = RunId::new(record.recovery_id.as_str());
         let (floor, poll, max_wait) = (
             record.source_epoch.next(),
@@ -808,12 +793,11 @@ impl Node {
                     final_generation,
                     ..
                 }) => {
-                    self.holder.release(&held).await?;
                     let terminal = crate::core::fact::Terminal {
                         outcome,
                         message: "ended in an earlier attempt (checkpoint since retired)".into(),
                     };
-                    return Ok((Stopped::Finished(terminal), final_generation, None));
+                    return Ok((Stopped::Finished(terminal), final_generation));
                 }
                 Err(GenerationError::NotFound { .. }) => {
                     let source = match seed {
@@ -877,19 +861,23 @@ impl Node {
                     latency: (record.attempts == 1).then_some((record.admitted_at_ms, last_commit)),
                 });
             }
-            let (stopped, generation) = self.drive_until_stopped(runner, &held, true).await?;
-            Ok((stopped, generation, Some(held.clone())))
+            self.drive_until_stopped(runner, &held, true).await
         };
-        let result = attempt.await;
-        if result.is_err() {
-            // Nothing runs under this lease any more (the runner returned): free it for the
-            // next attempt rather than leave it held while this worker lives. A lease taken
-            // over since is not ours to release, and the release changes nothing then.
-            if let Err(error) = self.holder.release(&held).await {
-                tracing::debug!(run_id = %run, %error, "cannot release the recovery run's lease after a failed attempt");
+        match attempt.await {
+            Ok(stopped) => {
+                self.holder.release(&held).await?;
+                Ok(stopped)
+            }
+            Err(error) => {
+                // Nothing runs under this lease any more (the runner returned): free it for
+                // the next attempt rather than leave it held while this worker lives. A lease
+                // taken over since is not ours to release, and the release changes nothing.
+                if let Err(release) = self.holder.release(&held).await {
+                    tracing::debug!(run_id = %run, error = %release, "cannot release the recovery run's lease after a failed attempt");
+                }
+                Err(error)
             }
         }
-        result
     }
 }
 

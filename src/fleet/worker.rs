@@ -411,24 +411,15 @@ async fn attempt(
         };
         // A first attempt seeds from the pinned source: read it (immutable generations,
         // checked against the pin's digest) while the start is being recorded.
-        let seeding = {
-            let pinned = (record.attempts == 0).then(|| {
-                (
-                    record.source_run.clone(),
-                    record.source_generation,
-                    record.source_base,
-                )
-            });
-            async move {
-                match pinned {
-                    Some((source, generation, base)) => Some(
-                        crate::store::generation::load_pinned(store, &source, generation, base)
-                            .await,
-                    ),
-                    None => None,
+        let source = record.source_run.clone();
+        let seeding: futures::future::OptionFuture<_> = (record.attempts == 0)
+            .then(|| {
+                let (generation, base) = (record.source_generation, record.source_base);
+                async move {
+                    crate::store::generation::load_pinned(store, &source, generation, base).await
                 }
-            }
-        };
+            })
+            .into();
         let (started, seed) = futures::join!(
             lifecycle::transition(store, id, Some((record, etag)), start),
             seeding

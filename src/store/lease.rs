@@ -709,23 +709,31 @@ impl Holder {
         poll: Duration,
         max_wait: Duration,
     ) -> Result<Held, LeaseError> {
-        let epoch = floor.max(Epoch(1));
-        let key = layout::lease(run.as_str());
-        match self.store.create(&key, self.lease(run, epoch, false)).await {
-            // Created by this call (a lost acknowledgement of it is adopted by `create`).
-            Ok(etag) => {
-                tracing::info!(run_id = %run, epoch = %epoch, holder_id = %self.id, "lease acquired");
-                Ok(Held {
-                    run: run.clone(),
-                    epoch,
-                    etag,
-                })
-            }
+        match self.create_lease(run, floor).await {
+            Ok(held) => Ok(held),
             Err(StoreError::AlreadyExists { .. }) => {
                 self.acquire_or_wait_from(run, floor, poll, max_wait).await
             }
             Err(other) => Err(other.into()),
         }
+    }
+
+    /// Creates `run`'s lease at an epoch of at least `floor` (and 1), without reading first;
+    /// `AlreadyExists` if a lease is there (a lost acknowledgement of this very write is
+    /// adopted by `create`).
+    async fn create_lease(&self, run: &RunId, floor: Epoch) -> Result<Held, StoreError> {
+        let epoch = floor.max(Epoch(1));
+        let key = layout::lease(run.as_str());
+        let etag = self
+            .store
+            .create(&key, self.lease(run, epoch, false))
+            .await?;
+        tracing::info!(run_id = %run, epoch = %epoch, holder_id = %self.id, "lease acquired");
+        Ok(Held {
+            run: run.clone(),
+            epoch,
+            etag,
+        })
     }
 
     /// [`Self::acquire_or_wait`] with an epoch of at least `floor`.
@@ -768,17 +776,8 @@ impl Holder {
             None => {
                 // Seen absent just now: create it without reading again (a racer's create
                 // wins, and the full path below sorts it out).
-                let epoch = floor.max(Epoch(1));
-                let key = layout::lease(run.as_str());
-                match self.store.create(&key, self.lease(run, epoch, false)).await {
-                    Ok(etag) => {
-                        tracing::info!(run_id = %run, epoch = %epoch, holder_id = %self.id, "lease acquired");
-                        return Ok(Attempt::Held(Held {
-                            run: run.clone(),
-                            epoch,
-                            etag,
-                        }));
-                    }
+                match self.create_lease(run, floor).await {
+                    Ok(held) => return Ok(Attempt::Held(held)),
                     Err(StoreError::AlreadyExists { .. }) => {
                         return self.acquire_from(run, floor).await.map(Attempt::Held);
                     }

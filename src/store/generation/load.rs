@@ -2,7 +2,7 @@
 //! chain checks, retirement and reload when gc moved the chain on.
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::chain::{Chain, Located};
 use super::format::{GenerationError, check_link, decode_with};
@@ -93,18 +93,15 @@ async fn load_with(
         // The slots the probe read, which the load then does not read again.
         let mut fetched = super::chain::Fetched::new();
         if let (Some(up_to), Some(base)) = (up_to, base) {
-            let read: Vec<(u64, Option<crate::store::Object>)> =
-                futures::stream::iter(base..=up_to)
-                    .map(|n| {
-                        let chain = &chain;
-                        async move { (n, chain.store().read(&chain.key(n)).await) }
-                    })
-                    .buffered(LOAD_CONCURRENCY)
-                    .map(|(n, object)| object.map(|object| (n, object)))
-                    .collect::<Vec<_>>()
-                    .await
-                    .into_iter()
-                    .collect::<Result<_, _>>()?;
+            let chain = &chain;
+            let read: Vec<_> = futures::stream::iter(base..=up_to)
+                .map(|n| async move {
+                    Ok::<_, GenerationError>((n, chain.store().read(&chain.key(n)).await?))
+                })
+                .buffered(LOAD_CONCURRENCY)
+                .try_collect()
+                .await?;
+            // A missing one is left to `load_chain`, which names it.
             fetched.extend(
                 read.into_iter()
                     .filter_map(|(n, object)| Some((n, object?))),
@@ -181,13 +178,12 @@ async fn load_chain(
     chain: &Chain,
     run: &RunId,
     newest: u64,
-    fetched: super::chain::Fetched,
+    mut fetched: super::chain::Fetched,
 ) -> Result<Loaded, GenerationError> {
     let store = chain.store();
-    let fetched = &std::sync::Mutex::new(fetched);
-    let read = |n: u64| {
+    let mut read = |n: u64| {
         let chain = chain.clone();
-        let prefetched = fetched.lock().map_or(None, |mut kept| kept.remove(&n));
+        let prefetched = fetched.remove(&n);
         async move {
             let key = chain.key(n);
             if let Some(object) = prefetched {
