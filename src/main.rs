@@ -237,6 +237,10 @@ struct WorkloadArgs {
     /// Recoveries each worker runs at once.
     #[arg(long, default_value_t = 16, value_parser = cli::shared::at_least_one::<u32>)]
     concurrency: u32,
+    /// Recoveries that may wait assigned to each worker beyond --concurrency, started as
+    /// slots free (default: the --concurrency, as rekindle-worker).
+    #[arg(long)]
+    queue: Option<u32>,
     /// How long each tool call sleeps, in ms.
     #[arg(long, default_value_t = 5)]
     step_ms: u64,
@@ -622,6 +626,7 @@ fn workload(args: WorkloadArgs) -> anyhow::Result<rekindle::fleet::bench::Worklo
         steps: args.steps,
         workers: args.workers,
         concurrency: args.concurrency,
+        queue: args.queue.unwrap_or(args.concurrency),
         step_time: Duration::from_millis(args.step_ms),
         ttl: Duration::from_millis(args.ttl_ms),
         store: args.store,

@@ -520,6 +520,7 @@ impl Harness {
         WorkerOptions {
             id: id.into(),
             concurrency: 4,
+            queue: 4,
             ttl: TTL,
             poll_interval: Duration::from_millis(100),
             shutdown_deadline: Duration::from_secs(5),

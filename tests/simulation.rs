@@ -966,6 +966,7 @@ fn worker_options(id: &str, ttl: Duration, crash: Arc<AtomicBool>) -> WorkerOpti
     WorkerOptions {
         id: id.to_owned(),
         concurrency: 4,
+        queue: 2,
         ttl,
         poll_interval: Duration::from_millis(300),
         shutdown_deadline: Duration::from_secs(5),

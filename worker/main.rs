@@ -35,6 +35,12 @@ struct Args {
     /// Recoveries executed at once (at least 1).
     #[arg(long, default_value_t = 4, value_parser = shared::at_least_one::<u32>)]
     concurrency: u32,
+    /// Recoveries that may wait assigned to this worker beyond --concurrency, so that a freed
+    /// slot starts the next one at once instead of at the coordinator's next tick (default:
+    /// the --concurrency). A waiting recovery moves to another worker as soon as one has a
+    /// free slot; 0 keeps nothing waiting here.
+    #[arg(long)]
+    queue: Option<u32>,
     /// How long this worker's heartbeat may stay unchanged before the fleet judges it dead
     /// and hands its recoveries to others (at least 1).
     #[arg(long, default_value_t = 30_000, value_parser = shared::at_least_one::<u64>)]
@@ -92,6 +98,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let options = WorkerOptions {
         id: args.id.unwrap_or_else(|| shared::default_id("worker")),
         concurrency: args.concurrency,
+        queue: args.queue.unwrap_or(args.concurrency),
         ttl: Duration::from_millis(args.lease_ttl_ms),
         poll_interval: Duration::from_millis(poll),
         shutdown_deadline: Duration::from_millis(args.shutdown_deadline_ms),

@@ -34,6 +34,11 @@ pub struct Registration {
     pub heartbeat: String,
     /// How many recoveries the worker runs at once.
     pub capacity: u32,
+    /// How many recoveries may wait assigned to the worker beyond `capacity`: when a slot
+    /// frees, the worker starts the next of them at once instead of waiting for the
+    /// coordinator's next tick. Absent (as from older workers): none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
     /// The SHA-256 of the worker's configuration fingerprint; it is assigned only runs with it.
     pub fingerprint_sha256: String,
     /// The lease TTL the worker declared: it is judged dead only after this long silent.
@@ -58,6 +63,7 @@ impl Registration {
             worker: worker.to_owned(),
             heartbeat,
             capacity,
+            queue: None,
             fingerprint_sha256,
             ttl_ms: None,
             idle_ttl_ms: None,

@@ -105,8 +105,20 @@ pub enum Action {
 /// record decides, the index entry follows (see `core/lifecycle.rs`).
 pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Vec<Action> {
     let mut actions = Vec::new();
-    // Free capacity of each live worker, counting recoveries already assigned to it.
+    // Free capacity of each live worker (its slots and its queue), counting recoveries
+    // already assigned to it; and its idle slots (negative while recoveries wait on it).
     let mut free: BTreeMap<&str, i64> = workers
+        .iter()
+        .filter(|w| w.alive)
+        .map(|w| {
+            let queue = w.registration.queue.unwrap_or(0);
+            (
+                w.registration.worker.as_str(),
+                i64::from(w.registration.capacity) + i64::from(queue),
+            )
+        })
+        .collect();
+    let mut idle: BTreeMap<&str, i64> = workers
         .iter()
         .filter(|w| w.alive)
         .map(|w| {
@@ -116,13 +128,34 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
             )
         })
         .collect();
+    // Recoveries running on each worker: one whose slots are all running keeps the rest of
+    // its assignments waiting.
+    let mut running: BTreeMap<&str, i64> = BTreeMap::new();
     for run in runs {
-        if let Some((_, worker)) = run.assignment()
-            && let Some(slots) = free.get_mut(worker)
-        {
-            *slots -= 1;
+        if let Some((_, worker)) = run.assignment() {
+            if let Some(slots) = free.get_mut(worker) {
+                *slots -= 1;
+            }
+            if let Some(slots) = idle.get_mut(worker) {
+                *slots -= 1;
+            }
+            if run
+                .recovery
+                .as_ref()
+                .is_some_and(|r| r.state == RecoveryState::Running)
+            {
+                *running.entry(worker).or_default() += 1;
+            }
         }
     }
+    let full = |name: &str| {
+        workers
+            .iter()
+            .find(|w| w.registration.worker == name)
+            .is_some_and(|w| {
+                running.get(name).copied().unwrap_or(0) >= i64::from(w.registration.capacity)
+            })
+    };
     for run in runs {
         let source = &run.entry.run_id;
         let Some(record) = &run.recovery else {
@@ -190,22 +223,56 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
                         .any(|w| w.registration.worker == name)
                 });
                 if offered_alive {
+                    // Waiting on a worker whose slots all run: another worker with an idle
+                    // slot takes it now (the worker that had it starts it only by
+                    // compare-and-swap on the record, so one of the two wins).
+                    let Some(from) = record.assigned_to.as_deref().filter(|w| full(w)) else {
+                        continue;
+                    };
+                    let to = workers
+                        .iter()
+                        .filter(offerable)
+                        .filter(|w| w.registration.worker != from)
+                        .map(|w| {
+                            let slots = idle.get(w.registration.worker.as_str()).copied();
+                            (slots.unwrap_or(0), &w.registration.worker)
+                        })
+                        .filter(|(slots, _)| *slots > 0)
+                        .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
+                    if let Some((_, to)) = to {
+                        for (worker, by) in [(to.as_str(), -1), (from, 1)] {
+                            if let Some(slots) = free.get_mut(worker) {
+                                *slots += by;
+                            }
+                            if let Some(slots) = idle.get_mut(worker) {
+                                *slots += by;
+                            }
+                        }
+                        actions.push(Action::Assign {
+                            recovery: record.recovery_id.clone(),
+                            worker: to.clone(),
+                        });
+                    }
                     continue;
                 }
+                // Idle slots first, then room in a queue.
                 let eligible = workers.iter().filter(offerable);
                 let best = eligible
                     .map(|w| {
-                        (
-                            free.get(w.registration.worker.as_str())
-                                .copied()
-                                .unwrap_or(0),
-                            &w.registration.worker,
-                        )
+                        let name = w.registration.worker.as_str();
+                        let room = (
+                            idle.get(name).copied().unwrap_or(0).max(0),
+                            free.get(name).copied().unwrap_or(0),
+                        );
+                        (room, &w.registration.worker)
                     })
-                    .filter(|(slots, _)| *slots > 0)
+                    .filter(|((_, slots), _)| *slots > 0)
                     .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
                 if let Some((_, worker)) = best {
                     if let Some(slots) = free.get_mut(worker.as_str()) {
+                        *slots -= 1;
+                    }
+                    if let Some(slots) = idle.get_mut(worker.as_str()) {
                         *slots -= 1;
                     }
                     actions.push(Action::Assign {
@@ -428,5 +495,89 @@ mod tests {
                 .any(|action| matches!(action, Action::Abandon { .. })),
             "{actions:?}"
         );
+    }
+
+    fn assigned(actions: &[Action]) -> Vec<(&str, &str)> {
+        actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Assign { recovery, worker } => Some((recovery.as_str(), worker.as_str())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn queued(name: &str, capacity: u32, queue: u32) -> WorkerView {
+        let mut view = worker(name, capacity, "fp", true);
+        view.registration.queue = Some(queue);
+        view
+    }
+
+    fn recovering(name: &str, state: RecoveryState, on: Option<&str>) -> RunView {
+        run(
+            name,
+            Phase::Recovering,
+            false,
+            Some(record(name, state, on, 0)),
+        )
+    }
+
+    // Proves the queue: idle slots are filled before any queue, and a worker is given up to
+    // its slots plus its queue (an older worker that declares none, only its slots), no more.
+    #[test]
+    fn a_worker_is_given_its_slots_and_its_queue() {
+        let workers = [queued("q", 1, 2), worker("plain", 1, "fp", true)];
+        let runs: Vec<RunView> = (0..6)
+            .map(|i| recovering(&format!("r{i}"), RecoveryState::Admitted, None))
+            .collect();
+        let actions = decide(&workers, &runs, DEFAULT_MAX_ATTEMPTS);
+        let given = assigned(&actions);
+        let to = |name: &str| given.iter().filter(|(_, w)| *w == name).count();
+        assert_eq!((to("q"), to("plain")), (3, 1), "{actions:?}");
+        assert_eq!(
+            given[..2],
+            [("recovery-of-r0", "q"), ("recovery-of-r1", "plain")],
+            "idle slots first: {actions:?}"
+        );
+        // Already holding its slots and queue, it is given nothing more.
+        let full = [
+            recovering("a", RecoveryState::Running, Some("q")),
+            recovering("b", RecoveryState::Admitted, Some("q")),
+            recovering("c", RecoveryState::Admitted, Some("q")),
+            recovering("d", RecoveryState::Admitted, None),
+        ];
+        let actions = decide(&workers[..1], &full, DEFAULT_MAX_ATTEMPTS);
+        assert!(assigned(&actions).is_empty(), "{actions:?}");
+    }
+
+    // Proves a waiting recovery does not wait for nothing: one queued on a worker whose slots
+    // all run moves to a worker with an idle slot (as many as it has idle, no more), while
+    // one offered to a worker with a slot free stays (it is about to start it).
+    #[test]
+    fn a_queued_recovery_moves_to_an_idle_slot() {
+        let workers = [queued("busy", 1, 3), queued("idle", 1, 3)];
+        let runs = [
+            recovering("running", RecoveryState::Running, Some("busy")),
+            recovering("w1", RecoveryState::Admitted, Some("busy")),
+            recovering("w2", RecoveryState::Admitted, Some("busy")),
+        ];
+        let actions = decide(&workers, &runs, DEFAULT_MAX_ATTEMPTS);
+        assert_eq!(
+            assigned(&actions),
+            [("recovery-of-w1", "idle")],
+            "{actions:?}"
+        );
+        // Not full: its offer stays with it.
+        let runs = [recovering("w1", RecoveryState::Admitted, Some("busy"))];
+        let actions = decide(&workers, &runs, DEFAULT_MAX_ATTEMPTS);
+        assert!(actions.is_empty(), "{actions:?}");
+        // No idle slot anywhere: it waits where it is.
+        let runs = [
+            recovering("running", RecoveryState::Running, Some("busy")),
+            recovering("other", RecoveryState::Running, Some("idle")),
+            recovering("w1", RecoveryState::Admitted, Some("busy")),
+        ];
+        let actions = decide(&workers, &runs, DEFAULT_MAX_ATTEMPTS);
+        assert!(actions.is_empty(), "{actions:?}");
     }
 }

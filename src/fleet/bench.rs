@@ -61,6 +61,8 @@ pub struct Workload {
     pub workers: usize,
     /// Recoveries each worker runs at once.
     pub concurrency: u32,
+    /// Recoveries that may wait assigned to each worker beyond `concurrency`.
+    pub queue: u32,
     /// How long each tool call sleeps.
     pub step_time: Duration,
     /// The lease TTL of the host, the workers and the coordinator.
@@ -84,6 +86,7 @@ impl Default for Workload {
             steps: 10,
             workers: 4,
             concurrency: 16,
+            queue: 16,
             step_time: Duration::from_millis(5),
             ttl: Duration::from_secs(30),
             store: None,
@@ -190,6 +193,8 @@ pub struct CrashRecoverReport {
     pub workers: usize,
     /// Recoveries per worker at once.
     pub concurrency: u32,
+    /// Recoveries that may wait on each worker beyond `concurrency`.
+    pub queue: u32,
     /// Latency added per store request, and its jitter, in ms.
     pub latency_ms: [u64; 2],
     /// Steps in the ledger when the host was killed.
@@ -438,6 +443,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         steps: workload.steps,
         workers: workload.workers,
         concurrency: workload.concurrency,
+        queue: workload.queue,
         latency_ms: [
             workload.latency.as_millis() as u64,
             workload.jitter.as_millis() as u64,
@@ -634,6 +640,7 @@ impl Fleet {
                 workload.concurrency,
                 workload.ttl,
             );
+            options.queue = workload.queue;
             options.poll_interval = Duration::from_secs(30);
             options.idle_ttl = Some(Duration::from_secs(600));
             options.wake = Some(endpoint().await?);

@@ -597,15 +597,19 @@ async fn tick(
     // Workers whose offer landed this tick, with the records as the offers left them: woken
     // even if their inbox already listed it, and told the records.
     let mut offered: BTreeMap<String, Vec<Offer>> = BTreeMap::new();
+    let mut moved = std::collections::BTreeSet::new();
     for (landed, action, offer) in executed {
-        if let (true, Action::Assign { worker, .. }) = (landed, action) {
+        if let (true, Action::Assign { worker, recovery }) = (landed, action) {
             offered.entry(worker).or_default().extend(offer);
+            moved.insert(recovery);
         }
     }
-    let unanswered = write_inboxes(
-        store, observer, options, &workers, &runs, &actions, &offered,
-    )
-    .await?;
+    let assigned = Assigned {
+        decided: &actions,
+        landed: &moved,
+        offered: &offered,
+    };
+    let unanswered = write_inboxes(store, observer, options, &workers, &runs, assigned).await?;
     let newly_unreachable = !unanswered.is_empty();
     for worker in unanswered {
         if let Some(etag) = registration_beat(observer, &worker, &versions) {
@@ -830,11 +834,33 @@ fn pass_over_untaken_offers(
     observer
         .offered
         .retain(|id, (worker, _)| offers.get(id) == Some(&worker.as_str()));
-    for (id, worker) in &offers {
+    // An offer waiting on a worker whose slots all run is queued, not untaken: its clock
+    // starts when the worker has a slot free.
+    let mut running: BTreeMap<&str, u32> = BTreeMap::new();
+    for run in runs {
+        if let Some(record) = &run.recovery
+            && record.state == RecoveryState::Running
+            && let Some(worker) = record.assigned_to.as_deref()
+        {
+            *running.entry(worker).or_default() += 1;
+        }
+    }
+    let full = |worker: &str| {
         observer
+            .registrations
+            .values()
+            .find(|(_, r)| r.worker == worker)
+            .is_some_and(|(_, r)| running.get(worker).copied().unwrap_or(0) >= r.capacity)
+    };
+    for (id, worker) in &offers {
+        let waiting = full(worker);
+        let since = observer
             .offered
             .entry((*id).clone())
             .or_insert_with(|| ((*worker).to_owned(), crate::clock::Stopwatch::start()));
+        if waiting {
+            since.1 = crate::clock::Stopwatch::start();
+        }
     }
     let mut untaken = Vec::new();
     for (worker, since) in observer.offered.values() {
@@ -1179,6 +1205,15 @@ async fn observe_run(
     ))
 }
 
+/// A tick's assignments, for the inboxes: those decided, the recoveries whose assignment
+/// landed, and the records those offers left, by worker.
+#[derive(Clone, Copy)]
+struct Assigned<'a> {
+    decided: &'a [Action],
+    landed: &'a std::collections::BTreeSet<RecoveryId>,
+    offered: &'a BTreeMap<String, Vec<Offer>>,
+}
+
 /// Each live worker's inbox: the recoveries assigned to it and not yet finished. Written
 /// only when it changed (side by side); a worker whose inbox gained a recovery is woken.
 /// Returns the workers that did not answer their wake-up.
@@ -1188,9 +1223,13 @@ async fn write_inboxes(
     options: &CoordinatorOptions,
     workers: &[WorkerView],
     runs: &[RunView],
-    actions: &[Action],
-    offered: &BTreeMap<String, Vec<Offer>>,
+    assigned: Assigned<'_>,
 ) -> Result<Vec<String>, StoreError> {
+    let Assigned {
+        decided: actions,
+        landed,
+        offered,
+    } = assigned;
     let mut inboxes: BTreeMap<String, Vec<RecoveryId>> = workers
         .iter()
         .map(|w| (w.registration.worker.clone(), Vec::new()))
@@ -1203,12 +1242,32 @@ async fn write_inboxes(
         }
     }
     for action in actions {
-        if let Action::Assign { recovery, worker } = action
-            && let Some(list) = inboxes.get_mut(worker)
-            && !list.contains(recovery)
-        {
-            list.push(recovery.clone());
+        if let Action::Assign { recovery, worker } = action {
+            // A recovery moved from one worker to another leaves the first one's inbox once
+            // the move landed (if it did not, the first one may have started it).
+            if landed.contains(recovery) {
+                for (other, list) in inboxes.iter_mut() {
+                    if other != worker {
+                        list.retain(|id| id != recovery);
+                    }
+                }
+            }
+            if let Some(list) = inboxes.get_mut(worker)
+                && !list.contains(recovery)
+            {
+                list.push(recovery.clone());
+            }
         }
+    }
+    // Oldest admission first: the worker starts its inbox in order as slots free, so a
+    // recovery waiting on it is not passed by ones admitted after it.
+    let admitted: BTreeMap<&RecoveryId, u64> = runs
+        .iter()
+        .filter_map(|run| run.recovery.as_ref())
+        .map(|record| (&record.recovery_id, record.admitted_at_ms))
+        .collect();
+    for list in inboxes.values_mut() {
+        list.sort_by_key(|id| (admitted.get(id).copied().unwrap_or(u64::MAX), id.clone()));
     }
     // Workers whose offer landed this tick (`offered`) are woken even when their inbox already
     // listed the recovery (one handed back and offered to the same worker again leaves the
@@ -1521,5 +1580,58 @@ mod tests {
         let alive = judge_liveness(&store, &options, &mut observer, &[], Vec::new());
         assert_eq!(alive.get(&recent), Some(&true));
         assert!(!alive.get(&old).copied().unwrap_or(false));
+    }
+
+    /// An offer waiting on a worker whose slots all run is queued, not untaken: however long
+    /// the worker's recoveries take, it is not passed over for it. Once the worker has a slot
+    /// free and still leaves the offer for its TTL, it is.
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_offer_is_not_untaken_while_its_worker_is_full() {
+        let key = layout::heartbeat("w");
+        let mut registration = Registration::new("w", key.clone(), 1, "f".into());
+        registration.queue = Some(1);
+        registration.ttl_ms = Some(30_000);
+        let mut observer = Observer::default();
+        observer
+            .registrations
+            .insert(layout::worker("w"), (None, registration));
+        let versions = BTreeMap::from([(key, ETag("v1".into()))]);
+        let ttl = Duration::from_secs(30);
+        let view = |name: &str, state: RecoveryState| {
+            let source = RunId::new(name);
+            let recovery_id = recovery_id_for(&source);
+            let mut entry = IndexEntry::new(source.clone(), None, Phase::Recovering, "f".into(), 0);
+            entry.recovery_id = Some(recovery_id.clone());
+            let record: RecoveryRecord = serde_json::from_value(serde_json::json!({
+                "format": 1, "kind": "recovery", "recovery_id": recovery_id,
+                "source_run": source, "source_generation": 3, "source_digest": "d",
+                "source_epoch": 1, "state": state, "force": false, "attempts": 0,
+                "failures": 0, "assigned_to": "w", "fingerprint_sha256": "f",
+                "admitted_at_ms": 0, "updated_at_ms": 0,
+            }))
+            .expect("a record");
+            RunView {
+                entry,
+                holder_alive: false,
+                recovery: Some(record),
+                answered: false,
+            }
+        };
+        let full = [
+            view("running", RecoveryState::Running),
+            view("waiting", RecoveryState::Admitted),
+        ];
+        for _ in 0..4 {
+            pass_over_untaken_offers(&mut observer, &full, &versions, ttl);
+            tokio::time::advance(Duration::from_secs(20)).await;
+        }
+        pass_over_untaken_offers(&mut observer, &full, &versions, ttl);
+        assert!(observer.unreachable.is_empty(), "passed over while full");
+        // The running one ended: the slot is free, and the offer is left for a TTL.
+        let free = [view("waiting", RecoveryState::Admitted)];
+        pass_over_untaken_offers(&mut observer, &free, &versions, ttl);
+        tokio::time::advance(Duration::from_secs(31)).await;
+        pass_over_untaken_offers(&mut observer, &free, &versions, ttl);
+        assert!(observer.unreachable.contains_key("w"), "never passed over");
     }
 }

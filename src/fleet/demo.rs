@@ -242,6 +242,8 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
                 id: format!("{prefix}-worker-{i}"),
                 // One recovery at a time, so the placed worker kill cuts short exactly one.
                 concurrency: 1,
+                // Nothing waits on a worker either: each kill cuts short one recovery.
+                queue: 0,
                 ttl,
                 poll_interval: Duration::from_millis(100),
                 shutdown_deadline: Duration::from_secs(30),

@@ -40,6 +40,9 @@ pub struct WorkerOptions {
     pub id: String,
     /// How many recoveries it executes at once.
     pub concurrency: u32,
+    /// How many more may wait assigned to it, so that a freed slot starts the next one at
+    /// once instead of at the coordinator's next tick (see `Registration::queue`).
+    pub queue: u32,
     /// The TTL of its heartbeat and of the leases it takes on recovery runs.
     pub ttl: Duration,
     /// How often the worker reads its inbox for newly assigned recoveries.
@@ -69,6 +72,7 @@ impl WorkerOptions {
         WorkerOptions {
             id: id.into(),
             concurrency,
+            queue: concurrency,
             ttl,
             poll_interval: Duration::from_secs(2),
             shutdown_deadline: Duration::from_secs(60),
@@ -133,6 +137,7 @@ pub async fn run(
         options.concurrency,
         agent.fingerprint_sha256(),
     );
+    registration.queue = Some(options.queue).filter(|queue| *queue > 0);
     registration.ttl_ms = Some(options.ttl.as_millis() as u64);
     registration.idle_ttl_ms = options
         .idle_ttl
