@@ -247,6 +247,7 @@ fn recovery_kind(error: &RecoveryError) -> ErrorKind {
         | RecoveryError::AlreadyRecovered { .. }
         | RecoveryError::NothingToRecover { .. }
         | RecoveryError::NeverStarted { .. } => ErrorKind::Refused,
+        RecoveryError::NoSuchRun { .. } => ErrorKind::NotFound,
         RecoveryError::Changed { .. } => ErrorKind::Conflict,
         RecoveryError::Object(_) => ErrorKind::Corrupt,
     }

@@ -342,6 +342,7 @@ enum BenchCommand {
     /// per second and efficiency against the smallest count (one worker by default). Add
     /// --latency-ms 20 --jitter-ms 10 for S3-like latency. --counts sets the worker counts
     /// (--workers is not used).
+    #[command(mut_arg("workers", |arg| arg.hide(true)))]
     Scale {
         #[command(flatten)]
         workload: WorkloadArgs,
@@ -742,6 +743,15 @@ async fn bench(command: BenchCommand) -> anyhow::Result<()> {
             workload: args,
             counts,
         } => {
+            if args.workers != 4 {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        "bench scale measures each of --counts (default 1,2,4,8); --workers does not apply",
+                    )
+                    .exit();
+            }
             let mut counts = counts;
             counts.sort_unstable();
             counts.dedup();

@@ -198,6 +198,19 @@ fn malformed_store_url_is_refused_naming_it() {
             "{url}: {stderr}"
         );
     }
+    // A path that names a file (a typo for the directory beside it): refused as such by a
+    // command that only reads and by one that would create the store.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let path = file.path().to_str().unwrap();
+    for command in ["status", "probe"] {
+        let out = rekindle_with(&[command, "--store", path], &[]);
+        assert_eq!(out.status.code(), Some(1), "{command}: {out:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains(&format!("{path} is a file; a local store is a directory")),
+            "{command}: {stderr}"
+        );
+    }
     let out = rekindle_with(&["probe"], &[("REKINDLE_STORE", "gs://bucket")]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -423,6 +436,12 @@ fn bench_refuses_a_memory_store_and_bad_worker_counts() {
     assert!(
         stderr.contains("memory://") && stderr.contains("another"),
         "{stderr}"
+    );
+    let out = rekindle(&["bench", "scale", "--workers", "3"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--workers does not apply"),
+        "{out:?}"
     );
     for bad in ["0,1", "abc", "1,,2", "-1"] {
         let out = rekindle(&["bench", "scale", &format!("--counts={bad}")]);

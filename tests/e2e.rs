@@ -718,7 +718,9 @@ async fn readiness_follows_the_store_the_heartbeats_and_leadership() {
 }
 
 // Proves `recover --all` finds a run whose host was killed (its heartbeat stops changing for
-// a TTL), admits it, and with --wait returns once the fleet finished it.
+// a TTL), admits it, and with --wait returns once the fleet finished it. With no coordinator,
+// --wait says so instead of waiting silently; run again, it waits for the recovery an
+// earlier run admitted instead of returning at once (both new-user findings).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recover_all_admits_interrupted_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -727,10 +729,45 @@ async fn recover_all_admits_interrupted_runs() {
     fleet.crash_host("e2e-all");
     let text = stdout(&fleet.cli(&["recover", "--all"]));
     assert!(text.contains("1 interrupted run admitted"), "{text}");
+    let mut waiting = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle"))
+        .args(["recover", "--all", "--wait"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(waiting.stdout.take().unwrap()));
+    let (said, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = said.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("no coordinator is running"))
+    {
+        match heard.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => seen.push(line),
+            Err(error) => panic!("{error}; printed so far: {seen:?}"),
+        }
+    }
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("waiting also for 1 recovery admitted earlier")),
+        "{seen:?}"
+    );
+    assert!(waiting.try_wait().unwrap().is_none(), "it stopped waiting");
+    waiting.kill().unwrap();
+    waiting.wait().unwrap();
     let mut worker = fleet.worker("w0");
     let mut coordinator = fleet.coordinator("coordinator-a");
     let text = stdout(&fleet.cli(&["recover", "--all", "--wait"]));
     assert!(text.contains("0 interrupted runs admitted"), "{text}");
+    assert!(
+        text.contains("recovery recovery-of-e2e-all: completed"),
+        "waited for the earlier admission: {text}"
+    );
     let text = stdout(&fleet.cli(&[
         "recover",
         "e2e-all",

@@ -645,6 +645,66 @@ impl Harness {
     }
 }
 
+// Proves a recovery waiting in a worker's queue is not starved by a long one ahead of it:
+// with one slot and both offered to the worker, the long one gives its slot up at each step
+// cap while the other waits, so the two take turns (before, the first ran every resume back
+// to back, and the second, queued on a worker that never looked free, waited for all of it).
+#[tokio::test(start_paused = true)]
+async fn a_queued_recovery_gets_a_turn_at_the_step_cap() {
+    let harness = Harness::new(24, 2, None);
+    harness.crashed_host("first", 1).await;
+    harness.crashed_host("second", 1).await;
+    let first = harness.admit_and_assign("first", "w1").await;
+    harness.admit_and_assign("second", "w1").await;
+    let store = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 2, &stop);
+    let mut options = harness.worker_options("w1");
+    options.concurrency = 1;
+    options.queue = 1;
+    let worker = harness.spawn_worker(&store, options, &stop);
+    let start = tokio::time::Instant::now();
+    let second_started_early = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "first never finished"
+        );
+        let (one, two) = (
+            harness.record("first").await,
+            harness.record("second").await,
+        );
+        let (one, two) = (one.unwrap(), two.unwrap());
+        if one.state == RecoveryState::Finished {
+            break two.attempts > 0;
+        }
+        if two.attempts > 0 {
+            break true;
+        }
+        rekindle::clock::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        second_started_early,
+        "{first} ran to its end before the queued recovery got a turn"
+    );
+    harness
+        .until(
+            Duration::from_secs(240),
+            "both recoveries to end",
+            || async {
+                let done = |r: Option<RecoveryRecord>| {
+                    r.is_some_and(|r| r.state == RecoveryState::Finished)
+                };
+                done(harness.record("first").await) && done(harness.record("second").await)
+            },
+        )
+        .await;
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+    coordinator.await.unwrap();
+    harness.audit("first", 1);
+    harness.audit("second", 1);
+}
+
 // Regression (finding 3): a recovery that makes progress is never dead-lettered. With a
 // step cap of 2 steps per resume, a 24-step recovery yields a dozen times; counting those
 // yields as attempts dead-lettered it at max_attempts 2.
@@ -1376,7 +1436,7 @@ async fn a_refused_recovery_writes_nothing() {
     let cli = Holder::new(&store, "cli", TTL);
     for (run, expected) in [
         ("done", "has ended (completed); there is nothing to recover"),
-        ("typo", "has no generations"),
+        ("typo", "does not exist in this store"),
     ] {
         let error = fleet::spawn_recovery(
             &store,

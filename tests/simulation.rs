@@ -669,6 +669,8 @@ struct Scenario {
     hosts: Vec<HostPlan>,
     coordinators: Vec<Plan>,
     workers: Vec<Plan>,
+    /// Each worker's slots and the queue of assigned recoveries it keeps beyond them.
+    slots: (u32, u32),
     /// (retention, interval) of a gc process.
     gc: Option<(u64, u64)>,
 }
@@ -808,6 +810,15 @@ impl Scenario {
                 500 + u64::from(random.below(2_500)),
             )
         });
+        // Drawn apart from the rest, so the scenario above is what it was before workers had
+        // queues: half the seeds give each worker one slot and a queue of up to two, where
+        // recoveries wait on a busy worker and move to one with an idle slot.
+        let mut shape = SplitMix::new(seed ^ 0x5107_0000_0000_0001);
+        let slots = if pick(&mut shape, 500) {
+            (1, shape.below(3))
+        } else {
+            (4, 2)
+        };
         Scenario {
             seed,
             ttl_ms,
@@ -819,6 +830,7 @@ impl Scenario {
             hosts,
             coordinators,
             workers,
+            slots,
             gc,
         }
     }
@@ -861,6 +873,7 @@ impl Scenario {
             park_at: None,
             approve: true,
             answer_delay_ms: 0,
+            slots: (4, 2),
             hosts: vec![HostPlan {
                 plan: host,
                 ttl_ms: 1_000,
@@ -962,11 +975,16 @@ fn coordinator_options(id: &str, ttl: Duration) -> CoordinatorOptions {
     }
 }
 
-fn worker_options(id: &str, ttl: Duration, crash: Arc<AtomicBool>) -> WorkerOptions {
+fn worker_options(
+    id: &str,
+    ttl: Duration,
+    (concurrency, queue): (u32, u32),
+    crash: Arc<AtomicBool>,
+) -> WorkerOptions {
     WorkerOptions {
         id: id.to_owned(),
-        concurrency: 4,
-        queue: 2,
+        concurrency,
+        queue,
         ttl,
         poll_interval: Duration::from_millis(300),
         shutdown_deadline: Duration::from_secs(5),
@@ -1235,7 +1253,7 @@ impl Fleet {
         let logs = LogDir::open(self.logs.join(format!("{}-{incarnation}", proc.name)))
             .expect("worker log dir");
         let switch = Arc::new(AtomicBool::new(false));
-        let options = worker_options(&proc.name, self.ttl, Arc::clone(&switch));
+        let options = worker_options(&proc.name, self.ttl, scenario.slots, Arc::clone(&switch));
         let stop = Arc::clone(&self.stop);
         let stats = Arc::clone(&self.stats);
         let agent = agent(scenario, &proc);

@@ -422,7 +422,9 @@ class Worker:
     Its configuration fingerprint (model name, system prompt, tool names and schemas, budgets)
     decides which runs it is given, as for ``rekindle-worker``: Python and Rust workers with
     the same fingerprint serve the same runs. ``run()`` blocks until ``stop()`` (call it from a
-    signal handler for a graceful SIGTERM) or Ctrl-C.
+    signal handler for a graceful SIGTERM) or Ctrl-C. It runs ``concurrency`` recoveries at
+    once; ``queue`` more may wait assigned to it (default: as many as ``concurrency``, as
+    ``rekindle-worker --queue``), each started as soon as a slot frees.
     """
 
     def __init__(
@@ -434,6 +436,7 @@ class Worker:
         tools: Optional[ToolsLike] = None,
         worker_id: Optional[str] = None,
         concurrency: int = 1,
+        queue: Optional[int] = None,
         ttl_ms: int = 30_000,
         poll_interval_ms: int = 1_000,
         state_dir: Optional[str] = None,
@@ -445,6 +448,7 @@ class Worker:
             config,
             worker_id=worker_id,
             concurrency=concurrency,
+            queue=queue,
             ttl_ms=ttl_ms,
             poll_interval_ms=poll_interval_ms,
             state_dir=state_dir,

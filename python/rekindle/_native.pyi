@@ -187,6 +187,7 @@ class Worker:
         tools: Any = None,
         worker_id: Optional[str] = None,
         concurrency: int = 1,
+        queue: Optional[int] = None,
         ttl_ms: int = 30000,
         poll_interval_ms: int = 1000,
         state_dir: Optional[str] = None,

@@ -1382,7 +1382,7 @@ struct Worker {
 #[pymethods]
 impl Worker {
     #[new]
-    #[pyo3(signature = (store, config, *, model=None, tools=None, worker_id=None, concurrency=1, ttl_ms=30_000, poll_interval_ms=1_000, state_dir=None))]
+    #[pyo3(signature = (store, config, *, model=None, tools=None, worker_id=None, concurrency=1, queue=None, ttl_ms=30_000, poll_interval_ms=1_000, state_dir=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         store: &Store,
@@ -1391,6 +1391,7 @@ impl Worker {
         tools: Option<Bound<'_, PyAny>>,
         worker_id: Option<String>,
         concurrency: u32,
+        queue: Option<u32>,
         ttl_ms: u64,
         poll_interval_ms: u64,
         state_dir: Option<PathBuf>,
@@ -1412,6 +1413,8 @@ impl Worker {
             Duration::from_millis(ttl_ms),
         );
         options.poll_interval = Duration::from_millis(poll_interval_ms);
+        // As rekindle-worker: by default as many may wait as run.
+        options.queue = queue.unwrap_or(concurrency);
         Ok(Worker {
             store: store.inner.clone(),
             agent,

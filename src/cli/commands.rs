@@ -11,7 +11,7 @@ use rekindle::core::fact::{CallId, QuestionId, RecoveryId, RunId, SessionId};
 use rekindle::core::fold;
 use rekindle::core::layout;
 use rekindle::core::liveness::Liveness;
-use rekindle::core::record::{IndexEntry, RecoveryState};
+use rekindle::core::record::{IndexEntry, Phase, RecoveryState};
 use rekindle::fleet::admission::{self, Takeover};
 use rekindle::fleet::liveness;
 use rekindle::fleet::runner::Stopped;
@@ -136,15 +136,29 @@ pub(crate) async fn recover(
     wait_all(&store, std::slice::from_ref(&id)).await
 }
 
-/// Waits until every recovery in `ids` finished or was dead-lettered; fails naming the
-/// dead-lettered ones.
+/// Waits until every recovery in `ids` finished or was dead-lettered (or parked: it then
+/// waits for a person, not the fleet); fails naming the dead-lettered and parked ones. Says
+/// why nothing moves when no coordinator leads, and what is stuck when nothing finished for
+/// a while, instead of waiting silently.
 async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
+    if ids.is_empty() {
+        println!("nothing to wait for");
+        return Ok(());
+    }
+    if !fleet::overview::coordinator_leading(store).await? {
+        println!(
+            "no coordinator is running: the recoveries wait until one starts (rekindle-coordinator)"
+        );
+    }
     let mut dead = Vec::new();
-    for id in ids {
+    let mut parked = Vec::new();
+    let mut since_progress = rekindle::clock::Stopwatch::start();
+    let mut reported = Vec::new();
+    for (done, id) in ids.iter().enumerate() {
         loop {
             let (record, _) = recovery::read(store, id)
                 .await?
-                .context("a recovery record vanished")?;
+                .with_context(|| format!("the record of recovery {id} vanished"))?;
             match record.state {
                 RecoveryState::Finished => break,
                 RecoveryState::DeadLettered => {
@@ -155,11 +169,36 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
                     ));
                     break;
                 }
-                _ => rekindle::clock::sleep(Duration::from_millis(500)).await,
+                RecoveryState::Parked => {
+                    parked.push(format!(
+                        "{id} (answer it: rekindle answer {})",
+                        record.source_run
+                    ));
+                    break;
+                }
+                RecoveryState::Admitted | RecoveryState::Running => {
+                    if since_progress.elapsed() > STALL_REPORT {
+                        since_progress = rekindle::clock::Stopwatch::start();
+                        let stuck = fleet::overview::stuck_among(store, &ids[done..]).await?;
+                        if stuck != reported {
+                            println!(
+                                "{} of {} recoveries not done yet",
+                                ids.len() - done,
+                                ids.len()
+                            );
+                            for line in &stuck {
+                                println!("  {line}");
+                            }
+                            reported = stuck;
+                        }
+                    }
+                    rekindle::clock::sleep(Duration::from_millis(500)).await
+                }
             }
         }
+        since_progress = rekindle::clock::Stopwatch::start();
     }
-    if dead.is_empty() {
+    if dead.is_empty() && parked.is_empty() {
         if let [id] = ids
             && let Some((record, _)) = recovery::read(store, id).await?
             && let Some(result) = record.result
@@ -168,15 +207,28 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
         } else {
             println!("{} recoveries finished", ids.len());
         }
-        Ok(())
-    } else {
-        bail!(
+        return Ok(());
+    }
+    let mut problems = Vec::new();
+    if !dead.is_empty() {
+        problems.push(format!(
             "{} recoveries were dead-lettered: {}",
             dead.len(),
             dead.join(", ")
-        )
+        ));
     }
+    if !parked.is_empty() {
+        problems.push(format!(
+            "{} recoveries are parked, waiting for a person's answer: {}",
+            parked.len(),
+            parked.join(", ")
+        ));
+    }
+    bail!("{}", problems.join("; "))
 }
+
+/// How long `--wait` waits with nothing finishing before it says what is stuck.
+const STALL_REPORT: Duration = Duration::from_secs(15);
 
 pub(crate) async fn recover_all(
     store: StoreArgs,
@@ -189,6 +241,13 @@ pub(crate) async fn recover_all(
     for bad in bad {
         eprintln!("skipped {}: {}", bad.key, bad.error);
     }
+    // Recoveries admitted earlier (by the coordinator or an earlier `recover --all`) and not
+    // done: `--wait` waits for them too.
+    let earlier: Vec<RecoveryId> = entries
+        .iter()
+        .filter(|entry| entry.phase == Phase::Recovering)
+        .filter_map(|entry| entry.recovery_id.clone())
+        .collect();
     let watch = liveness::Watch::begin(&store, entries).await?;
     let judged = if takeover {
         watch.take_over()
@@ -259,7 +318,16 @@ pub(crate) async fn recover_all(
         );
     }
     if wait {
-        wait_all(&store, &admitted).await?;
+        let mut ids = admitted.clone();
+        let earlier: Vec<RecoveryId> = earlier.into_iter().filter(|id| !ids.contains(id)).collect();
+        if !earlier.is_empty() {
+            match earlier.len() {
+                1 => println!("waiting also for 1 recovery admitted earlier"),
+                n => println!("waiting also for {n} recoveries admitted earlier"),
+            }
+            ids.extend(earlier);
+        }
+        wait_all(&store, &ids).await?;
     }
     if failed > 0 {
         anyhow::bail!("{failed} interrupted runs could not be admitted (each is named above)");

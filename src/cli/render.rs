@@ -176,9 +176,13 @@ pub(crate) fn overview(o: &rekindle::fleet::overview::Overview, now_ms: u64) -> 
             .count();
         let _ = writeln!(out, "workers      {alive} of {} alive", o.workers.len());
         for w in &o.workers {
+            let queue = match w.queue {
+                0 => String::new(),
+                n => format!(" + a queue of {n}"),
+            };
             let _ = writeln!(
                 out,
-                "  {:<36} {}; {} assigned of {}",
+                "  {:<36} {}; {} assigned for {} slots{queue}",
                 w.id,
                 liveliness(&w.liveliness),
                 w.assigned,

@@ -194,6 +194,7 @@ pub async fn admit(
                 && let Error::Recovery(
                     RecoveryError::NothingToRecover { .. }
                     | RecoveryError::NeverStarted { .. }
+                    | RecoveryError::NoSuchRun { .. }
                     | RecoveryError::Source {
                         error: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
                         ..
@@ -279,11 +280,14 @@ async fn refuse_unrecoverable(
             outcome,
         }
         .into()),
-        Err(error @ GenerationError::NotFound { .. }) => {
+        Err(GenerationError::NotFound { .. }) => {
             if lease::read_lease(store, source).await?.is_some() {
                 Ok(None)
             } else {
-                Err(source_error(error).into())
+                Err(RecoveryError::NoSuchRun {
+                    source_run: source.clone(),
+                }
+                .into())
             }
         }
         Err(error) => Err(source_error(error).into()),

@@ -1391,6 +1391,7 @@ async fn admit_interrupted(
             }
             Err(Error::Recovery(
                 RecoveryError::NeverStarted { .. }
+                | RecoveryError::NoSuchRun { .. }
                 | RecoveryError::Source {
                     error: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
                     ..

@@ -73,7 +73,9 @@ pub struct WorkerInfo {
     pub liveliness: Liveliness,
     /// Recoveries it runs at once.
     pub capacity: u32,
-    /// Recoveries its inbox lists.
+    /// Recoveries that may wait assigned to it beyond `capacity`.
+    pub queue: u32,
+    /// Recoveries its inbox lists (running or waiting).
     pub assigned: usize,
     /// The configuration it runs (runs started with another are not offered to it).
     pub fingerprint_sha256: String,
@@ -221,6 +223,7 @@ pub async fn observe(store: &Store) -> crate::Result<Overview> {
             liveliness: liveliness(store, &registration.heartbeat, now).await?,
             id: registration.worker,
             capacity: registration.capacity,
+            queue: registration.queue.unwrap_or(0),
             assigned,
             fingerprint_sha256: registration.fingerprint_sha256,
         });
@@ -244,6 +247,35 @@ pub async fn observe(store: &Store) -> crate::Result<Overview> {
     };
     overview.stuck = diagnose(&overview);
     Ok(overview)
+}
+
+/// Whether a coordinator leads: the leadership lease is held and its holder's heartbeat is
+/// alive (two GETs).
+pub async fn coordinator_leading(store: &Store) -> crate::Result<bool> {
+    let now = store.clock().wall_ms();
+    Ok(
+        match lease::read_lease(store, &RunId::new(layout::COORDINATOR_LEASE_RUN)).await? {
+            Some(view) if !view.lease.released => {
+                liveliness(store, &view.lease.heartbeat, now).await?.beat == Beat::Alive
+            }
+            _ => false,
+        },
+    )
+}
+
+/// What [`diagnose`] says is stuck among the recoveries `ids`, one line each (one look at
+/// the bucket, as `rekindle status` takes).
+pub async fn stuck_among(
+    store: &Store,
+    ids: &[crate::core::fact::RecoveryId],
+) -> crate::Result<Vec<String>> {
+    Ok(observe(store)
+        .await?
+        .stuck
+        .into_iter()
+        .filter(|stuck| stuck.recovery.as_ref().is_some_and(|id| ids.contains(id)))
+        .map(|stuck| format!("run {}: {}", stuck.run, stuck.reason))
+        .collect())
 }
 
 /// One run's state and record.
@@ -418,6 +450,7 @@ mod tests {
             id: id.into(),
             liveliness: Liveliness { beat, ..alive() },
             capacity: 4,
+            queue: 0,
             assigned: 0,
             fingerprint_sha256: fingerprint.into(),
         }

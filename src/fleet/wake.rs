@@ -5,7 +5,8 @@
 //! `POST /wake` and advertises the address (a worker in its registration, every process in
 //! its heartbeat, the leading coordinator in each worker's inbox). An admission wakes the
 //! leading coordinator, which assigns at once and wakes the workers whose inboxes changed; a
-//! worker whose recovery ends wakes the coordinator, which fills the freed slot.
+//! worker whose recovery ends starts the next one waiting in its queue and wakes the
+//! coordinator, which refills the queue (or fills the freed slot).
 //!
 //! A lost wake-up costs only time: every loop still polls the bucket at its interval, so a
 //! process that cannot be reached (another network, a firewall, a crash) is served as before.

@@ -177,6 +177,7 @@ pub async fn run(
     let ended: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>> = Arc::default();
     // Set when an attempt that ran ends, so the loop wakes the coordinator to fill the slot.
     let freed = Arc::new(AtomicBool::new(false));
+    let turns: Arc<Turns> = Arc::default();
     let mut since_check = crate::clock::Stopwatch::start();
     while !stop.load(Ordering::SeqCst) {
         if options
@@ -244,13 +245,21 @@ pub async fn run(
                     .into_iter()
                     .filter(|offer| !used_offers.contains(&offer.etag))
                     .collect();
-                for id in inbox.recoveries {
-                    if running.len() >= options.concurrency as usize
-                        || running.contains_key(&id)
-                        || skip.contains(&id)
-                    {
-                        continue;
-                    }
+                // In inbox order (oldest admission first), except that recoveries which gave
+                // their slot up at a step cap come after the others.
+                let mut candidates: Vec<RecoveryId> = inbox
+                    .recoveries
+                    .into_iter()
+                    .filter(|id| !running.contains_key(id) && !skip.contains(id))
+                    .collect();
+                let yielded = turns.yielded(&candidates);
+                candidates.sort_by_key(|id| yielded.contains(id));
+                let free = (options.concurrency as usize).saturating_sub(running.len());
+                turns
+                    .waiting
+                    .store(candidates.len() > free, Ordering::SeqCst);
+                for id in candidates.into_iter().take(free) {
+                    turns.started(&id);
                     let node = node.clone();
                     let stats = Arc::clone(&stats);
                     let worker = options.id.clone();
@@ -260,6 +269,7 @@ pub async fn run(
                     let done = wakeup.clone();
                     let ended = Arc::clone(&ended);
                     let freed = Arc::clone(&freed);
+                    let turns = Arc::clone(&turns);
                     let offer = offers
                         .iter()
                         .position(|offer| offer.record.recovery_id == id)
@@ -272,7 +282,7 @@ pub async fn run(
                         id,
                         tokio::spawn(async move {
                             let (over, ran) =
-                                attempt(&node, &worker, &task_id, &stats, offer).await;
+                                attempt(&node, &worker, &task_id, &stats, offer, &turns).await;
                             if over {
                                 ended
                                     .lock()
@@ -352,11 +362,46 @@ pub async fn run(
     Ok(())
 }
 
+/// Whose turn a freed slot is, shared by the worker's loop and its attempts: a recovery at
+/// its step cap gives its slot up when another waits in the inbox, and goes after the others.
+#[derive(Debug, Default)]
+struct Turns {
+    /// Whether an inbox entry waits for a slot on this worker (as of the last inbox read).
+    waiting: AtomicBool,
+    /// Recoveries that gave their slot up at a step cap and were not started since.
+    yielded: std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>,
+}
+
+impl Turns {
+    /// The yielded among `listed`; forgets those no longer listed.
+    fn yielded(&self, listed: &[RecoveryId]) -> std::collections::BTreeSet<RecoveryId> {
+        let mut yielded = self.yielded.lock().unwrap_or_else(|e| e.into_inner());
+        yielded.retain(|id| listed.contains(id));
+        yielded.clone()
+    }
+
+    fn started(&self, id: &RecoveryId) {
+        let mut yielded = self.yielded.lock().unwrap_or_else(|e| e.into_inner());
+        yielded.remove(id);
+    }
+
+    /// At a step cap: whether to give the slot up (another recovery waits for one).
+    fn give_up_slot(&self, id: &RecoveryId) -> bool {
+        if !self.waiting.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut yielded = self.yielded.lock().unwrap_or_else(|e| e.into_inner());
+        yielded.insert(id.clone());
+        true
+    }
+}
+
 /// Attempts at one recovery offered to this worker: start, execute, report how it ended.
 /// Returns whether the recovery has ended for good (nothing to offer this worker again), and
 /// whether an attempt ran at all (a stale inbox entry starts none).
 /// At the step cap the recovery is yielded and, still offered to this worker, started again
-/// at once (each resume is bounded; none counts as a failure).
+/// at once (each resume is bounded; none counts as a failure), unless another recovery waits
+/// in the inbox: then the slot is its, and this one waits its turn after it.
 /// `offer` is the record as the inbox carried it: the first start swaps that version without
 /// reading the record; if it was stale, the record is read and judged as usual.
 #[tracing::instrument(name = "worker_attempt", skip_all, fields(worker_id = %worker, recovery_id = %id))]
@@ -366,6 +411,7 @@ async fn attempt(
     id: &RecoveryId,
     stats: &WorkerStats,
     offer: Option<(RecoveryRecord, ETag)>,
+    turns: &Turns,
 ) -> (bool, bool) {
     let store = &node.store;
     let mut ran = false;
@@ -471,7 +517,7 @@ async fn attempt(
                     attempt,
                     keep_assignment: true,
                 },
-                !node.stop.load(Ordering::SeqCst),
+                !node.stop.load(Ordering::SeqCst) && !turns.give_up_slot(id),
             ),
             Ok((Stopped::StopRequested, _)) => (
                 Event::Yield {

@@ -364,6 +364,12 @@ impl Store {
                     url: url.to_string(),
                     reason,
                 };
+                if root.exists() && !root.is_dir() {
+                    return Err(invalid(format!(
+                        "{} is a file; a local store is a directory",
+                        root.display()
+                    )));
+                }
                 if !root.is_dir() {
                     if settings.skip_probe {
                         // Read-only: never create a directory for a mistyped path.

@@ -91,6 +91,14 @@ pub enum RecoveryError {
         /// The run that never started.
         source_run: RunId,
     },
+    /// No run has this ID in the store: no lease, no generation (a typo, or another store).
+    #[error(
+        "run \"{source_run}\" does not exist in this store (no lease, no generation); check the run ID (`rekindle runs ls` lists the runs not done)"
+    )]
+    NoSuchRun {
+        /// The run asked for.
+        source_run: RunId,
+    },
     /// The source run has already ended; nothing is recovered and the caller moves on.
     #[error("run \"{source_run}\" has ended ({outcome}); there is nothing to recover")]
     NothingToRecover {
