@@ -67,6 +67,7 @@ fn fresh_record() -> RecoveryRecord {
         updated_at_ms: 0,
         parked_at: None,
         abandoned_by: None,
+        declined_by: None,
     }
 }
 
@@ -120,6 +121,7 @@ fn any_event() -> impl Strategy<Value = Event> {
     prop_oneof![
         worker.clone().prop_map(|worker| Event::Assign { worker }),
         worker.clone().prop_map(|worker| Event::Start { worker }),
+        worker.clone().prop_map(|worker| Event::Decline { worker }),
         (worker.clone(), attempt.clone(), any::<bool>()).prop_map(
             |(worker, attempt, keep_assignment)| Event::Yield {
                 worker,

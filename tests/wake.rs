@@ -93,7 +93,13 @@ impl Fleet {
 
     /// A worker that stops when `stop` is set (as on SIGTERM).
     async fn worker_until(&mut self, id: &str, stop: Arc<AtomicBool>) {
-        let mut options = WorkerOptions::new(id, 4, TTL);
+        self.worker_with(id, stop, 4, 4).await;
+    }
+
+    /// [`Fleet::worker_until`] with `slots` recoveries at once and a queue of `queue`.
+    async fn worker_with(&mut self, id: &str, stop: Arc<AtomicBool>, slots: u32, queue: u32) {
+        let mut options = WorkerOptions::new(id, slots, TTL);
+        options.queue = queue;
         options.poll_interval = TIMER;
         options.idle_ttl = Some(TIMER * 10);
         options.wake = Some(Self::endpoint().await);
@@ -334,6 +340,78 @@ async fn a_recovery_handed_back_at_a_stop_moves_on_at_once() {
     fleet.finished_within(&id, LIMIT).await;
     let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
     assert_eq!(record.assigned_to.as_deref(), Some("staying"), "{record:?}");
+    fleet.stop().await;
+}
+
+// Proves a stopping worker does not keep the recoveries waiting in its queue: it declines
+// them, and the coordinator (woken) gives them to another worker at once, while the stopping
+// worker's own recovery is still finishing its step (a 4 s tool call). Left in the queue, the
+// waiting one would move only once the worker is gone, after that step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_worker_declines_what_waits_in_its_queue() {
+    let mut fleet = Fleet::with_tool(r#"["sleep", "4"]"#);
+    fleet.coordinator().await;
+    let leaving = Arc::new(AtomicBool::new(false));
+    fleet
+        .worker_with("leaving", Arc::clone(&leaving), 1, 1)
+        .await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let (first, second) = (RunId::new("runs-first"), RunId::new("waits-second"));
+    fleet.interrupted_run(&first, false).await;
+    fleet.interrupted_run(&second, false).await;
+    let (first, second) = (recovery_id_for(&first), recovery_id_for(&second));
+    // One slot: one runs, the other waits in the leaving worker's queue.
+    let waited = Stopwatch::start();
+    loop {
+        let read = |id: RecoveryId| {
+            let store = fleet.store.clone();
+            async move { recovery::read(&store, &id).await.unwrap().map(|(r, _)| r) }
+        };
+        let (a, b) = (read(first.clone()).await, read(second.clone()).await);
+        let states: Vec<_> = [a, b]
+            .into_iter()
+            .flatten()
+            .map(|r| (r.state, r.assigned_to))
+            .collect();
+        if states.contains(&(RecoveryState::Running, Some("leaving".into())))
+            && states.contains(&(RecoveryState::Admitted, Some("leaving".into())))
+        {
+            break;
+        }
+        assert!(
+            waited.elapsed() < LIMIT,
+            "never one running, one queued: {states:?}"
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    fleet.worker("staying").await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    leaving.store(true, Ordering::SeqCst);
+    // The declined one starts on the other worker while the leaving one still runs its own.
+    let waited = Stopwatch::start();
+    loop {
+        let (b, _) = recovery::read(&fleet.store, &second)
+            .await
+            .unwrap()
+            .unwrap();
+        if b.state == RecoveryState::Running {
+            assert_eq!(b.assigned_to.as_deref(), Some("staying"), "{b:?}");
+            let (a, _) = recovery::read(&fleet.store, &first).await.unwrap().unwrap();
+            assert_eq!(
+                (a.state, a.assigned_to.as_deref()),
+                (RecoveryState::Running, Some("leaving")),
+                "the queued recovery waited for the leaving worker's step: {a:?}"
+            );
+            break;
+        }
+        assert!(waited.elapsed() < LIMIT, "never started elsewhere: {b:?}");
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    for id in [&first, &second] {
+        fleet.finished_within(id, LIMIT).await;
+        let (record, _) = recovery::read(&fleet.store, id).await.unwrap().unwrap();
+        assert_eq!(record.assigned_to.as_deref(), Some("staying"), "{record:?}");
+    }
     fleet.stop().await;
 }
 

@@ -11,7 +11,7 @@
 //! ```text
 //!              Admit (coordinator, CLI, library)
 //!                  |
-//!                  v          Assign (coordinator)
+//!                  v          Assign (coordinator), Decline (worker stopping, not started)
 //!   +------------> Admitted <-------------------+
 //!   |               |   ^  ^                    |
 //!   | Answer (CLI)  |   |  | Yield / Fail (worker), Abandon (coordinator: worker died)
@@ -47,6 +47,12 @@ pub enum Event {
     /// The coordinator offers the recovery to a live worker.
     Assign {
         /// The worker offered the recovery.
+        worker: String,
+    },
+    /// The worker it was offered to declines it before starting (it is stopping): the offer
+    /// goes back to the coordinator, which offers it to another worker.
+    Decline {
+        /// The worker declining the offer.
         worker: String,
     },
     /// The worker it was offered to starts an attempt.
@@ -113,6 +119,7 @@ impl Event {
     pub fn name(&self) -> &'static str {
         match self {
             Event::Assign { .. } => "assign",
+            Event::Decline { .. } => "decline",
             Event::Start { .. } => "start",
             Event::Yield { .. } => "yield",
             Event::Park { .. } => "park",
@@ -183,12 +190,22 @@ pub fn apply(
             }
             next.assigned_to = Some(worker.clone());
         }
+        Event::Decline { worker } => {
+            if record.state != RecoveryState::Admitted
+                || record.assigned_to.as_deref() != Some(worker.as_str())
+            {
+                return Err(refuse("it is not offered to this worker"));
+            }
+            next.assigned_to = None;
+            next.declined_by = Some(worker.clone());
+        }
         Event::Start { worker } => {
             if record.state != RecoveryState::Admitted
                 || record.assigned_to.as_deref() != Some(worker.as_str())
             {
                 return Err(refuse("it is not offered to this worker"));
             }
+            next.declined_by = None;
             next.state = RecoveryState::Running;
             next.attempts = record.attempts.saturating_add(1);
         }

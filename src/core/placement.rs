@@ -214,8 +214,13 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
                         && (record.force
                             || w.registration.fingerprint_sha256 == run.entry.fingerprint_sha256)
                 };
-                let any_offerable = workers.iter().filter(matching).any(|w| w.offer);
-                let offerable = |w: &&WorkerView| matching(w) && (w.offer || !any_offerable);
+                // A worker that declined this recovery (it was stopping) is passed over like
+                // one that does not answer its wake-ups.
+                let answers = |w: &WorkerView| {
+                    w.offer && record.declined_by.as_deref() != Some(&w.registration.worker)
+                };
+                let any_offerable = workers.iter().filter(matching).any(&answers);
+                let offerable = |w: &&WorkerView| matching(w) && (answers(w) || !any_offerable);
                 let offered_alive = record.assigned_to.as_deref().is_some_and(|name| {
                     workers
                         .iter()
@@ -349,6 +354,7 @@ mod tests {
             updated_at_ms: 0,
             parked_at: None,
             abandoned_by: None,
+            declined_by: None,
         }
     }
 
@@ -579,5 +585,37 @@ mod tests {
         ];
         let actions = decide(&workers, &runs, DEFAULT_MAX_ATTEMPTS);
         assert!(actions.is_empty(), "{actions:?}");
+    }
+
+    // Proves a declined offer goes elsewhere: the worker that declined it (it was stopping)
+    // is not offered it again while another worker may take it, and is when none other can.
+    #[test]
+    fn a_declined_recovery_goes_to_another_worker() {
+        let workers = [queued("stopping", 4, 4), queued("other", 1, 0)];
+        let mut declined = recovering("r", RecoveryState::Admitted, None);
+        if let Some(record) = declined.recovery.as_mut() {
+            record.declined_by = Some("stopping".into());
+        }
+        let actions = decide(
+            &workers,
+            std::slice::from_ref(&declined),
+            DEFAULT_MAX_ATTEMPTS,
+        );
+        assert_eq!(
+            assigned(&actions),
+            [("recovery-of-r", "other")],
+            "{actions:?}"
+        );
+        // The other worker is full: it waits for it rather than go back to the stopping one.
+        let busy = recovering("busy", RecoveryState::Running, Some("other"));
+        let actions = decide(&workers, &[busy, declined.clone()], DEFAULT_MAX_ATTEMPTS);
+        assert!(assigned(&actions).is_empty(), "{actions:?}");
+        // No other worker at all (a single worker restarted under its ID): offered to it.
+        let actions = decide(&workers[..1], &[declined], DEFAULT_MAX_ATTEMPTS);
+        assert_eq!(
+            assigned(&actions),
+            [("recovery-of-r", "stopping")],
+            "{actions:?}"
+        );
     }
 }

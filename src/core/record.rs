@@ -118,6 +118,10 @@ pub struct RecoveryRecord {
     /// at once instead of watching it for another TTL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abandoned_by: Option<String>,
+    /// The worker that declined its offer (it was stopping): while another worker may take
+    /// the recovery, it is not offered to this one again. Cleared when an attempt starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declined_by: Option<String>,
 }
 
 /// Where the index says a run not yet done stands.

@@ -74,13 +74,19 @@ pub async fn admit(
     // latency). A replay is known from the record alone: the other reads are dropped then.
     // The source is loaded after them, right before the claim, so a check that stalled cannot
     // leave the fence working from a load older than the claim by the length of the stall.
+    // The claim is read first only before a wait for a silent holder, so that a source
+    // recovered under another ID is refused before a TTL of watching. With a takeover, the
+    // claim's own create-if-absent tells the same (one request fewer per admission).
     let as_run = RunId::new(recovery_id.as_str());
     let record_read = std::pin::pin!(recovery::read(store, recovery_id));
+    let claim_read = async {
+        match takeover {
+            Takeover::IfSilent => recovery::claimed_by(store, source).await,
+            Takeover::Now => Ok(None),
+        }
+    };
     let mut checks = std::pin::pin!(async {
-        futures::join!(
-            recovery::claimed_by(store, source),
-            lease::read_lease(store, &as_run),
-        )
+        futures::join!(claim_read, lease::read_lease(store, &as_run))
     });
     let (existing, checked) = match futures::future::select(record_read, checks.as_mut()).await {
         Either::Left((existing, _)) => (existing, None),

@@ -316,7 +316,41 @@ pub async fn run(
     }
     tracing::info!(worker_id = %options.id, running = running.len(), "stopping: taking no new work");
     let handing_back = !running.is_empty();
-    let deadline = crate::clock::Stopwatch::start().deadline(options.shutdown_deadline);
+    let stopped_at = crate::clock::Stopwatch::start();
+    let deadline = stopped_at.deadline(options.shutdown_deadline);
+    // Recoveries waiting in the inbox go back to the coordinator for another worker, now and
+    // as long as the running ones take (the coordinator may offer more until it sees this
+    // worker gone): declined, not left waiting for this worker's exit.
+    let declining = DECLINE_CHECK.min(options.poll_interval);
+    loop {
+        running.retain(|_, task| !task.is_finished());
+        let skip: Vec<RecoveryId> = ended
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        if decline_waiting(&store, &options.id, &running, &skip).await > 0
+            && let Some(url) = coordinator.clone()
+            && let Err(error) = crate::fleet::wake::poke(&url).await
+        {
+            tracing::debug!(%error, "cannot wake the coordinator");
+        }
+        if running.is_empty() || stopped_at.elapsed() >= options.shutdown_deadline {
+            break;
+        }
+        let woken = async {
+            match wakeup.as_deref() {
+                Some(wake) => wake.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = woken => {}
+            () = crate::clock::sleep(declining) => {}
+            () = tokio::time::sleep_until(deadline) => {}
+        }
+    }
     for (id, mut task) in running {
         if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
             tracing::warn!(recovery_id = %id, "still running at the shutdown deadline; handed back to another worker");
@@ -360,6 +394,49 @@ pub async fn run(
     }
     tracing::info!(worker_id = %options.id, "worker stopped");
     Ok(())
+}
+
+/// How often a stopping worker looks for new offers to decline while its recoveries finish.
+const DECLINE_CHECK: Duration = Duration::from_secs(1);
+
+/// Declines every recovery its inbox offers this stopping worker and that it does not run
+/// (`running`) and has not seen end (`ended`): the lifecycle's `Decline`, so the coordinator
+/// offers it elsewhere. Returns how many were declined.
+async fn decline_waiting(
+    store: &Store,
+    worker: &str,
+    running: &BTreeMap<RecoveryId, tokio::task::JoinHandle<()>>,
+    ended: &[RecoveryId],
+) -> usize {
+    let inbox = match read_inbox(store, worker).await {
+        Ok(inbox) => inbox,
+        Err(error) => {
+            tracing::debug!(worker_id = %worker, %error, "cannot read the inbox to decline its offers");
+            return 0;
+        }
+    };
+    let waiting = inbox
+        .recoveries
+        .into_iter()
+        .filter(|id| !running.contains_key(id) && !ended.contains(id));
+    let mut declined = 0;
+    for id in waiting {
+        let decline = Event::Decline {
+            worker: worker.to_owned(),
+        };
+        match lifecycle::transition(store, &id, None, decline).await {
+            Ok(_) => {
+                tracing::info!(worker_id = %worker, recovery_id = %id, "declined an offer: stopping");
+                declined += 1;
+            }
+            // Not offered to this worker any more (moved, started elsewhere, ended).
+            Err(LifecycleError::Refused(_)) => {}
+            Err(error) => {
+                tracing::debug!(worker_id = %worker, recovery_id = %id, %error, "cannot decline an offer")
+            }
+        }
+    }
+    declined
 }
 
 /// Whose turn a freed slot is, shared by the worker's loop and its attempts: a recovery at

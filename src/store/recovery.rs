@@ -367,6 +367,7 @@ pub async fn create_pinned(
         updated_at_ms: now,
         parked_at: None,
         abandoned_by: None,
+        declined_by: None,
     };
     let key = layout::recovery(recovery_id.as_str());
     let bytes = layout::encode_object(&record);
