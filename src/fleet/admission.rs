@@ -85,9 +85,8 @@ pub async fn admit(
             Takeover::Now => Ok(None),
         }
     };
-    let mut checks = std::pin::pin!(async {
-        futures::join!(claim_read, lease::read_lease(store, &as_run))
-    });
+    let mut checks =
+        std::pin::pin!(async { futures::join!(claim_read, lease::read_lease(store, &as_run)) });
     let (existing, checked) = match futures::future::select(record_read, checks.as_mut()).await {
         Either::Left((existing, _)) => (existing, None),
         Either::Right((checked, record_read)) => (record_read.await, Some(checked)),
