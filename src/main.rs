@@ -115,7 +115,9 @@ enum Command {
         /// Without it, a run whose holder's heartbeat changes within its TTL is refused.
         #[arg(long)]
         takeover: bool,
-        /// Wait until the recoveries finished (or were dead-lettered).
+        /// Wait until the recoveries finished, including those admitted otherwise (by the
+        /// coordinator, or an earlier run); exits non-zero if one was dead-lettered or is
+        /// parked waiting for an answer.
         #[arg(long)]
         wait: bool,
         /// Resume even if the worker's configuration differs from the run's.
@@ -341,7 +343,7 @@ enum BenchCommand {
     /// The crash-recover workload (takeover) with 1, 2, 4 and 8 workers: recovered steps
     /// per second and efficiency against the smallest count (one worker by default). Add
     /// --latency-ms 20 --jitter-ms 10 for S3-like latency. --counts sets the worker counts
-    /// (--workers is not used).
+    /// (there is no --workers here).
     #[command(mut_arg("workers", |arg| arg.hide(true)))]
     Scale {
         #[command(flatten)]

@@ -38,6 +38,8 @@ pub const WORKERS_LIVE: &str = "rekindle_workers_live";
 pub const RECOVERIES_ADMITTED: &str = "rekindle_recoveries_admitted_total";
 /// Recoveries offered to a worker.
 pub const RECOVERIES_ASSIGNED: &str = "rekindle_recoveries_assigned_total";
+/// Offers a stopping worker declined (handed back to the coordinator unstarted).
+pub const OFFERS_DECLINED: &str = "rekindle_offers_declined_total";
 /// Recovery attempts a worker started.
 pub const ATTEMPTS_STARTED: &str = "rekindle_recovery_attempts_started_total";
 /// Recoveries a worker finished.
@@ -128,6 +130,7 @@ pub fn install(component: &'static str) -> Result<Exporter, String> {
         ],
         "worker" => &[
             ATTEMPTS_STARTED,
+            OFFERS_DECLINED,
             RECOVERIES_FINISHED,
             RECOVERIES_FAILED,
             TAKEOVERS,
@@ -190,6 +193,10 @@ fn describe() {
     );
     describe_counter!(RECOVERIES_ADMITTED, "Recoveries admitted.");
     describe_counter!(RECOVERIES_ASSIGNED, "Recoveries offered to a worker.");
+    describe_counter!(
+        OFFERS_DECLINED,
+        "Offers a stopping worker declined (handed back to the coordinator unstarted)."
+    );
     describe_counter!(ATTEMPTS_STARTED, "Recovery attempts started.");
     describe_counter!(RECOVERIES_FINISHED, "Recoveries finished.");
     describe_counter!(RECOVERIES_FAILED, "Recovery attempts that failed.");

@@ -754,7 +754,7 @@ async fn recover_all_admits_interrupted_runs() {
     }
     assert!(
         seen.iter()
-            .any(|l| l.contains("waiting also for 1 recovery admitted earlier")),
+            .any(|l| l.contains("waiting also for 1 recovery admitted otherwise")),
         "{seen:?}"
     );
     assert!(waiting.try_wait().unwrap().is_none(), "it stopped waiting");

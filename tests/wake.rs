@@ -415,6 +415,88 @@ async fn a_stopping_worker_declines_what_waits_in_its_queue() {
     fleet.stop().await;
 }
 
+// Proves a stopping worker that is the only one is not offered back what it declined (its
+// registration says it drains): the recoveries wait, offered to nobody, and the next worker
+// to come takes them. (Before, the coordinator offered them back to it, which declined them
+// again, hundreds of times a second until it exited.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_worker_is_not_offered_back_what_it_declined() {
+    let mut fleet = Fleet::with_tool(r#"["sleep", "2"]"#);
+    fleet.coordinator().await;
+    let leaving = Arc::new(AtomicBool::new(false));
+    fleet.worker_with("only", Arc::clone(&leaving), 1, 2).await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let runs = ["d-one", "d-two", "d-three"].map(RunId::new);
+    for run in &runs {
+        fleet.interrupted_run(run, false).await;
+    }
+    let ids = runs.each_ref().map(recovery_id_for);
+    let read = |id: &RecoveryId| {
+        let (store, id) = (fleet.store.clone(), id.clone());
+        async move { recovery::read(&store, &id).await.unwrap().unwrap().0 }
+    };
+    let waited = Stopwatch::start();
+    loop {
+        let mut states = Vec::new();
+        for id in &ids {
+            // Admitted by the coordinator as it is woken: maybe not yet.
+            if let Some((record, _)) = recovery::read(&fleet.store, id).await.unwrap() {
+                states.push((record.state, record.assigned_to));
+            }
+        }
+        let on = |state| {
+            states
+                .iter()
+                .filter(|s| **s == (state, Some("only".into())))
+                .count()
+        };
+        if on(RecoveryState::Running) == 1 && on(RecoveryState::Admitted) == 2 {
+            break;
+        }
+        assert!(
+            waited.elapsed() < LIMIT,
+            "never one running, two queued: {states:?}"
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    leaving.store(true, Ordering::SeqCst);
+    // Its step done and handed back, the worker is gone; nothing is offered to it meanwhile.
+    let waited = Stopwatch::start();
+    loop {
+        let registered = fleet
+            .store
+            .head(&rekindle::core::layout::worker("only"))
+            .await
+            .unwrap()
+            .is_some();
+        if !registered {
+            break;
+        }
+        assert!(waited.elapsed() < LIMIT, "the worker never left");
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    for id in &ids {
+        let record = read(id).await;
+        assert_eq!(
+            (record.state, record.assigned_to.as_deref()),
+            (RecoveryState::Admitted, None),
+            "{record:?}"
+        );
+    }
+    let mut declined = 0;
+    for id in &ids {
+        if read(id).await.declined_by.as_deref() == Some("only") {
+            declined += 1;
+        }
+    }
+    assert_eq!(declined, 2, "the two that waited were declined");
+    fleet.worker("next").await;
+    for id in &ids {
+        fleet.finished_within(id, LIMIT).await;
+    }
+    fleet.stop().await;
+}
+
 // A worker whose registration was removed (gc removes a dead worker's; this one only looked
 // dead, or gc read its heartbeat just before it beat again) registers again within the TTL
 // it declares, so it is offered work again instead of idling unregistered forever.

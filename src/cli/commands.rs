@@ -171,7 +171,7 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
                 }
                 RecoveryState::Parked => {
                     parked.push(format!(
-                        "{id} (answer it: rekindle answer {})",
+                        "{id} (`rekindle runs show {}` says what it asks; answer with `rekindle answer`)",
                         record.source_run
                     ));
                     break;
@@ -205,26 +205,36 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
         {
             println!("recovery {id}: {} ({})", result.outcome, result.message);
         } else {
-            println!("{} recoveries finished", ids.len());
+            println!("{} finished", recoveries(ids.len()));
         }
         return Ok(());
     }
     let mut problems = Vec::new();
     if !dead.is_empty() {
+        let were = if dead.len() == 1 { "was" } else { "were" };
         problems.push(format!(
-            "{} recoveries were dead-lettered: {}",
-            dead.len(),
+            "{} {were} dead-lettered: {}",
+            recoveries(dead.len()),
             dead.join(", ")
         ));
     }
     if !parked.is_empty() {
+        let are = if parked.len() == 1 { "is" } else { "are" };
         problems.push(format!(
-            "{} recoveries are parked, waiting for a person's answer: {}",
-            parked.len(),
+            "{} {are} parked, waiting for a person's answer: {}",
+            recoveries(parked.len()),
             parked.join(", ")
         ));
     }
     bail!("{}", problems.join("; "))
+}
+
+/// "1 recovery", "2 recoveries".
+fn recoveries(n: usize) -> String {
+    match n {
+        1 => "1 recovery".into(),
+        n => format!("{n} recoveries"),
+    }
 }
 
 /// How long `--wait` waits with nothing finishing before it says what is stuck.
@@ -241,13 +251,6 @@ pub(crate) async fn recover_all(
     for bad in bad {
         eprintln!("skipped {}: {}", bad.key, bad.error);
     }
-    // Recoveries admitted earlier (by the coordinator or an earlier `recover --all`) and not
-    // done: `--wait` waits for them too.
-    let earlier: Vec<RecoveryId> = entries
-        .iter()
-        .filter(|entry| entry.phase == Phase::Recovering)
-        .filter_map(|entry| entry.recovery_id.clone())
-        .collect();
     let watch = liveness::Watch::begin(&store, entries).await?;
     let judged = if takeover {
         watch.take_over()
@@ -318,13 +321,22 @@ pub(crate) async fn recover_all(
         );
     }
     if wait {
+        // Recoveries admitted otherwise (by the coordinator, even while this command watched,
+        // or by an earlier `recover --all`) and not done, parked ones included: `--wait`
+        // waits for them too. The index is read again for them.
+        let (entries, _) = IndexScan::default().scan(&store).await?;
         let mut ids = admitted.clone();
-        let earlier: Vec<RecoveryId> = earlier.into_iter().filter(|id| !ids.contains(id)).collect();
+        let earlier: Vec<RecoveryId> = entries
+            .into_iter()
+            .filter(|entry| matches!(entry.phase, Phase::Recovering | Phase::Parked))
+            .filter_map(|entry| entry.recovery_id)
+            .filter(|id| !ids.contains(id))
+            .collect();
         if !earlier.is_empty() {
-            match earlier.len() {
-                1 => println!("waiting also for 1 recovery admitted earlier"),
-                n => println!("waiting also for {n} recoveries admitted earlier"),
-            }
+            println!(
+                "waiting also for {} admitted otherwise",
+                recoveries(earlier.len())
+            );
             ids.extend(earlier);
         }
         wait_all(&store, &ids).await?;

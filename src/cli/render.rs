@@ -180,13 +180,18 @@ pub(crate) fn overview(o: &rekindle::fleet::overview::Overview, now_ms: u64) -> 
                 0 => String::new(),
                 n => format!(" + a queue of {n}"),
             };
+            let draining = if w.draining {
+                "; draining (stopping)"
+            } else {
+                ""
+            };
             let _ = writeln!(
                 out,
-                "  {:<36} {}; {} assigned for {} slots{queue}",
+                "  {:<36} {}; {} assigned for {}{queue}{draining}",
                 w.id,
                 liveliness(&w.liveliness),
                 w.assigned,
-                w.capacity
+                plural(u64::from(w.capacity), "slot")
             );
         }
     }

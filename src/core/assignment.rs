@@ -48,6 +48,9 @@ pub struct Registration {
     /// then); while it runs one, `ttl_ms` holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_ttl_ms: Option<u64>,
+    /// The worker is stopping: it is offered nothing more, and what waits for it moves.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
     /// Where the worker takes wake-ups (`http://host:port`), so an assignment reaches it at
     /// once instead of at its next inbox poll.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +70,7 @@ impl Registration {
             fingerprint_sha256,
             ttl_ms: None,
             idle_ttl_ms: None,
+            draining: false,
             wake: None,
         }
     }

@@ -214,13 +214,11 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
                         && (record.force
                             || w.registration.fingerprint_sha256 == run.entry.fingerprint_sha256)
                 };
-                // A worker that declined this recovery (it was stopping) is passed over like
-                // one that does not answer its wake-ups.
-                let answers = |w: &WorkerView| {
-                    w.offer && record.declined_by.as_deref() != Some(&w.registration.worker)
-                };
-                let any_offerable = workers.iter().filter(matching).any(&answers);
-                let offerable = |w: &&WorkerView| matching(w) && (answers(w) || !any_offerable);
+                // A draining worker (stopping) is offered nothing, even when no other worker
+                // may take the recovery: it waits for one rather than bounce off it.
+                let matching = |w: &&WorkerView| matching(w) && !w.registration.draining;
+                let any_offerable = workers.iter().filter(matching).any(|w| w.offer);
+                let offerable = |w: &&WorkerView| matching(w) && (w.offer || !any_offerable);
                 let offered_alive = record.assigned_to.as_deref().is_some_and(|name| {
                     workers
                         .iter()
@@ -587,11 +585,14 @@ mod tests {
         assert!(actions.is_empty(), "{actions:?}");
     }
 
-    // Proves a declined offer goes elsewhere: the worker that declined it (it was stopping)
-    // is not offered it again while another worker may take it, and is when none other can.
+    // Proves a draining worker (stopping) is offered nothing, even as the only worker, and
+    // what waits in its queue moves to another; and that a worker that declined a recovery
+    // once, then came back under its ID (not draining), may be offered it again.
     #[test]
-    fn a_declined_recovery_goes_to_another_worker() {
-        let workers = [queued("stopping", 4, 4), queued("other", 1, 0)];
+    fn a_draining_worker_is_offered_nothing() {
+        let mut stopping = queued("stopping", 4, 4);
+        stopping.registration.draining = true;
+        let workers = [stopping, queued("other", 1, 0)];
         let mut declined = recovering("r", RecoveryState::Admitted, None);
         if let Some(record) = declined.recovery.as_mut() {
             record.declined_by = Some("stopping".into());
@@ -606,12 +607,26 @@ mod tests {
             [("recovery-of-r", "other")],
             "{actions:?}"
         );
-        // The other worker is full: it waits for it rather than go back to the stopping one.
-        let busy = recovering("busy", RecoveryState::Running, Some("other"));
-        let actions = decide(&workers, &[busy, declined.clone()], DEFAULT_MAX_ATTEMPTS);
+        let waiting = recovering("w", RecoveryState::Admitted, Some("stopping"));
+        let actions = decide(
+            &workers,
+            std::slice::from_ref(&waiting),
+            DEFAULT_MAX_ATTEMPTS,
+        );
+        assert_eq!(
+            assigned(&actions),
+            [("recovery-of-w", "other")],
+            "{actions:?}"
+        );
+        let actions = decide(
+            &workers[..1],
+            &[declined.clone(), waiting],
+            DEFAULT_MAX_ATTEMPTS,
+        );
         assert!(assigned(&actions).is_empty(), "{actions:?}");
-        // No other worker at all (a single worker restarted under its ID): offered to it.
-        let actions = decide(&workers[..1], &[declined], DEFAULT_MAX_ATTEMPTS);
+        let back = [queued("stopping", 4, 4), queued("other", 1, 0)];
+        let busy = recovering("busy", RecoveryState::Running, Some("other"));
+        let actions = decide(&back, &[busy, declined], DEFAULT_MAX_ATTEMPTS);
         assert_eq!(
             assigned(&actions),
             [("recovery-of-r", "stopping")],

@@ -118,8 +118,10 @@ pub struct RecoveryRecord {
     /// at once instead of watching it for another TTL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abandoned_by: Option<String>,
-    /// The worker that declined its offer (it was stopping): while another worker may take
-    /// the recovery, it is not offered to this one again. Cleared when an attempt starts.
+    /// The worker that last declined its offer (it was stopping; its registration says it
+    /// drains, and placement offers a draining worker nothing). Cleared when an attempt
+    /// starts. For people and for the coordinator, which rereads the registrations when it
+    /// first sees a decline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub declined_by: Option<String>,
 }

@@ -136,6 +136,8 @@ struct Observer {
     /// not taken within the worker's full TTL moves on (the worker answered its wake-up but
     /// died, or has no wake-up address and died while idle, judged by its long idle TTL).
     offered: BTreeMap<RecoveryId, (String, crate::clock::Stopwatch)>,
+    /// Recoveries seen declined (admitted, offered to nobody, `declined_by` set) last tick.
+    declines: std::collections::BTreeSet<RecoveryId>,
     /// Recovery records as last read, by source run, with the index entry they were read for
     /// and when: a record is read again when its entry changed, while it waits for a worker
     /// (admitted), every [`RUNNING_REFRESH`] while it runs, and on every sweep.
@@ -496,7 +498,7 @@ async fn tick(
         tracing::warn!(key = %bad.key, error = %bad.error, "ignoring a bad index entry");
     }
     let heartbeats = list_heartbeats(store).await?;
-    refresh_registrations(store, observer, &heartbeats).await?;
+    refresh_registrations(store, observer, &heartbeats, false).await?;
     if observer.ticks_since_registrations == 0 {
         // Inboxes are written only when they change from what this leader wrote last; a
         // stale leader that woke after losing the lease may have overwritten them since.
@@ -506,6 +508,19 @@ async fn tick(
     let versions: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
     // Records first: which workers run a recovery decides the TTL they are judged by.
     let runs = observe_runs(store, observer, entries).await;
+    // A decline not seen before: its worker is stopping and has said so in its registration
+    // (it writes that first), which is read now, so it is offered nothing more this tick.
+    let declines: std::collections::BTreeSet<RecoveryId> = runs
+        .iter()
+        .filter_map(|run| run.recovery.as_ref())
+        .filter(|record| record.state == RecoveryState::Admitted && record.declined_by.is_some())
+        .map(|record| record.recovery_id.clone())
+        .collect();
+    let declined_now = declines.iter().any(|id| !observer.declines.contains(id));
+    observer.declines = declines;
+    if declined_now {
+        refresh_registrations(store, observer, &heartbeats, true).await?;
+    }
     let alive = judge_liveness(store, options, observer, &runs, heartbeats);
     pass_over_untaken_offers(observer, &runs, &versions, options.ttl);
     let still: BTreeMap<String, ETag> = observer
@@ -580,26 +595,34 @@ async fn tick(
     let executed = futures::stream::iter(actions.clone())
         .map(|action| async move {
             match execute(store, holder, options, &action, observed, known).await {
-                Ok((progress, offer)) => (progress, action, offer),
+                Ok((progress, offer)) => (Some(progress), action, offer),
                 Err(error) => {
                     tracing::warn!(?action, %error, "coordinator action failed");
-                    (false, action, None)
+                    (None, action, None)
                 }
             }
         })
         .buffer_unordered(ACTION_CONCURRENCY)
-        .collect::<Vec<(bool, Action, Option<Offer>)>>()
+        .collect::<Vec<(Option<bool>, Action, Option<Offer>)>>()
         .await;
     // A landed assignment is not progress for the loop (the worker is woken instead).
-    let progressed = executed
-        .iter()
-        .any(|(progress, action, _)| *progress && !matches!(action, Action::Assign { .. }));
+    let progressed = executed.iter().any(|(progress, action, _)| {
+        *progress == Some(true) && !matches!(action, Action::Assign { .. })
+    });
+    // An assignment refused because the record changed since it was read (a cached record:
+    // a worker started or handed it back meanwhile) is decided again at once, on the record
+    // read afresh, not at the next scan: a worker that died right after starting a queued
+    // recovery is then handed back within its TTL. (Not a failed one: a failing store must
+    // not spin the loop.)
+    let stale = executed.iter().any(|(progress, action, _)| {
+        *progress == Some(false) && matches!(action, Action::Assign { .. })
+    });
     // Workers whose offer landed this tick, with the records as the offers left them: woken
     // even if their inbox already listed it, and told the records.
     let mut offered: BTreeMap<String, Vec<Offer>> = BTreeMap::new();
     let mut moved = std::collections::BTreeSet::new();
     for (landed, action, offer) in executed {
-        if let (true, Action::Assign { worker, recovery }) = (landed, action) {
+        if let (Some(true), Action::Assign { worker, recovery }) = (landed, action) {
             offered.entry(worker).or_default().extend(offer);
             moved.insert(recovery);
         }
@@ -618,7 +641,7 @@ async fn tick(
     }
     // Another tick at once only after progress (an admission, a hand-back, an answer that
     // made a recovery assignable; a worker to offer around): a failing action cannot spin.
-    let again = newly_unreachable || progressed;
+    let again = newly_unreachable || progressed || stale;
     // A record this tick acted on is read afresh next tick.
     for action in &actions {
         if let Some(source) = action_source(action, &runs) {
@@ -951,6 +974,7 @@ async fn refresh_registrations(
     store: &Store,
     observer: &mut Observer,
     heartbeats: &[(String, ETag)],
+    force: bool,
 ) -> Result<(), StoreError> {
     let holders: std::collections::BTreeSet<String> =
         heartbeats.iter().map(|(key, _)| key.clone()).collect();
@@ -964,7 +988,15 @@ async fn refresh_registrations(
                 .values()
                 .any(|(_, registration)| registration.heartbeat == *key)
     });
-    let relist = holders != observer.holders
+    // A draining worker's registration is removed when it exits, or rewritten when it comes
+    // back under its ID: looked at every tick while one drains (it drains for seconds).
+    let draining = observer
+        .registrations
+        .values()
+        .any(|(_, registration)| registration.draining);
+    let relist = force
+        || draining
+        || holders != observer.holders
         || returning
         || observer.ticks_since_registrations >= REGISTRATIONS_REFRESH_TICKS;
     if !relist {
@@ -1534,7 +1566,7 @@ mod tests {
         let key = layout::heartbeat("w");
         let heartbeats = vec![(key.clone(), ETag("v1".into()))];
         let mut observer = Observer::default();
-        refresh_registrations(&store, &mut observer, &heartbeats)
+        refresh_registrations(&store, &mut observer, &heartbeats, false)
             .await
             .unwrap();
         assert!(observer.registrations.is_empty());
@@ -1544,7 +1576,7 @@ mod tests {
             .await
             .unwrap();
         // Same heartbeat keys: not listed again (until the periodic sweep).
-        refresh_registrations(&store, &mut observer, &heartbeats)
+        refresh_registrations(&store, &mut observer, &heartbeats, false)
             .await
             .unwrap();
         assert!(observer.registrations.is_empty());
@@ -1553,13 +1585,13 @@ mod tests {
             key.clone(),
             (crate::clock::Stopwatch::start(), Duration::from_secs(30)),
         );
-        refresh_registrations(&store, &mut observer, &heartbeats)
+        refresh_registrations(&store, &mut observer, &heartbeats, false)
             .await
             .unwrap();
         assert_eq!(observer.registrations.len(), 1);
         // Registered: no more listings until the heartbeats change.
         let lists = store.metrics().list;
-        refresh_registrations(&store, &mut observer, &heartbeats)
+        refresh_registrations(&store, &mut observer, &heartbeats, false)
             .await
             .unwrap();
         assert_eq!(store.metrics().list, lists);

@@ -75,6 +75,8 @@ pub struct WorkerInfo {
     pub capacity: u32,
     /// Recoveries that may wait assigned to it beyond `capacity`.
     pub queue: u32,
+    /// It is stopping: offered nothing more.
+    pub draining: bool,
     /// Recoveries its inbox lists (running or waiting).
     pub assigned: usize,
     /// The configuration it runs (runs started with another are not offered to it).
@@ -224,6 +226,7 @@ pub async fn observe(store: &Store) -> crate::Result<Overview> {
             id: registration.worker,
             capacity: registration.capacity,
             queue: registration.queue.unwrap_or(0),
+            draining: registration.draining,
             assigned,
             fingerprint_sha256: registration.fingerprint_sha256,
         });
@@ -451,6 +454,7 @@ mod tests {
             liveliness: Liveliness { beat, ..alive() },
             capacity: 4,
             queue: 0,
+            draining: false,
             assigned: 0,
             fingerprint_sha256: fingerprint.into(),
         }

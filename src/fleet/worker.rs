@@ -148,7 +148,11 @@ pub async fn run(
     store
         .put(&registration_key, layout::encode_object(&registration))
         .await?;
-    tracing::info!(worker_id = %options.id, concurrency = options.concurrency, "worker registered");
+    tracing::info!(worker_id = %options.id, concurrency = options.concurrency, queue = options.queue, "worker registered");
+    // Recoveries may be waiting for a worker (the last one stopped): the coordinator is told
+    // now rather than at its next scan.
+    let waking = store.clone();
+    tokio::spawn(async move { crate::fleet::wake::wake_coordinator(&waking).await });
     if let Some(readiness) = &options.readiness {
         readiness.started(&holder);
     }
@@ -318,10 +322,20 @@ pub async fn run(
     let handing_back = !running.is_empty();
     let stopped_at = crate::clock::Stopwatch::start();
     let deadline = stopped_at.deadline(options.shutdown_deadline);
-    // Recoveries waiting in the inbox go back to the coordinator for another worker, now and
-    // as long as the running ones take (the coordinator may offer more until it sees this
-    // worker gone): declined, not left waiting for this worker's exit.
+    // The registration says the worker drains: the coordinator offers it nothing more and
+    // moves what waits for it. Recoveries waiting in the inbox go back to the coordinator
+    // now, and any offered before it saw the registration as they come: declined, not left
+    // waiting for this worker's exit.
+    registration.draining = true;
+    if let Err(error) = store
+        .put(&registration_key, layout::encode_object(&registration))
+        .await
+    {
+        tracing::debug!(worker_id = %options.id, %error, "cannot mark the registration draining");
+    }
     let declining = DECLINE_CHECK.min(options.poll_interval);
+    let mut declined = std::collections::BTreeSet::new();
+    let mut poked: Option<crate::clock::Stopwatch> = None;
     loop {
         running.retain(|_, task| !task.is_finished());
         let skip: Vec<RecoveryId> = ended
@@ -330,11 +344,18 @@ pub async fn run(
             .iter()
             .cloned()
             .collect();
-        if decline_waiting(&store, &options.id, &running, &skip).await > 0
+        let (new, listed) =
+            decline_waiting(&store, &options.id, &running, &skip, &mut declined).await;
+        // Woken for new declines, and again while the inbox still lists declined ones a
+        // while later (the coordinator may have decided on a record read just before).
+        let again = listed && poked.as_ref().is_some_and(|at| at.elapsed() >= declining);
+        if (new || again)
             && let Some(url) = coordinator.clone()
-            && let Err(error) = crate::fleet::wake::poke(&url).await
         {
-            tracing::debug!(%error, "cannot wake the coordinator");
+            poked = Some(crate::clock::Stopwatch::start());
+            if let Err(error) = crate::fleet::wake::poke(&url).await {
+                tracing::debug!(%error, "cannot wake the coordinator");
+            }
         }
         if running.is_empty() || stopped_at.elapsed() >= options.shutdown_deadline {
             break;
@@ -400,43 +421,51 @@ pub async fn run(
 const DECLINE_CHECK: Duration = Duration::from_secs(1);
 
 /// Declines every recovery its inbox offers this stopping worker and that it does not run
-/// (`running`) and has not seen end (`ended`): the lifecycle's `Decline`, so the coordinator
-/// offers it elsewhere. Returns how many were declined.
+/// (`running`), has not seen end (`ended`) and has not tried to decline already (`tried`,
+/// which this extends): the lifecycle's `Decline`, so the coordinator offers it elsewhere.
+/// Returns whether it declined any now, and whether the inbox still lists one tried before.
 async fn decline_waiting(
     store: &Store,
     worker: &str,
     running: &BTreeMap<RecoveryId, tokio::task::JoinHandle<()>>,
     ended: &[RecoveryId],
-) -> usize {
+    tried: &mut std::collections::BTreeSet<RecoveryId>,
+) -> (bool, bool) {
     let inbox = match read_inbox(store, worker).await {
         Ok(inbox) => inbox,
         Err(error) => {
             tracing::debug!(worker_id = %worker, %error, "cannot read the inbox to decline its offers");
-            return 0;
+            return (false, false);
         }
     };
-    let waiting = inbox
+    let listed = inbox.recoveries.iter().any(|id| tried.contains(id));
+    let waiting: Vec<RecoveryId> = inbox
         .recoveries
         .into_iter()
-        .filter(|id| !running.contains_key(id) && !ended.contains(id));
-    let mut declined = 0;
+        .filter(|id| !running.contains_key(id) && !ended.contains(id) && !tried.contains(id))
+        .collect();
+    let mut declined = false;
     for id in waiting {
+        tried.insert(id.clone());
         let decline = Event::Decline {
             worker: worker.to_owned(),
         };
         match lifecycle::transition(store, &id, None, decline).await {
             Ok(_) => {
                 tracing::info!(worker_id = %worker, recovery_id = %id, "declined an offer: stopping");
-                declined += 1;
+                crate::metrics::count(crate::metrics::OFFERS_DECLINED);
+                declined = true;
             }
             // Not offered to this worker any more (moved, started elsewhere, ended).
             Err(LifecycleError::Refused(_)) => {}
             Err(error) => {
+                // Tried again at the next round.
+                tried.remove(&id);
                 tracing::debug!(worker_id = %worker, recovery_id = %id, %error, "cannot decline an offer")
             }
         }
     }
-    declined
+    (declined, listed)
 }
 
 /// Whose turn a freed slot is, shared by the worker's loop and its attempts: a recovery at
@@ -653,7 +682,8 @@ async fn attempt(
             recovery_finished(node, id, stats);
             return (true, ran);
         }
-        if !again {
+        // A stop that came while the yield was recorded: no new attempt.
+        if !again || node.stop.load(Ordering::SeqCst) {
             return (false, ran);
         }
     }
