@@ -190,7 +190,8 @@ fn drive_to_end(mut record: RecoveryRecord) -> (RecoveryRecord, usize) {
 
 proptest! {
     // Proves, over random event sequences: no event leaves a terminal state; `abandoned_by`
-    // names a worker only after an abandoned attempt; `failures`
+    // names a worker only after an abandoned attempt; `declined_by` only after a Decline of
+    // an offer to that worker, until the next start; `failures`
     // counts exactly the accepted Fail and Abandon events (yields, parks and hand-backs never
     // count); `attempts` counts accepted starts; dead-lettering happens only from Admitted
     // (no live attempt) and only after enough failures; and from every reachable record a
@@ -230,6 +231,20 @@ proptest! {
                         _ => before.abandoned_by.clone(),
                     };
                     prop_assert_eq!(&next.abandoned_by, &expected);
+                    // `declined_by` names the worker of the last Decline, which applies only to
+                    // an offer to that very worker not yet started, and leaves it offered to
+                    // nobody; a Start clears it; nothing else touches it.
+                    let declined = match event {
+                        Event::Decline { worker } => {
+                            prop_assert_eq!(before.state, RecoveryState::Admitted);
+                            prop_assert_eq!(before.assigned_to.as_deref(), Some(worker.as_str()));
+                            prop_assert_eq!(&next.assigned_to, &None);
+                            Some(worker.clone())
+                        }
+                        Event::Start { .. } => None,
+                        _ => before.declined_by.clone(),
+                    };
+                    prop_assert_eq!(&next.declined_by, &declined);
                     record = next;
                 }
                 Err(refused) => {
