@@ -241,7 +241,7 @@ struct WorkloadArgs {
     concurrency: u32,
     /// Recoveries that may wait assigned to each worker beyond --concurrency, started as
     /// slots free (default: the --concurrency, as rekindle-worker).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     queue: Option<u32>,
     /// How long each tool call sleeps, in ms.
     #[arg(long, default_value_t = 5)]

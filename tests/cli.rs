@@ -437,6 +437,12 @@ fn bench_refuses_a_memory_store_and_bad_worker_counts() {
         stderr.contains("memory://") && stderr.contains("another"),
         "{stderr}"
     );
+    let out = rekindle(&["bench", "crash-recover", "--queue", "-1"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("invalid value '-1' for '--queue"),
+        "{out:?}"
+    );
     let out = rekindle(&["bench", "scale", "--workers", "3"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(

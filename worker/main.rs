@@ -39,7 +39,7 @@ struct Args {
     /// slot starts the next one at once instead of at the coordinator's next tick (default:
     /// the --concurrency). A waiting recovery moves to another worker as soon as one has a
     /// free slot; 0 keeps nothing waiting here.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     queue: Option<u32>,
     /// How long this worker's heartbeat may stay unchanged before the fleet judges it dead
     /// and hands its recoveries to others (at least 1).
