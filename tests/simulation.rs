@@ -2089,3 +2089,19 @@ fn the_same_seed_replays_exactly() {
     }
     assert!(events > 0, "the replayed seeds injected nothing");
 }
+
+// Regression (the gc-grace family, seed 6004146 of 2026-11-30): a coordinator paused about
+// 3 s between its load of the source and its fence, while the host went on past a newer
+// snapshot and gc (retention under 3 s) freed the slot after the stale load; the fence landed
+// in it, a slot written twice. An admission now loads again when its load has aged past a
+// second (`admission::FRESH_LOAD`). (The seed shows this interleaving with today's code and
+// scenario generator; a later change may move it, and the sweeps remain the real check.)
+#[test]
+fn an_admission_that_stalled_fences_from_a_fresh_load() {
+    let outcome = simulate(6_004_146);
+    assert!(
+        outcome.violations.is_empty(),
+        "seed 6004146: {:?}",
+        outcome.violations
+    );
+}

@@ -133,8 +133,11 @@ pub async fn admit(
         .into());
     }
     // The source as loaded here is handed to the fence, which only reloads it if a commit
-    // landed since (one load per admission, not three).
-    let loaded = refuse_unrecoverable(store, source).await?;
+    // landed since (one load per admission, not three), or if the load has aged (see
+    // `FRESH_LOAD`).
+    let loaded = refuse_unrecoverable(store, source)
+        .await?
+        .map(|loaded| (loaded, crate::clock::Stopwatch::start()));
     // The lease version judged free or silent: without a takeover, only that version may be
     // taken over (a holder that took the lease since is alive, not judged).
     let judged = match takeover {
@@ -316,7 +319,8 @@ pub async fn fence_source(
 /// silent, `None` if there was no lease), a lease held under any other version belongs to a
 /// holder nobody judged: refuse ([`LifecycleError::HolderAlive`]) instead of taking it over.
 /// The takeover is a compare-and-swap on the version checked here, so the check holds.
-/// `loaded` is the caller's load of the source, if it has one. Returns the writer that wrote
+/// `loaded` is the caller's load of the source with when it was taken, if it has one; one
+/// older than [`FRESH_LOAD`] is not used. Returns the writer that wrote
 /// the fence (`None` for a retired run, which has no writer left to fence) and the lease it
 /// fenced under, which the caller releases (on an error it is released here).
 async fn fence(
@@ -324,7 +328,7 @@ async fn fence(
     holder: &Arc<Holder>,
     source: &RunId,
     judged: Option<&Option<ETag>>,
-    loaded: Option<Loaded>,
+    loaded: Option<(Loaded, crate::clock::Stopwatch)>,
 ) -> Result<(Option<RunWriter>, Held), LifecycleError> {
     let held = match lease::read_lease(store, source).await? {
         Some(view) if !view.lease.released => {
@@ -342,6 +346,9 @@ async fn fence(
         }
         _ => holder.acquire(source).await?,
     };
+    let loaded = loaded
+        .filter(|(_, at)| at.elapsed() < FRESH_LOAD)
+        .map(|(loaded, _)| loaded);
     let policy = SnapshotPolicy::default();
     // The fence generation names the admitting process.
     let writing = store.writing_as(holder.id());
@@ -375,6 +382,15 @@ async fn fence(
         }
     }
 }
+
+/// How old a load of the source may be when the fence starts from it. The fence is a
+/// create-if-absent in the slot after the newest generation loaded, so a commit that landed
+/// since makes it fail and reload; but a load older than gc's grace period may name a slot
+/// gc has freed since (the old writer went on past a newer snapshot), and the fence would
+/// land in it, below the old writer's head (`resume_from` sees that from the hint and fences
+/// again, but the slot was written twice). An admission that stalled this long (a pause, a
+/// wait for a silent holder) loads again.
+const FRESH_LOAD: Duration = Duration::from_secs(1);
 
 /// Waits until the source's holder has been silent (lease and heartbeat unchanged) for the
 /// TTL the holder itself declared, observed on this process's monotonic clock. Returns at
