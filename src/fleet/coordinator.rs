@@ -925,10 +925,10 @@ fn action_source<'a>(action: &'a Action, runs: &'a [RunView]) -> Option<&'a RunI
 /// Ticks that may follow each other without a pause while each makes progress.
 const MAX_IMMEDIATE_TICKS: u32 = 64;
 
-/// How stale a cached record of a running or offered recovery may be: a worker hands one
-/// back (a yield, a failure) or starts an offered one without touching the index, and the
-/// coordinator sees it within this. (A decision on a stale record is safe: its
-/// compare-and-swap fails and the record is read again.)
+/// How stale a cached record of a running recovery may be: a worker hands one back (a yield,
+/// a failure) without touching the index, and the coordinator sees it within this. (A
+/// decision on a stale record is safe: its compare-and-swap fails and the record is read
+/// again.)
 const RUNNING_REFRESH: Duration = Duration::from_secs(1);
 
 /// Actions (admissions, lifecycle events) executed at once per tick, and records read at once.
@@ -1150,10 +1150,10 @@ async fn observe_runs(
     let cache = &observer.records;
     let observed = futures::stream::iter(entries)
         .map(|entry| {
-            // A cached record still describes the run unless its entry changed, or it was
-            // offered or running a while ago (a worker may have started or handed it back).
-            // With workers' queues an offer may wait long: reading each one on every tick
-            // of an outage would cost a GET per waiting recovery per tick.
+            // A cached record still describes the run unless its entry changed, it waits to
+            // be started (this coordinator assigns it; a worker starts it, and may fail or
+            // hand it back at once: the tick its wake-up brings must see that), or it has
+            // been running for a while (a worker may have handed it back).
             let cached = cache
                 .get(&entry.run_id)
                 .filter(|(seen, (record, _), read_at)| {
@@ -1161,10 +1161,8 @@ async fn observe_runs(
                         && !sweep
                         && match record.state {
                             // Only the coordinator offers it; a worker starts an offered one.
-                            RecoveryState::Admitted if record.assigned_to.is_none() => true,
-                            RecoveryState::Admitted | RecoveryState::Running => {
-                                read_at.elapsed() < RUNNING_REFRESH
-                            }
+                            RecoveryState::Admitted => record.assigned_to.is_none(),
+                            RecoveryState::Running => read_at.elapsed() < RUNNING_REFRESH,
                             _ => true,
                         }
                 })
