@@ -105,57 +105,27 @@ pub enum Action {
 /// record decides, the index entry follows (see `core/lifecycle.rs`).
 pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Vec<Action> {
     let mut actions = Vec::new();
-    // Free capacity of each live worker (its slots and its queue), counting recoveries
-    // already assigned to it; and its idle slots (negative while recoveries wait on it).
-    let mut free: BTreeMap<&str, i64> = workers
+    // Each live worker with the recoveries assigned to it (offered or running), and those of
+    // them running: see [`Load`].
+    let mut load: BTreeMap<&str, Load> = workers
         .iter()
         .filter(|w| w.alive)
-        .map(|w| {
-            let queue = w.registration.queue.unwrap_or(0);
-            (
-                w.registration.worker.as_str(),
-                i64::from(w.registration.capacity) + i64::from(queue),
-            )
-        })
+        .map(|w| (w.registration.worker.as_str(), Load::of(&w.registration)))
         .collect();
-    let mut idle: BTreeMap<&str, i64> = workers
-        .iter()
-        .filter(|w| w.alive)
-        .map(|w| {
-            (
-                w.registration.worker.as_str(),
-                i64::from(w.registration.capacity),
-            )
-        })
-        .collect();
-    // Recoveries running on each worker: one whose slots are all running keeps the rest of
-    // its assignments waiting.
-    let mut running: BTreeMap<&str, i64> = BTreeMap::new();
     for run in runs {
-        if let Some((_, worker)) = run.assignment() {
-            if let Some(slots) = free.get_mut(worker) {
-                *slots -= 1;
-            }
-            if let Some(slots) = idle.get_mut(worker) {
-                *slots -= 1;
-            }
+        if let Some((_, worker)) = run.assignment()
+            && let Some(load) = load.get_mut(worker)
+        {
+            load.assigned += 1;
             if run
                 .recovery
                 .as_ref()
                 .is_some_and(|r| r.state == RecoveryState::Running)
             {
-                *running.entry(worker).or_default() += 1;
+                load.running += 1;
             }
         }
     }
-    let full = |name: &str| {
-        workers
-            .iter()
-            .find(|w| w.registration.worker == name)
-            .is_some_and(|w| {
-                running.get(name).copied().unwrap_or(0) >= i64::from(w.registration.capacity)
-            })
-    };
     for run in runs {
         let source = &run.entry.run_id;
         let Some(record) = &run.recovery else {
@@ -183,7 +153,7 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
         let assigned_alive = record
             .assigned_to
             .as_deref()
-            .is_some_and(|w| free.contains_key(w));
+            .is_some_and(|w| load.contains_key(w));
         match record.state {
             RecoveryState::Parked if run.answered => actions.push(Action::Answered {
                 recovery: record.recovery_id.clone(),
@@ -229,7 +199,11 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
                     // Waiting on a worker whose slots all run: another worker with an idle
                     // slot takes it now (the worker that had it starts it only by
                     // compare-and-swap on the record, so one of the two wins).
-                    let Some(from) = record.assigned_to.as_deref().filter(|w| full(w)) else {
+                    let Some(from) = record
+                        .assigned_to
+                        .as_deref()
+                        .filter(|w| load.get(w).is_some_and(Load::full))
+                    else {
                         continue;
                     };
                     let to = workers
@@ -237,23 +211,20 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
                         .filter(offerable)
                         .filter(|w| w.registration.worker != from)
                         .map(|w| {
-                            let slots = idle.get(w.registration.worker.as_str()).copied();
-                            (slots.unwrap_or(0), &w.registration.worker)
+                            let name = w.registration.worker.as_str();
+                            (load.get(name).map_or(0, Load::idle), name)
                         })
                         .filter(|(slots, _)| *slots > 0)
                         .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
                     if let Some((_, to)) = to {
-                        for (worker, by) in [(to.as_str(), -1), (from, 1)] {
-                            if let Some(slots) = free.get_mut(worker) {
-                                *slots += by;
-                            }
-                            if let Some(slots) = idle.get_mut(worker) {
-                                *slots += by;
+                        for (worker, by) in [(to, 1), (from, -1)] {
+                            if let Some(load) = load.get_mut(worker) {
+                                load.assigned += by;
                             }
                         }
                         actions.push(Action::Assign {
                             recovery: record.recovery_id.clone(),
-                            worker: to.clone(),
+                            worker: to.to_owned(),
                         });
                     }
                     continue;
@@ -263,20 +234,16 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
                 let best = eligible
                     .map(|w| {
                         let name = w.registration.worker.as_str();
-                        let room = (
-                            idle.get(name).copied().unwrap_or(0).max(0),
-                            free.get(name).copied().unwrap_or(0),
-                        );
+                        let room = load
+                            .get(name)
+                            .map_or((0, 0), |load| (load.idle().max(0), load.room()));
                         (room, &w.registration.worker)
                     })
-                    .filter(|((_, slots), _)| *slots > 0)
+                    .filter(|((_, room), _)| *room > 0)
                     .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
                 if let Some((_, worker)) = best {
-                    if let Some(slots) = free.get_mut(worker.as_str()) {
-                        *slots -= 1;
-                    }
-                    if let Some(slots) = idle.get_mut(worker.as_str()) {
-                        *slots -= 1;
+                    if let Some(load) = load.get_mut(worker.as_str()) {
+                        load.assigned += 1;
                     }
                     actions.push(Action::Assign {
                         recovery: record.recovery_id.clone(),
@@ -287,6 +254,45 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
         }
     }
     actions
+}
+
+/// What a live worker holds as one observation sees it, against what it registered.
+#[derive(Clone, Copy, Debug)]
+struct Load {
+    /// Recoveries it runs at once.
+    slots: i64,
+    /// Recoveries that may wait assigned to it beyond its slots.
+    queue: i64,
+    /// Recoveries assigned to it, offered or running (and decided this tick).
+    assigned: i64,
+    /// Of those, the ones running.
+    running: i64,
+}
+
+impl Load {
+    fn of(registration: &Registration) -> Load {
+        Load {
+            slots: i64::from(registration.capacity),
+            queue: i64::from(registration.queue.unwrap_or(0)),
+            assigned: 0,
+            running: 0,
+        }
+    }
+
+    /// Slots nobody is assigned to (negative while recoveries wait in its queue).
+    fn idle(&self) -> i64 {
+        self.slots - self.assigned
+    }
+
+    /// Room left in its slots and its queue together.
+    fn room(&self) -> i64 {
+        self.slots + self.queue - self.assigned
+    }
+
+    /// Every slot runs a recovery: the rest of its assignments wait.
+    fn full(&self) -> bool {
+        self.running >= self.slots
+    }
 }
 
 #[cfg(test)]
