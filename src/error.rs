@@ -194,7 +194,9 @@ fn decode_kind(error: &DecodeError) -> ErrorKind {
 
 fn store_kind(error: &StoreError) -> ErrorKind {
     match error {
-        StoreError::AlreadyExists { .. } | StoreError::Changed { .. } => ErrorKind::Conflict,
+        StoreError::AlreadyExists { .. }
+        | StoreError::Unconfirmed { .. }
+        | StoreError::Changed { .. } => ErrorKind::Conflict,
         StoreError::Unavailable { .. } => ErrorKind::Unavailable,
         StoreError::Denied { .. }
         | StoreError::InvalidUrl { .. }

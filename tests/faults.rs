@@ -224,20 +224,7 @@ async fn conflict_409_on_swap_is_retried_not_fatal() {
 // another writer's conflict, and facts beyond it go into the next slot.
 #[tokio::test]
 async fn own_slot_after_lost_ack_is_not_a_conflict() {
-    let faulty = FaultyStore::new(Arc::new(InMemory::new()), FaultPlan::default(), 10);
-    let clock = ManualClock::new(1_000);
-    let shared: Arc<dyn Clock> = clock.clone();
-    let store = Store::from_parts(
-        faulty.clone(),
-        Backend::Memory,
-        "memory://lost-ack",
-        "",
-        RetryPolicy {
-            max_retries: 0,
-            ..common::fast_retry()
-        },
-        shared,
-    );
+    let (faulty, clock, store) = without_retries("memory://lost-ack", 10);
     let lose = FaultPlan {
         lost_response_per_mille: 1000,
         ..FaultPlan::default()
@@ -582,4 +569,145 @@ async fn newer_bucket_format_is_refused() {
         error.to_string(),
         "open of 'rekindle-format' failed: the bucket has layout format 7, this build reads up to 1"
     );
+}
+
+// Proves a writer never fills a slot twice (simulation seed 10001760 of 2026-11-30). Its
+// commit of slot 3 landed but the response was lost. Before it tried again, a new holder
+// fenced the run and wrote on past a snapshot, and gc collected slot 3, whose facts that
+// snapshot holds. The retry finds slot 3 empty: it must not write it again (gc frees a slot
+// its writer filled because that writer never aims at it again) but report itself fenced.
+#[tokio::test]
+async fn a_lost_commit_collected_meanwhile_is_not_written_again() {
+    let (faulty, clock, store) = without_retries("memory://collected", 11);
+    let run = RunId::new("collected");
+    let facts = sample::run("collected", 40, 11);
+    let mut old = RunWriter::create(
+        &store,
+        facts[..2].to_vec(),
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await
+    .unwrap();
+    old.commit(facts[2..4].to_vec()).await.unwrap();
+    faulty.set_plan(FaultPlan {
+        lost_response_per_mille: 1000,
+        ..FaultPlan::default()
+    });
+    old.commit(facts[4..6].to_vec()).await.unwrap_err();
+    faulty.set_plan(FaultPlan::default());
+    let slot =
+        rekindle::core::layout::generation(&rekindle::core::layout::run_base("collected"), 3);
+    assert!(store.read(&slot).await.unwrap().is_some(), "slot 3 landed");
+
+    let policy = SnapshotPolicy {
+        max_deltas: 2,
+        min_deltas: 1,
+    };
+    let mut new = RunWriter::resume(&store, &run, Epoch(2), policy)
+        .await
+        .unwrap();
+    for chunk in facts[6..].chunks(4) {
+        new.commit(chunk.to_vec()).await.unwrap();
+    }
+    clock.advance(Duration::from_secs(10));
+    let report = rekindle::store::gc::collect(
+        &store,
+        &rekindle::store::gc::GcPolicy {
+            retention: Duration::from_secs(3600),
+            grace: Duration::from_secs(1),
+        },
+        store.clock().wall_ms(),
+    )
+    .await
+    .unwrap();
+    assert!(report.generations_deleted > 0, "{report:?}");
+    assert!(
+        store.read(&slot).await.unwrap().is_none(),
+        "gc collected slot 3"
+    );
+
+    let error = old.commit(facts[4..6].to_vec()).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            GenerationError::Fenced {
+                by_epoch: Epoch(2),
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        store.read(&slot).await.unwrap().is_none(),
+        "slot 3 was filled a second time"
+    );
+    let loaded = generation::load(&store, &run, None).await.unwrap();
+    assert_eq!(loaded.state.facts(), &facts[..]);
+}
+
+// Proves `Chain::create` after an attempt whose outcome was unknown: our bytes in the slot
+// are adopted, other bytes are taken, and an empty slot is created only if the hint shows
+// gc cannot have collected it; past the hint's snapshot it stays empty and says so.
+#[tokio::test]
+async fn an_unconfirmed_slot_is_created_only_below_the_hint() {
+    let store = Store::memory(SystemClock::shared());
+    let chain = generation::Chain::new(&store, "chains/unconfirmed".into());
+    let ours = Bytes::from_static(b"ours");
+
+    store.create(&chain.key(1), ours.clone()).await.unwrap();
+    assert!(matches!(
+        chain.create(1, ours.clone(), true).await.unwrap(),
+        generation::SlotWrite::Created
+    ));
+    assert!(matches!(
+        chain
+            .create(1, Bytes::from_static(b"theirs"), true)
+            .await
+            .unwrap(),
+        generation::SlotWrite::Taken
+    ));
+
+    // Empty, no hint: nothing was collected, so the slot is created.
+    assert!(matches!(
+        chain.create(2, ours.clone(), true).await.unwrap(),
+        generation::SlotWrite::Created
+    ));
+    assert_eq!(
+        store.read(&chain.key(2)).await.unwrap().unwrap().bytes,
+        ours
+    );
+
+    // Empty below the hint: gc may have collected a write of ours there.
+    chain.advance_hint(5).await.unwrap();
+    match chain.create(3, ours.clone(), true).await.unwrap() {
+        generation::SlotWrite::Passed(hint) => assert_eq!(hint.generation, 5),
+        other => panic!("slot 3 below a hint at 5: {other:?}"),
+    }
+    assert!(store.read(&chain.key(3)).await.unwrap().is_none());
+    // Without an earlier attempt of ours, the same slot is simply created.
+    assert!(matches!(
+        chain.create(3, ours.clone(), false).await.unwrap(),
+        generation::SlotWrite::Created
+    ));
+}
+
+/// A memory store behind a fault wrapper (no faults yet), on a manual clock, that does not
+/// retry: a lost response surfaces to the caller.
+fn without_retries(url: &str, seed: u64) -> (Arc<FaultyStore>, Arc<ManualClock>, Store) {
+    let faulty = FaultyStore::new(Arc::new(InMemory::new()), FaultPlan::default(), seed);
+    let clock = ManualClock::new(1_000);
+    let shared: Arc<dyn Clock> = clock.clone();
+    let store = Store::from_parts(
+        faulty.clone(),
+        Backend::Memory,
+        url,
+        "",
+        RetryPolicy {
+            max_retries: 0,
+            ..common::fast_retry()
+        },
+        shared,
+    );
+    (faulty, clock, store)
 }

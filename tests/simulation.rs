@@ -2105,3 +2105,18 @@ fn an_admission_that_stalled_fences_from_a_fresh_load() {
         outcome.violations
     );
 }
+
+// Regression (seed 10001760 of 2026-11-30): a host's create of slot 8 landed, its response
+// was lost, and the retry's read-back stalled in a 12 s pause; meanwhile the coordinator
+// fenced at slot 9 and gc collected slot 8. The store's next attempt created slot 8 again:
+// a slot written twice. A create retried after an unknown outcome now reads the slot first
+// and, finding it empty, checks the hint before creating it (`Chain::create`).
+#[test]
+fn a_create_retried_after_its_slot_was_collected_does_not_fill_it_again() {
+    let outcome = simulate(10_001_760);
+    assert!(
+        outcome.violations.is_empty(),
+        "seed 10001760: {:?}",
+        outcome.violations
+    );
+}

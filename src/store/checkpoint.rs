@@ -14,7 +14,7 @@ use crate::core::digest::sha256_hex;
 use crate::core::fact::{Outcome, RunId, SessionId};
 use crate::core::fold::{Message, RunState};
 use crate::core::layout::{self, FORMAT_VERSION, ObjectError};
-use crate::store::generation::Chain;
+use crate::store::generation::{Chain, SlotWrite};
 use crate::store::{Store, StoreError};
 
 const SESSION_KIND: &str = "session.snapshot";
@@ -110,15 +110,14 @@ pub struct Saved {
 }
 
 async fn save_in_chain(chain: &Chain, n: u64, bytes: Bytes) -> Result<bool, StoreError> {
-    match chain.store().create(&chain.key(n), bytes).await {
-        Ok(_) => {
+    match chain.create(n, bytes, false).await? {
+        SlotWrite::Created => {
             if n.is_multiple_of(HINT_EVERY) {
                 chain.advance_hint(n).await?;
             }
             Ok(true)
         }
-        Err(StoreError::AlreadyExists { .. }) => Ok(false),
-        Err(other) => Err(other),
+        SlotWrite::Taken | SlotWrite::Passed(_) => Ok(false),
     }
 }
 

@@ -94,6 +94,17 @@ pub enum StoreError {
         /// Key that already exists, relative to the store's prefix.
         key: String,
     },
+    /// A [`Store::create_slot`] whose earlier attempt may have landed finds the key empty:
+    /// that attempt did not land, or it did and gc collected the slot behind a newer
+    /// generation. A slot is never filled twice, so it is not created again until the caller
+    /// has checked that nothing superseded it.
+    #[error(
+        "object '{key}' is empty after a create of ours whose outcome was unknown: not created again until nothing after it is known to exist"
+    )]
+    Unconfirmed {
+        /// The slot's key, relative to the store's prefix.
+        key: String,
+    },
     /// A `swap` was refused because the object changed since it was read, or is gone; re-read
     /// and decide again rather than retrying blindly.
     #[error(
@@ -649,9 +660,11 @@ impl Store {
                 };
                 let outcome = match &result {
                     Ok(_) => "ok",
-                    Err(StoreError::AlreadyExists { .. } | StoreError::Changed { .. }) => {
-                        "conflict"
-                    }
+                    Err(
+                        StoreError::AlreadyExists { .. }
+                        | StoreError::Unconfirmed { .. }
+                        | StoreError::Changed { .. },
+                    ) => "conflict",
                     Err(_) => "error",
                 };
                 crate::metrics::store_request(kind, outcome, stopwatch.elapsed());
@@ -686,6 +699,40 @@ impl Store {
     pub async fn create(&self, key: &str, bytes: Bytes) -> Result<ETag, StoreError> {
         self.retrying("create", key, || self.try_create(key, bytes.clone()))
             .await
+    }
+
+    /// [`Store::create`] for a slot gc frees once superseded (a generation). gc may free a
+    /// slot its writer filled once the run went on past it, so a writer must never fill one
+    /// again: an attempt after one whose outcome was unknown (a lost response, a timeout, or
+    /// `may_have_landed`, an earlier call's) first reads the key. Our bytes there are adopted;
+    /// an empty key ends in [`StoreError::Unconfirmed`], for the caller to check that nothing
+    /// came after the slot (`Chain::create`) before it creates it again.
+    pub async fn create_slot(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        may_have_landed: bool,
+    ) -> Result<ETag, StoreError> {
+        let attempts = AtomicU64::new(u64::from(may_have_landed));
+        self.retrying("create", key, || async {
+            if attempts.fetch_add(1, Ordering::Relaxed) > 0 {
+                match self.read_once(key).await? {
+                    Some(existing) if existing.bytes == bytes => return Ok(existing.etag),
+                    Some(_) => {
+                        return Err(StoreError::AlreadyExists {
+                            key: key.to_owned(),
+                        });
+                    }
+                    None => {
+                        return Err(StoreError::Unconfirmed {
+                            key: key.to_owned(),
+                        });
+                    }
+                }
+            }
+            self.try_create(key, bytes.clone()).await
+        })
+        .await
     }
 
     async fn try_create(&self, key: &str, bytes: Bytes) -> Result<ETag, StoreError> {

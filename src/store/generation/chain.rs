@@ -49,6 +49,20 @@ pub enum Located {
     Retired(u64),
 }
 
+/// What creating a slot found (see [`Chain::create`]).
+#[derive(Clone, Debug)]
+pub enum SlotWrite {
+    /// Our bytes are in the slot: written now, or by an earlier attempt whose response was
+    /// lost.
+    Created,
+    /// Other bytes are in the slot.
+    Taken,
+    /// The slot is empty after a create of ours whose outcome was unknown, and the chain went
+    /// on past it (the hint points beyond it, or the run was retired): gc may have collected
+    /// a write of ours there, so the slot stays empty. The writer was overtaken.
+    Passed(HintView),
+}
+
 /// What a writer knows of its chain's hint, to move it without reading it first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HintState {
@@ -216,6 +230,43 @@ impl Chain {
                 None => Ok(false),
             },
         }
+    }
+
+    /// Creates slot `n`, never filling it a second time. gc may delete a slot its writer
+    /// filled once the chain went on past it (see `gc.rs`), so a create whose earlier attempt
+    /// may have landed (`may_have_landed`: an earlier call's; or a lost response within this
+    /// one) reads the slot first, and an empty slot is created again only after the hint
+    /// shows nothing was collected there: gc deletes a slot only below a snapshot the hint
+    /// already points at, or after marking the run retired.
+    pub async fn create(
+        &self,
+        n: u64,
+        bytes: bytes::Bytes,
+        may_have_landed: bool,
+    ) -> Result<SlotWrite, StoreError> {
+        let key = self.key(n);
+        let mut verify = may_have_landed;
+        for _ in 0..PROBE_ROUNDS {
+            match self.store.create_slot(&key, bytes.clone(), verify).await {
+                Ok(_) => return Ok(SlotWrite::Created),
+                Err(StoreError::AlreadyExists { .. }) => return Ok(SlotWrite::Taken),
+                Err(StoreError::Unconfirmed { .. }) => {}
+                Err(other) => return Err(other),
+            }
+            match self.read_hint().await? {
+                Some(hint) if hint.retired || hint.generation > n => {
+                    return Ok(SlotWrite::Passed(hint));
+                }
+                // Never collected, so nothing of ours landed there: safe to create.
+                _ => verify = false,
+            }
+        }
+        Err(StoreError::Unavailable {
+            op: "create",
+            key,
+            attempts: PROBE_ROUNDS,
+            message: "the slot stayed empty and unconfirmed".into(),
+        })
     }
 
     /// The newest generation number, found without a LIST (see [`Chain::locate`]). A retired

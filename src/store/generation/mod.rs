@@ -33,7 +33,7 @@ mod format;
 mod load;
 mod writer;
 
-pub use chain::{Chain, HintState, HintView, Located};
+pub use chain::{Chain, HintState, HintView, Located, SlotWrite};
 pub use format::{Generation, GenerationError, SnapshotPolicy, decode, decode_with};
 pub use load::{Loaded, load, load_pinned};
 pub use writer::RunWriter;

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::chain::{Chain, HintState};
+use super::chain::{Chain, HintState, Located, SlotWrite};
 use super::format::{
     Generation, GenerationError, KIND, SnapshotPolicy, decode_with, encode_facts, seal_context,
 };
@@ -11,7 +11,7 @@ use crate::core::epoch::Epoch;
 use crate::core::fact::{Fact, RunId, Seq};
 use crate::core::fold::RunState;
 use crate::core::layout::{self, FORMAT_VERSION};
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 
 /// How often a takeover retries its fence when the old writer keeps slipping commits in.
 const FENCE_ATTEMPTS: usize = 8;
@@ -43,6 +43,9 @@ pub struct RunWriter {
     /// What this writer knows of the head hint, so the next snapshot moves it without
     /// reading it first.
     hint: HintState,
+    /// A slot this writer's create left with an unknown outcome (the store gave up on it):
+    /// the next create there reads it first (see `Chain::create`).
+    unsure: Option<u64>,
 }
 
 impl RunWriter {
@@ -96,6 +99,7 @@ impl RunWriter {
             in_flight: false,
             // A new chain: its first generation never gets a hint (see `advance_hint_from`).
             hint: HintState::Absent,
+            unsure: None,
         };
         let facts = state.into_facts();
         match writer.commit_facts(facts, true).await {
@@ -168,6 +172,7 @@ impl RunWriter {
                 newest_digest: Some(loaded.digest),
                 in_flight: false,
                 hint: HintState::Unknown,
+                unsure: None,
             };
             if loaded.epoch == epoch {
                 // Our own epoch already fenced this run (a restart of the same holding).
@@ -389,14 +394,20 @@ impl RunWriter {
         let size = bytes.len() as u64;
         let key = self.chain.key(n);
         let object_digest = crate::core::digest::sha256_hex(&bytes);
-        match self.chain.store().create(&key, bytes).await {
-            Ok(_) => {}
-            Err(StoreError::AlreadyExists { .. }) => {
+        match self.chain.create(n, bytes, self.unsure == Some(n)).await {
+            Ok(SlotWrite::Created) => {}
+            Ok(SlotWrite::Taken) => {
                 let (ours, size) = self.occupied(n, &key).await?;
                 self.newest_digest = None;
                 return self.adopt(n, &key, ours, size).await.map(Some);
             }
-            Err(other) => return Err(other.into()),
+            Ok(SlotWrite::Passed(_)) => return Err(self.overtaken(n, &key).await),
+            Err(other) => {
+                if other.is_transient() {
+                    self.unsure = Some(n);
+                }
+                return Err(other.into());
+            }
         }
         self.newest_digest = Some(object_digest);
         self.landed(n, snapshot, size, epoch_starts).await;
@@ -408,6 +419,7 @@ impl RunWriter {
     /// starts, the snapshot counters, and the head hint for a snapshot (best effort).
     async fn landed(&mut self, n: u64, snapshot: bool, size: u64, epoch_starts: Vec<(Epoch, u64)>) {
         self.generation = n;
+        self.unsure = None;
         self.committed = self.state.last_seq();
         self.epoch_starts = epoch_starts;
         if snapshot {
@@ -436,12 +448,7 @@ impl RunWriter {
                 decode_with(self.chain.store().sealer(), key, &self.run, &object.bytes)?,
                 object.bytes.len() as u64,
             ),
-            None => {
-                return Err(GenerationError::Discontinuous {
-                    key: key.to_owned(),
-                    reason: "the slot was reported taken but is empty".into(),
-                });
-            }
+            None => return Err(self.overtaken(n, key).await),
         };
         // Our nonce: an earlier commit of ours landed although we were told it failed (its
         // response was lost and the store's own read-back could not run, e.g. retries ran
@@ -450,7 +457,50 @@ impl RunWriter {
         if other.writer == self.nonce {
             return Ok((other, size));
         }
-        Err(if other.epoch > self.epoch {
+        Err(self.beaten(n, &other))
+    }
+
+    /// Slot `n` was taken, or held a write of ours, and is empty now: gc collected it, which
+    /// it does only once the chain went on past it (or the run was retired), so the run went
+    /// on without this writer. The error says who holds it now.
+    async fn overtaken(&self, n: u64, key: &str) -> GenerationError {
+        let empty = || GenerationError::Discontinuous {
+            key: key.to_owned(),
+            reason: "the slot was reported taken but is empty".into(),
+        };
+        let newest = match self.chain.locate().await {
+            Ok(Located::At(newest)) if newest > n => newest,
+            Ok(Located::Retired(_)) => {
+                return match read_tombstone(self.chain.store(), &self.run).await {
+                    Ok(retired) => retired.unwrap_or_else(empty),
+                    Err(error) => error,
+                };
+            }
+            Ok(_) => return empty(),
+            Err(error) => return error.into(),
+        };
+        let newest_key = self.chain.key(newest);
+        match self.chain.store().read(&newest_key).await {
+            Ok(Some(object)) => {
+                match decode_with(
+                    self.chain.store().sealer(),
+                    &newest_key,
+                    &self.run,
+                    &object.bytes,
+                ) {
+                    Ok(other) => self.beaten(newest, &other),
+                    Err(error) => error,
+                }
+            }
+            Ok(None) => empty(),
+            Err(error) => error.into(),
+        }
+    }
+
+    /// The error for slot `n`, taken by `other`'s generation: fenced by a higher epoch, or a
+    /// conflict with the same or a lower one.
+    fn beaten(&self, n: u64, other: &Generation) -> GenerationError {
+        if other.epoch > self.epoch {
             tracing::info!(run_id = %self.run, epoch = %self.epoch, by_epoch = %other.epoch, generation = n, "fenced");
             GenerationError::Fenced {
                 run: self.run.clone(),
@@ -465,7 +515,7 @@ impl RunWriter {
                 epoch: self.epoch,
                 by_epoch: other.epoch,
             }
-        })
+        }
     }
 
     /// Takes our own generation `ours`, found in slot `n`, as committed: the state becomes the
