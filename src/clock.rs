@@ -48,6 +48,7 @@ pub async fn sleep_unless(
             return false;
         }
         tokio::select! {
+            biased;
             () = &mut woken => return true,
             () = tokio::time::sleep_until((now + STOP_CHECK).min(deadline)) => {}
         }

@@ -720,6 +720,7 @@ async fn bench(command: BenchCommand) -> anyhow::Result<()> {
             // work directory.
             let stop = cli::shared::stop_on_signals();
             let report = tokio::select! {
+                biased;
                 report = rekindle::fleet::soak::soak(&options, |sample| print(sample)) => report?,
                 () = async {
                     while !stop.load(std::sync::atomic::Ordering::SeqCst) {

@@ -174,6 +174,7 @@ pub(crate) fn stop_on_signals() -> Arc<AtomicBool> {
             return;
         };
         tokio::select! {
+            biased;
             _ = term.recv() => {}
             _ = int.recv() => {}
         }

@@ -121,6 +121,7 @@ pub async fn run(
         while !crate::clock::sleep_unless(crate::clock::STOP_CHECK * 50, &stop, None).await {}
     };
     tokio::select! {
+        biased;
         claimed = holder.claim_identity() => claimed?,
         () = stopped => {
             tracing::info!(worker_id = %options.id, "stopped while waiting to take the worker ID over");
@@ -367,6 +368,7 @@ pub async fn run(
             }
         };
         tokio::select! {
+            biased;
             () = woken => {}
             () = crate::clock::sleep(declining) => {}
             () = tokio::time::sleep_until(deadline) => {}
