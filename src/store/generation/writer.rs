@@ -264,7 +264,11 @@ impl RunWriter {
         self.commit_facts(facts, Shape::Policy).await
     }
 
-    async fn commit_facts(&mut self, facts: Vec<Fact>, shape: Shape) -> Result<(), GenerationError> {
+    async fn commit_facts(
+        &mut self,
+        facts: Vec<Fact>,
+        shape: Shape,
+    ) -> Result<(), GenerationError> {
         // A commit dropped mid-write (its caller was cancelled) left the state holding facts
         // that may or may not have landed; committing on top would write a generation whose
         // seqs do not follow the landed ones. Only a fresh load knows.
@@ -583,7 +587,8 @@ impl RunWriter {
                     error,
                 })?;
         }
-        self.landed(n, ours.snapshot, size, ours.epoch_starts, shape).await;
+        self.landed(n, ours.snapshot, size, ours.epoch_starts, shape)
+            .await;
         let mut remaining = Vec::new();
         for fact in pending {
             match self.state.apply(fact.clone()) {
