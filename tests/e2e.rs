@@ -784,6 +784,58 @@ async fn recover_all_admits_interrupted_runs() {
     assert!(sigterm(&mut coordinator).success());
 }
 
+// Proves `recover --wait` rides out a store that stops answering: cut off (the fault layer's
+// partition) for longer than the store's own retries last, it says so and keeps waiting, and
+// returns once the fleet finished the recovery (a new-user finding: one read whose retries
+// ran out ended a long wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_wait_rides_out_a_store_outage() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+    fleet.crash_host("e2e-outage");
+    let partition = dir.path().join("partition");
+    let mut waiting = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle"))
+        .args(["recover", "e2e-outage", "--recovery-id", "after-outage"])
+        .args(["--takeover", "--wait"])
+        .env("REKINDLE_FAULTS_PARTITION_FILE", &partition)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(waiting.stdout.take().unwrap()));
+    let (said, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = said.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let mut until = |wanted: &str, timeout: Duration| {
+        while !seen.iter().any(|l: &String| l.contains(wanted)) {
+            match heard.recv_timeout(timeout) {
+                Ok(line) => seen.push(line),
+                Err(error) => panic!("{error} waiting for {wanted:?}; printed so far: {seen:?}"),
+            }
+        }
+        seen.clone()
+    };
+    until("no coordinator is running", Duration::from_secs(30));
+    std::fs::write(&partition, "").unwrap();
+    // The store's own retries take about ten seconds to run out.
+    until("the store does not answer", Duration::from_secs(90));
+    assert!(waiting.try_wait().unwrap().is_none(), "it stopped waiting");
+    std::fs::remove_file(&partition).unwrap();
+    until("the store answers again", Duration::from_secs(30));
+    let mut worker = fleet.worker("w0");
+    let mut coordinator = fleet.coordinator("coordinator-a");
+    let printed = until("recovery after-outage: completed", Duration::from_secs(60));
+    assert!(waiting.wait().unwrap().success(), "{printed:?}");
+    audit(&fleet.ledger_lines(), "e2e-outage");
+    assert!(sigterm(&mut worker).success());
+    assert!(sigterm(&mut coordinator).success());
+}
+
 // Proves the shipped deploy/demo configuration loads.
 #[test]
 fn deploy_demo_config_loads() {

@@ -177,14 +177,15 @@ fn the_layer_check_catches_what_it_names() {
     assert!(!found.iter().any(|v| v.contains(":5:")), "{found:?}");
 }
 
-/// `tokio::select!` sites in `text` whose first line inside is not `biased;`: an unbiased
-/// select polls its ready branches in random order, so a seeded simulation would not replay.
+/// `select!` sites in `text` (tokio's, however imported) whose first line inside is not
+/// `biased;`: an unbiased select polls its ready branches in random order, so a seeded
+/// simulation would not replay.
 fn unbiased_selects(text: &str) -> Vec<usize> {
     let lines: Vec<&str> = text.lines().collect();
     lines
         .iter()
         .enumerate()
-        .filter(|(_, line)| !line.trim_start().starts_with("//") && line.contains("tokio::select!"))
+        .filter(|(_, line)| !line.trim_start().starts_with("//") && line.contains("select!"))
         .filter(|(i, _)| lines.get(i + 1).is_none_or(|next| next.trim() != "biased;"))
         .map(|(i, _)| i + 1)
         .collect()

@@ -154,11 +154,19 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
     let mut parked = Vec::new();
     let mut since_progress = rekindle::clock::Stopwatch::start();
     let mut reported = Vec::new();
+    let mut outage = Outage::default();
     for (done, id) in ids.iter().enumerate() {
         loop {
-            let (record, _) = recovery::read(store, id)
-                .await?
-                .with_context(|| format!("the record of recovery {id} vanished"))?;
+            let found = match recovery::read(store, id).await {
+                Ok(found) => found,
+                Err(error) => {
+                    outage.wait_out(error.into()).await?;
+                    continue;
+                }
+            };
+            outage.answered();
+            let (record, _) =
+                found.with_context(|| format!("the record of recovery {id} vanished"))?;
             match record.state {
                 RecoveryState::Finished => break,
                 RecoveryState::DeadLettered => {
@@ -179,7 +187,13 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
                 RecoveryState::Admitted | RecoveryState::Running => {
                     if since_progress.elapsed() > STALL_REPORT {
                         since_progress = rekindle::clock::Stopwatch::start();
-                        let stuck = fleet::overview::stuck_among(store, &ids[done..]).await?;
+                        let stuck = match fleet::overview::stuck_among(store, &ids[done..]).await {
+                            Ok(stuck) => stuck,
+                            Err(error) => {
+                                outage.wait_out(error).await?;
+                                continue;
+                            }
+                        };
                         if stuck != reported {
                             println!(
                                 "{} of {} recoveries not done yet",
@@ -227,6 +241,46 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
         ));
     }
     bail!("{}", problems.join("; "))
+}
+
+/// A store that stops answering while `--wait` waits: the recoveries go on without this
+/// command, so it says so once and keeps asking, for up to `OUTAGE_PATIENCE`, rather than give
+/// up on the first request whose retries ran out. Any other error ends the wait.
+#[derive(Default)]
+struct Outage {
+    since: Option<rekindle::clock::Stopwatch>,
+}
+
+/// How long `--wait` waits through a store that does not answer.
+const OUTAGE_PATIENCE: Duration = Duration::from_secs(300);
+
+impl Outage {
+    async fn wait_out(&mut self, error: rekindle::Error) -> anyhow::Result<()> {
+        if error.kind() != rekindle::ErrorKind::Unavailable {
+            return Err(error.into());
+        }
+        let since = self.since.get_or_insert_with(|| {
+            println!(
+                "the store does not answer ({error}); still waiting, for up to {} s",
+                OUTAGE_PATIENCE.as_secs()
+            );
+            rekindle::clock::Stopwatch::start()
+        });
+        if since.elapsed() > OUTAGE_PATIENCE {
+            return Err(anyhow::Error::from(error).context(format!(
+                "stopped waiting: the store did not answer for {} s",
+                OUTAGE_PATIENCE.as_secs()
+            )));
+        }
+        rekindle::clock::sleep(Duration::from_secs(1)).await;
+        Ok(())
+    }
+
+    fn answered(&mut self) {
+        if self.since.take().is_some() {
+            println!("the store answers again; still waiting");
+        }
+    }
 }
 
 /// "1 recovery", "2 recoveries".

@@ -117,7 +117,7 @@ async fn save_in_chain(chain: &Chain, n: u64, bytes: Bytes) -> Result<bool, Stor
             }
             Ok(true)
         }
-        SlotWrite::Taken | SlotWrite::Passed(_) => Ok(false),
+        SlotWrite::Taken | SlotWrite::Passed => Ok(false),
     }
 }
 

@@ -94,12 +94,12 @@ pub enum StoreError {
         /// Key that already exists, relative to the store's prefix.
         key: String,
     },
-    /// A [`Store::create_slot`] whose earlier attempt may have landed finds the key empty:
-    /// that attempt did not land, or it did and gc collected the slot behind a newer
-    /// generation. A slot is never filled twice, so it is not created again until the caller
-    /// has checked that nothing superseded it.
+    /// A [`Store::create_slot`] whose earlier attempt may have landed finds the key empty,
+    /// and something may have collected it since: that attempt did not land, or it did and gc
+    /// collected the slot behind a newer generation. A slot is never filled twice, so it is
+    /// not created again.
     #[error(
-        "object '{key}' is empty after a create of ours whose outcome was unknown: not created again until nothing after it is known to exist"
+        "object '{key}' is empty after a create of ours whose outcome was unknown, and may have been collected since: it is not created again"
     )]
     Unconfirmed {
         /// The slot's key, relative to the store's prefix.
@@ -704,15 +704,21 @@ impl Store {
     /// [`Store::create`] for a slot gc frees once superseded (a generation). gc may free a
     /// slot its writer filled once the run went on past it, so a writer must never fill one
     /// again: an attempt after one whose outcome was unknown (a lost response, a timeout, or
-    /// `may_have_landed`, an earlier call's) first reads the key. Our bytes there are adopted;
-    /// an empty key ends in [`StoreError::Unconfirmed`], for the caller to check that nothing
-    /// came after the slot (`Chain::create`) before it creates it again.
-    pub async fn create_slot(
+    /// `may_have_landed`, an earlier call's) first reads the key. Our bytes there are adopted,
+    /// other bytes are [`StoreError::AlreadyExists`]; an empty key is created only if
+    /// `still_free` says nothing can have collected it (`Chain::create` asks the hint), and
+    /// is otherwise [`StoreError::Unconfirmed`]. All attempts share one backoff.
+    pub async fn create_slot<F, Fut>(
         &self,
         key: &str,
         bytes: Bytes,
         may_have_landed: bool,
-    ) -> Result<ETag, StoreError> {
+        still_free: F,
+    ) -> Result<ETag, StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<bool, StoreError>>,
+    {
         let attempts = AtomicU64::new(u64::from(may_have_landed));
         self.retrying("create", key, || async {
             if attempts.fetch_add(1, Ordering::Relaxed) > 0 {
@@ -723,11 +729,12 @@ impl Store {
                             key: key.to_owned(),
                         });
                     }
-                    None => {
+                    None if !still_free().await? => {
                         return Err(StoreError::Unconfirmed {
                             key: key.to_owned(),
                         });
                     }
+                    None => {}
                 }
             }
             self.try_create(key, bytes.clone()).await

@@ -60,7 +60,7 @@ pub enum SlotWrite {
     /// The slot is empty after a create of ours whose outcome was unknown, and the chain went
     /// on past it (the hint points beyond it, or the run was retired): gc may have collected
     /// a write of ours there, so the slot stays empty. The writer was overtaken.
-    Passed(HintView),
+    Passed,
 }
 
 /// What a writer knows of its chain's hint, to move it without reading it first.
@@ -235,38 +235,31 @@ impl Chain {
     /// Creates slot `n`, never filling it a second time. gc may delete a slot its writer
     /// filled once the chain went on past it (see `gc.rs`), so a create whose earlier attempt
     /// may have landed (`may_have_landed`: an earlier call's; or a lost response within this
-    /// one) reads the slot first, and an empty slot is created again only after the hint
-    /// shows nothing was collected there: gc deletes a slot only below a snapshot the hint
-    /// already points at, or after marking the run retired.
+    /// one) reads the slot first, and an empty slot is created again only while the hint
+    /// shows nothing can have been collected there: gc deletes a slot only below a snapshot
+    /// the hint already points at, or after marking the run retired.
     pub async fn create(
         &self,
         n: u64,
         bytes: bytes::Bytes,
         may_have_landed: bool,
     ) -> Result<SlotWrite, StoreError> {
-        let key = self.key(n);
-        let mut verify = may_have_landed;
-        for _ in 0..PROBE_ROUNDS {
-            match self.store.create_slot(&key, bytes.clone(), verify).await {
-                Ok(_) => return Ok(SlotWrite::Created),
-                Err(StoreError::AlreadyExists { .. }) => return Ok(SlotWrite::Taken),
-                Err(StoreError::Unconfirmed { .. }) => {}
-                Err(other) => return Err(other),
-            }
-            match self.read_hint().await? {
-                Some(hint) if hint.retired || hint.generation > n => {
-                    return Ok(SlotWrite::Passed(hint));
-                }
-                // Never collected, so nothing of ours landed there: safe to create.
-                _ => verify = false,
-            }
+        let still_free = || async {
+            Ok(match self.read_hint().await? {
+                Some(hint) => !hint.retired && hint.generation <= n,
+                None => true,
+            })
+        };
+        match self
+            .store
+            .create_slot(&self.key(n), bytes, may_have_landed, still_free)
+            .await
+        {
+            Ok(_) => Ok(SlotWrite::Created),
+            Err(StoreError::AlreadyExists { .. }) => Ok(SlotWrite::Taken),
+            Err(StoreError::Unconfirmed { .. }) => Ok(SlotWrite::Passed),
+            Err(other) => Err(other),
         }
-        Err(StoreError::Unavailable {
-            op: "create",
-            key,
-            attempts: PROBE_ROUNDS,
-            message: "the slot stayed empty and unconfirmed".into(),
-        })
     }
 
     /// The newest generation number, found without a LIST (see [`Chain::locate`]). A retired

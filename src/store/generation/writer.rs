@@ -16,20 +16,6 @@ use crate::store::Store;
 /// How often a takeover retries its fence when the old writer keeps slipping commits in.
 const FENCE_ATTEMPTS: usize = 8;
 
-/// What a commit writes: a delta or a snapshot as the policy says, or always a snapshot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Shape {
-    /// A delta, or a snapshot when the [`SnapshotPolicy`] calls for one.
-    Policy,
-    /// A snapshot: a new run's first generation.
-    Snapshot,
-    /// A takeover's fence: a snapshot, so a recovery pinned to it reads one object rather
-    /// than the snapshot before it and every delta since. The hint is left where it is (a
-    /// best-effort pointer, two requests per takeover): the pin names the fence, and a
-    /// fenced run is not written again.
-    Fence,
-}
-
 /// Commits a run's facts as generations, holding one lease epoch.
 #[derive(Debug)]
 pub struct RunWriter {
@@ -57,8 +43,8 @@ pub struct RunWriter {
     /// What this writer knows of the head hint, so the next snapshot moves it without
     /// reading it first.
     hint: HintState,
-    /// A slot this writer's create left with an unknown outcome (the store gave up on it):
-    /// the next create there reads it first (see `Chain::create`).
+    /// A slot this writer's create left with an unknown outcome (it failed, maybe after an
+    /// attempt landed): the next create there reads it first (see `Chain::create`).
     unsure: Option<u64>,
 }
 
@@ -116,7 +102,7 @@ impl RunWriter {
             unsure: None,
         };
         let facts = state.into_facts();
-        match writer.commit_facts(facts, Shape::Snapshot).await {
+        match writer.commit_facts(facts, true).await {
             Err(GenerationError::Fenced { .. } | GenerationError::Conflict { .. }) => {
                 // Generation 1 of a retired run stays forever (an epoch's first slot), so a
                 // retired ID lands here; say so rather than "exists".
@@ -192,7 +178,7 @@ impl RunWriter {
                 // Our own epoch already fenced this run (a restart of the same holding).
                 return Ok(writer);
             }
-            match writer.commit_facts(Vec::new(), Shape::Fence).await {
+            match writer.commit_facts(Vec::new(), false).await {
                 Ok(()) => {
                     // The fence went into the slot after the newest generation loaded. If the
                     // old writer moved on to a newer snapshot meanwhile and gc freed that slot
@@ -261,14 +247,10 @@ impl RunWriter {
         if facts.is_empty() {
             return Ok(());
         }
-        self.commit_facts(facts, Shape::Policy).await
+        self.commit_facts(facts, false).await
     }
 
-    async fn commit_facts(
-        &mut self,
-        facts: Vec<Fact>,
-        shape: Shape,
-    ) -> Result<(), GenerationError> {
+    async fn commit_facts(&mut self, facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
         // A commit dropped mid-write (its caller was cancelled) left the state holding facts
         // that may or may not have landed; committing on top would write a generation whose
         // seqs do not follow the landed ones. Only a fresh load knows.
@@ -305,7 +287,7 @@ impl RunWriter {
             }
         }
         self.in_flight = true;
-        let written = self.write(new_facts, shape).await;
+        let written = self.write(new_facts, first).await;
         self.in_flight = false;
         if written.is_err() {
             self.roll_back()?;
@@ -329,15 +311,15 @@ impl RunWriter {
     /// slot: a delta, or a snapshot of the whole run when the policy says so. If the slot turns
     /// out to hold a generation this writer wrote earlier (a lost acknowledgement), it is
     /// adopted and the facts it lacks go into the slot after it.
-    async fn write(&mut self, new_facts: Vec<Fact>, shape: Shape) -> Result<(), GenerationError> {
-        let (mut new_facts, mut shape) = (new_facts, shape);
+    async fn write(&mut self, new_facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
+        let (mut new_facts, mut first) = (new_facts, first);
         // Each turn either lands or adopts a slot and moves past it; only slots this writer
         // wrote are adopted, so the loop ends.
         loop {
-            match self.write_slot(new_facts, shape).await? {
+            match self.write_slot(new_facts, first).await? {
                 None => return Ok(()),
                 Some(remaining) if remaining.is_empty() => return Ok(()),
-                Some(remaining) => (new_facts, shape) = (remaining, Shape::Policy),
+                Some(remaining) => (new_facts, first) = (remaining, false),
             }
         }
     }
@@ -347,7 +329,7 @@ impl RunWriter {
     async fn write_slot(
         &mut self,
         new_facts: Vec<Fact>,
-        shape: Shape,
+        first: bool,
     ) -> Result<Option<Vec<Fact>>, GenerationError> {
         let n = self.generation + 1;
         let encode = |facts: &[Fact]| {
@@ -359,7 +341,7 @@ impl RunWriter {
         // Each payload is encoded once: the lines give its size, its digest and, when
         // sealing, the plaintext.
         let (new_lines, new_digest) = encode(&new_facts)?;
-        let snapshot = shape != Shape::Policy
+        let snapshot = first
             || self.delta_count + 1 >= self.policy.max_deltas
             || (self.delta_count + 1 >= self.policy.min_deltas
                 && self.delta_bytes + new_lines.len() as u64 >= 2 * self.snapshot_bytes);
@@ -417,33 +399,24 @@ impl RunWriter {
             Ok(SlotWrite::Taken) => {
                 let (ours, size) = self.occupied(n, &key).await?;
                 self.newest_digest = None;
-                return self.adopt(n, &key, ours, size, shape).await.map(Some);
+                return self.adopt(n, &key, ours, size).await.map(Some);
             }
-            Ok(SlotWrite::Passed(_)) => return Err(self.overtaken(n, &key).await),
+            Ok(SlotWrite::Passed) => return Err(self.overtaken(n, &key).await),
             Err(other) => {
-                if other.is_transient() {
-                    self.unsure = Some(n);
-                }
+                // Whatever failed, an attempt may have landed before it.
+                self.unsure = Some(n);
                 return Err(other.into());
             }
         }
         self.newest_digest = Some(object_digest);
-        self.landed(n, snapshot, size, epoch_starts, shape).await;
+        self.landed(n, snapshot, size, epoch_starts).await;
         Ok(None)
     }
 
     /// Bookkeeping after generation `n` (of `size` bytes) is known to be in the chain, written
     /// by this writer or adopted after a lost response: the committed prefix, the epoch
-    /// starts, the snapshot counters, and the head hint for a snapshot (best effort; not for
-    /// a fence, see [`Shape::Fence`]).
-    async fn landed(
-        &mut self,
-        n: u64,
-        snapshot: bool,
-        size: u64,
-        epoch_starts: Vec<(Epoch, u64)>,
-        shape: Shape,
-    ) {
+    /// starts, the snapshot counters, and the head hint for a snapshot (best effort).
+    async fn landed(&mut self, n: u64, snapshot: bool, size: u64, epoch_starts: Vec<(Epoch, u64)>) {
         self.generation = n;
         self.unsure = None;
         self.committed = self.state.last_seq();
@@ -453,9 +426,6 @@ impl RunWriter {
             self.snapshot_bytes = size;
             self.delta_count = 0;
             self.delta_bytes = 0;
-            if shape == Shape::Fence {
-                return;
-            }
             match self.chain.advance_hint_from(n, &self.hint).await {
                 Ok(known) => self.hint = known,
                 Err(error) => {
@@ -556,7 +526,6 @@ impl RunWriter {
         key: &str,
         ours: Generation,
         size: u64,
-        shape: Shape,
     ) -> Result<Vec<Fact>, GenerationError> {
         let discontinuous = |reason: String| GenerationError::Discontinuous {
             key: key.to_owned(),
@@ -587,8 +556,7 @@ impl RunWriter {
                     error,
                 })?;
         }
-        self.landed(n, ours.snapshot, size, ours.epoch_starts, shape)
-            .await;
+        self.landed(n, ours.snapshot, size, ours.epoch_starts).await;
         let mut remaining = Vec::new();
         for fact in pending {
             match self.state.apply(fact.clone()) {
