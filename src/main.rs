@@ -117,7 +117,8 @@ enum Command {
         takeover: bool,
         /// Wait until the recoveries finished, including those admitted otherwise (by the
         /// coordinator, or an earlier run); exits non-zero if one was dead-lettered or is
-        /// parked waiting for an answer.
+        /// parked waiting for an answer. A store that stops answering is waited through for
+        /// up to 5 minutes.
         #[arg(long)]
         wait: bool,
         /// Resume even if the worker's configuration differs from the run's.
