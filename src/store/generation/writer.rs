@@ -397,11 +397,23 @@ impl RunWriter {
         match self.chain.create(n, bytes, self.unsure == Some(n)).await {
             Ok(SlotWrite::Created) => {}
             Ok(SlotWrite::Taken) => {
-                let (ours, size) = self.occupied(n, &key).await?;
+                let (ours, size) = match self.occupied(n, &key).await {
+                    Ok(occupied) => occupied,
+                    Err(error) => {
+                        // The slot may have been ours and be gone by the next commit.
+                        self.unsure = Some(n);
+                        return Err(error);
+                    }
+                };
                 self.newest_digest = None;
                 return self.adopt(n, &key, ours, size).await.map(Some);
             }
-            Ok(SlotWrite::Passed) => return Err(self.overtaken(n, &key).await),
+            Ok(SlotWrite::Passed) => {
+                // Should telling who overtook us fail, a retried commit must not create the
+                // slot, which may have held our write.
+                self.unsure = Some(n);
+                return Err(self.overtaken(n, &key).await);
+            }
             Err(other) => {
                 // Whatever failed, an attempt may have landed before it.
                 self.unsure = Some(n);
