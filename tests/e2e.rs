@@ -152,6 +152,18 @@ confirm = {confirm}
     }
 }
 
+/// The lines `child` prints on its piped stdout, as they come.
+fn stdout_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let (said, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = said.send(line);
+        }
+    });
+    heard
+}
+
 fn sigterm(child: &mut Child) -> std::process::ExitStatus {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -735,13 +747,7 @@ async fn recover_all_admits_interrupted_runs() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = std::io::BufRead::lines(std::io::BufReader::new(waiting.stdout.take().unwrap()));
-    let (said, heard) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            let _ = said.send(line);
-        }
-    });
+    let heard = stdout_lines(&mut waiting);
     let mut seen = Vec::new();
     while !seen
         .iter()
@@ -803,13 +809,7 @@ async fn recover_wait_rides_out_a_store_outage() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = std::io::BufRead::lines(std::io::BufReader::new(waiting.stdout.take().unwrap()));
-    let (said, heard) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            let _ = said.send(line);
-        }
-    });
+    let heard = stdout_lines(&mut waiting);
     let mut seen = Vec::new();
     let mut until = |wanted: &str, timeout: Duration| {
         while !seen.iter().any(|l: &String| l.contains(wanted)) {
