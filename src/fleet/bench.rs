@@ -584,18 +584,25 @@ pub async fn host(
         holder: Arc::clone(&holder),
         stop: Arc::new(AtomicBool::new(false)),
     };
-    let node = &node;
+    // Each run is a task of its own, as a host serving many runs spawns them: one run's
+    // fsync or model call does not hold up the others.
+    let node = Arc::new(node);
+    let mut running = tokio::task::JoinSet::new();
+    for i in 0..runs {
+        let (node, run) = (
+            Arc::clone(&node),
+            RunId::new(format!("{prefix}-run-{i:04}")),
+        );
+        running.spawn(async move {
+            match node.start_run(&run, None, "Record every step.").await {
+                Ok(Stopped::Finished(_)) => {}
+                Ok(other) => tracing::warn!(run_id = %run, ?other, "stopped early"),
+                Err(error) => tracing::warn!(run_id = %run, %error, "failed"),
+            }
+        });
+    }
     holder
-        .while_beating(
-            futures::stream::iter(0..runs).for_each_concurrent(None, |i| async move {
-                let run = RunId::new(format!("{prefix}-run-{i:04}"));
-                match node.start_run(&run, None, "Record every step.").await {
-                    Ok(Stopped::Finished(_)) => {}
-                    Ok(other) => tracing::warn!(run_id = %run, ?other, "stopped early"),
-                    Err(error) => tracing::warn!(run_id = %run, %error, "failed"),
-                }
-            }),
-        )
+        .while_beating(async move { while running.join_next().await.is_some() {} })
         .await?;
     Ok(())
 }

@@ -250,7 +250,8 @@ impl LogDir {
 
     /// Opens the run's log for appending, holding its lock.
     pub fn open_log(&self, run_id: &str) -> Result<(FactLog, Contents), LogError> {
-        FactLog::open(self.path_for(run_id))
+        let path = self.path_for(run_id);
+        blocking(|| FactLog::open(path))
     }
 
     /// Deletes a run's log, e.g. before reseeding it from a checkpoint. Holding the lock
@@ -258,26 +259,47 @@ impl LogDir {
     /// read, so a corrupt log can be replaced too.
     pub fn remove_log(&self, run_id: &str) -> Result<(), LogError> {
         let path = self.path_for(run_id);
-        let file = match options().open(&path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(source) => {
-                return Err(LogError::Io {
-                    path,
-                    action: "open",
-                    error: source,
-                });
-            }
-        };
-        lock(&path, &file)?;
-        fs::remove_file(&path).map_err(|source| LogError::Io {
-            path: path.clone(),
-            action: "remove",
-            error: source,
-        })?;
-        sync_dir(&path)?;
-        drop(file);
-        Ok(())
+        blocking(|| remove_locked(path))
+    }
+}
+
+/// [`LogDir::remove_log`] of the log at `path`.
+fn remove_locked(path: PathBuf) -> Result<(), LogError> {
+    let file = match options().open(&path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(LogError::Io {
+                path,
+                action: "open",
+                error: source,
+            });
+        }
+    };
+    lock(&path, &file)?;
+    fs::remove_file(&path).map_err(|source| LogError::Io {
+        path: path.clone(),
+        action: "remove",
+        error: source,
+    })?;
+    sync_dir(&path)?;
+    drop(file);
+    Ok(())
+}
+
+/// Runs a log's blocking file work (open, write, fsync) without holding up the other tasks
+/// of a multi-threaded tokio runtime: its worker thread hands them to another thread for the
+/// duration (`block_in_place`). An fsync on a busy disk takes milliseconds, and a fleet
+/// process runs on two worker threads: done inline, every commit of every run on the node
+/// waited behind it. Outside a runtime, and on a current-thread one (the simulation's,
+/// which must replay the same way every time and cannot hand tasks off), it runs inline.
+fn blocking<T>(io: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(io)
+        }
+        _ => io(),
     }
 }
 
@@ -407,7 +429,7 @@ impl FactLog {
         if buffer.is_empty() {
             return Ok(());
         }
-        self.write_synced(&buffer)?;
+        blocking(|| self.write_synced(&buffer))?;
         self.next_seq = expected;
         Ok(())
     }
@@ -631,4 +653,32 @@ fn scan<E: From<LogError>>(
         good_len,
         missing_newline: missing_newline && torn_tail.is_none(),
     })
+}
+
+#[cfg(test)]
+mod blocking_tests {
+    use super::blocking;
+    use std::time::Duration;
+
+    // A log's fsync on the only worker thread must not stop the runtime's other tasks: the
+    // other task here can answer only if the blocked thread handed it on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn blocking_log_work_leaves_the_runtime_to_other_tasks() {
+        let waited = tokio::spawn(async {
+            let (answer, question) = std::sync::mpsc::channel();
+            let other = tokio::spawn(async move { answer.send(()).is_ok() });
+            let got = blocking(|| question.recv_timeout(Duration::from_secs(10)));
+            (got, other.await.unwrap())
+        })
+        .await
+        .unwrap();
+        assert_eq!(waited, (Ok(()), true), "the other task never ran");
+    }
+
+    // On a current-thread runtime (the simulation's) there is nobody to hand tasks to: the work
+    // runs inline, without the panic `block_in_place` would raise there.
+    #[tokio::test(flavor = "current_thread")]
+    async fn on_a_current_thread_runtime_it_runs_inline() {
+        assert_eq!(blocking(|| 7), 7);
+    }
 }
