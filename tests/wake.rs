@@ -98,13 +98,31 @@ impl Fleet {
 
     /// [`Fleet::worker_until`] with `slots` recoveries at once and a queue of `queue`.
     async fn worker_with(&mut self, id: &str, stop: Arc<AtomicBool>, slots: u32, queue: u32) {
+        let store = self.store.clone();
+        self.worker_running(store, id, stop, slots, queue).await;
+    }
+
+    /// [`Fleet::worker_with`] on its own view of the bucket.
+    async fn worker_on(&mut self, store: Store, id: &str, slots: u32, queue: u32) {
+        let stop = Arc::clone(&self.stop);
+        self.worker_running(store, id, stop, slots, queue).await;
+    }
+
+    async fn worker_running(
+        &mut self,
+        store: Store,
+        id: &str,
+        stop: Arc<AtomicBool>,
+        slots: u32,
+        queue: u32,
+    ) {
         let mut options = WorkerOptions::new(id, slots, TTL);
         options.queue = queue;
         options.poll_interval = TIMER;
         options.idle_ttl = Some(TIMER * 10);
         options.wake = Some(Self::endpoint().await);
         let logs = LogDir::open(self.dir.path().join(id)).unwrap();
-        let (store, agent) = (self.store.clone(), self.agent.clone());
+        let agent = self.agent.clone();
         self.tasks.push(tokio::spawn(async move {
             let stats = Arc::new(WorkerStats::default());
             worker::run(store, agent, logs, options, stop, stats)
@@ -538,4 +556,87 @@ async fn a_worker_whose_registration_was_removed_registers_again() {
     assert!(wait(true).await, "the worker did not register again");
     fleet.stop.store(true, Ordering::SeqCst);
     worker.await.unwrap();
+}
+
+// Proves a worker's slot takes the next recovery as soon as a run stops, not once that run's
+// outcome is written: with one slot and two recoveries, the second runs to the end while
+// the first's finish is held (its compare-and-swap paused right after its read, on the
+// worker's view of a local-directory store). Before, the slot stayed taken until the outcome
+// was written, and the second waited behind two writes per recovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_takes_the_next_recovery_while_the_last_outcome_is_written() {
+    use rekindle::store::faults::{FaultPlan, FaultyStore};
+    use rekindle::store::{Backend, RetryPolicy};
+    let mut fleet = Fleet::with_tool(r#"["sleep", "1"]"#);
+    let root = fleet.dir.path().join("bucket");
+    std::fs::create_dir_all(&root).unwrap();
+    let local = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root).unwrap());
+    let open = |inner: Arc<dyn object_store::ObjectStore>| {
+        Store::from_parts(
+            inner,
+            Backend::Local { root: root.clone() },
+            "file://slots",
+            "",
+            RetryPolicy::default(),
+            SystemClock::shared(),
+        )
+    };
+    fleet.store = open(local.clone());
+    let faulty = FaultyStore::new(local, FaultPlan::default(), 7);
+    fleet.coordinator().await;
+    fleet
+        .worker_on(open(faulty.clone()), "one-slot", 1, 1)
+        .await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let runs = [RunId::new("slot-a"), RunId::new("slot-b")];
+    for run in &runs {
+        fleet.interrupted_run(run, false).await;
+    }
+    let ids = runs.each_ref().map(recovery_id_for);
+    let read = |id: &RecoveryId| {
+        let (store, id) = (fleet.store.clone(), id.clone());
+        async move { recovery::read(&store, &id).await.unwrap().map(|(r, _)| r) }
+    };
+    // One runs (its tool sleeps a second), the other waits in the worker's queue.
+    let waited = Stopwatch::start();
+    let (running, queued) = loop {
+        let states = [read(&ids[0]).await, read(&ids[1]).await].map(|r| r.map(|r| r.state));
+        match states {
+            [Some(RecoveryState::Running), Some(RecoveryState::Admitted)] => {
+                break (ids[0].clone(), ids[1].clone());
+            }
+            [Some(RecoveryState::Admitted), Some(RecoveryState::Running)] => {
+                break (ids[1].clone(), ids[0].clone());
+            }
+            _ => {}
+        }
+        assert!(
+            waited.elapsed() < LIMIT,
+            "never one running, one queued: {states:?}"
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    };
+    // The worker's next read of the running recovery's record is its finish's swap.
+    let gate = faulty.pause_after_read(&format!("/{running}"));
+    gate.reached().await;
+    let waited = Stopwatch::start();
+    loop {
+        let held = read(&running).await.unwrap();
+        assert_eq!(held.state, RecoveryState::Running, "{held:?}");
+        if read(&queued)
+            .await
+            .is_some_and(|r| r.state == RecoveryState::Finished)
+        {
+            break;
+        }
+        assert!(
+            waited.elapsed() < LIMIT,
+            "the queued recovery waited for the first one's outcome to be written: {:?}",
+            read(&queued).await
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    gate.release();
+    fleet.finished_within(&running, LIMIT).await;
+    fleet.stop().await;
 }

@@ -182,6 +182,10 @@ pub async fn run(
     let ended: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>> = Arc::default();
     // Set when an attempt that ran ends, so the loop wakes the coordinator to fill the slot.
     let freed = Arc::new(AtomicBool::new(false));
+    // Attempts whose run has stopped and which only record the outcome now: they hold no
+    // slot, so the next recovery waiting on this worker starts without waiting for those
+    // writes.
+    let reporting: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>> = Arc::default();
     let turns: Arc<Turns> = Arc::default();
     let mut since_check = crate::clock::Stopwatch::start();
     while !stop.load(Ordering::SeqCst) {
@@ -259,7 +263,8 @@ pub async fn run(
                     .collect();
                 let yielded = turns.yielded(&candidates);
                 candidates.sort_by_key(|id| yielded.contains(id));
-                let free = (options.concurrency as usize).saturating_sub(running.len());
+                let free =
+                    (options.concurrency as usize).saturating_sub(occupied(&running, &reporting));
                 turns
                     .waiting
                     .store(candidates.len() > free, Ordering::SeqCst);
@@ -275,6 +280,10 @@ pub async fn run(
                     let ended = Arc::clone(&ended);
                     let freed = Arc::clone(&freed);
                     let turns = Arc::clone(&turns);
+                    let slot = Slot {
+                        reporting: Arc::clone(&reporting),
+                        wakeup: wakeup.clone(),
+                    };
                     let offer = offers
                         .iter()
                         .position(|offer| offer.record.recovery_id == id)
@@ -287,7 +296,9 @@ pub async fn run(
                         id,
                         tokio::spawn(async move {
                             let (over, ran) =
-                                attempt(&node, &worker, &task_id, &stats, offer, &turns).await;
+                                attempt(&node, &worker, &task_id, &stats, offer, &turns, &slot)
+                                    .await;
+                            slot.ended(&task_id);
                             if over {
                                 ended
                                     .lock()
@@ -308,7 +319,7 @@ pub async fn run(
             }
             Err(error) => tracing::warn!(worker_id = %options.id, %error, "cannot read the inbox"),
         }
-        let in_flight = running.len() as f64;
+        let in_flight = occupied(&running, &reporting) as f64;
         crate::metrics::set(crate::metrics::WORKER_IN_FLIGHT, in_flight);
         crate::metrics::set(
             crate::metrics::WORKER_UTILIZATION,
@@ -520,6 +531,7 @@ async fn attempt(
     stats: &WorkerStats,
     offer: Option<(RecoveryRecord, ETag)>,
     turns: &Turns,
+    slot: &Slot,
 ) -> (bool, bool) {
     let store = &node.store;
     let mut ran = false;
@@ -663,6 +675,10 @@ async fn attempt(
                 )
             }
         };
+        if !again {
+            // Nothing more runs in this attempt: only its outcome is left to write.
+            slot.free(id);
+        }
         let finished = matches!(event, Event::Finish { .. });
         // The record as this attempt's start left it: nobody else changes a running attempt's
         // record but the coordinator abandoning it, and then the swap fails and is re-read.
@@ -689,6 +705,46 @@ async fn attempt(
             return (false, ran);
         }
     }
+}
+
+/// An attempt's slot on its worker, given up once its run has stopped.
+struct Slot {
+    reporting: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>>,
+    wakeup: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl Slot {
+    /// The attempt's run stopped and only its outcome is being written: the slot may take
+    /// the next recovery now (the loop is woken to start it).
+    fn free(&self, id: &RecoveryId) {
+        self.reporting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone());
+        if let Some(wakeup) = &self.wakeup {
+            wakeup.notify_one();
+        }
+    }
+
+    /// The attempt's task ends: a later attempt of the same recovery holds a slot again.
+    fn ended(&self, id: &RecoveryId) {
+        self.reporting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+}
+
+/// The slots taken: attempts in flight, less those only writing their outcome.
+fn occupied(
+    running: &BTreeMap<RecoveryId, tokio::task::JoinHandle<()>>,
+    reporting: &std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>,
+) -> usize {
+    let reporting = reporting.lock().unwrap_or_else(|e| e.into_inner());
+    running
+        .iter()
+        .filter(|(id, task)| !task.is_finished() && !reporting.contains(*id))
+        .count()
 }
 
 /// How many finished recovery IDs a worker remembers to count each once: enough for the
