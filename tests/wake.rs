@@ -618,7 +618,9 @@ async fn a_slot_takes_the_next_recovery_while_the_last_outcome_is_written() {
     };
     // The worker's next read of the running recovery's record is its finish's swap.
     let gate = faulty.pause_after_read(&format!("/{running}"));
-    gate.reached().await;
+    tokio::time::timeout(LIMIT, gate.reached())
+        .await
+        .expect("the running recovery's outcome was never written (or written before the gate)");
     let waited = Stopwatch::start();
     loop {
         let held = read(&running).await.unwrap();

@@ -584,6 +584,9 @@ pub async fn host(
         holder: Arc::clone(&holder),
         stop: Arc::new(AtomicBool::new(false)),
     };
+    // A host beats before its runs start (an index entry naming a heartbeat not yet written
+    // reads as a dead holder, which a coordinator fences at once).
+    holder.beat().await?;
     // Each run is a task of its own, as a host serving many runs spawns them: one run's
     // fsync or model call does not hold up the others.
     let node = Arc::new(node);
@@ -602,7 +605,16 @@ pub async fn host(
         });
     }
     holder
-        .while_beating(async move { while running.join_next().await.is_some() {} })
+        .while_beating(async move {
+            while let Some(joined) = running.join_next().await {
+                // A run that panicked takes the host down with it, as it would inline.
+                if let Err(error) = joined
+                    && error.is_panic()
+                {
+                    std::panic::resume_unwind(error.into_panic());
+                }
+            }
+        })
         .await?;
     Ok(())
 }

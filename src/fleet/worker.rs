@@ -281,6 +281,7 @@ pub async fn run(
                     let freed = Arc::clone(&freed);
                     let turns = Arc::clone(&turns);
                     let slot = Slot {
+                        id: id.clone(),
                         reporting: Arc::clone(&reporting),
                         wakeup: wakeup.clone(),
                     };
@@ -298,7 +299,8 @@ pub async fn run(
                             let (over, ran) =
                                 attempt(&node, &worker, &task_id, &stats, offer, &turns, &slot)
                                     .await;
-                            slot.ended(&task_id);
+                            // A later attempt of the same recovery holds a slot again.
+                            drop(slot);
                             if over {
                                 ended
                                     .lock()
@@ -677,7 +679,7 @@ async fn attempt(
         };
         if !again {
             // Nothing more runs in this attempt: only its outcome is left to write.
-            slot.free(id);
+            slot.free();
         }
         let finished = matches!(event, Event::Finish { .. });
         // The record as this attempt's start left it: nobody else changes a running attempt's
@@ -707,8 +709,11 @@ async fn attempt(
     }
 }
 
-/// An attempt's slot on its worker, given up once its run has stopped.
+/// An attempt's slot on its worker, given up once its run has stopped. Dropped when the
+/// attempt's task ends, however it ends (a panic too): a later attempt of the same recovery
+/// then holds a slot again.
 struct Slot {
+    id: RecoveryId,
     reporting: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>>,
     wakeup: Option<Arc<tokio::sync::Notify>>,
 }
@@ -716,22 +721,23 @@ struct Slot {
 impl Slot {
     /// The attempt's run stopped and only its outcome is being written: the slot may take
     /// the next recovery now (the loop is woken to start it).
-    fn free(&self, id: &RecoveryId) {
+    fn free(&self) {
         self.reporting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone());
+            .insert(self.id.clone());
         if let Some(wakeup) = &self.wakeup {
             wakeup.notify_one();
         }
     }
+}
 
-    /// The attempt's task ends: a later attempt of the same recovery holds a slot again.
-    fn ended(&self, id: &RecoveryId) {
+impl Drop for Slot {
+    fn drop(&mut self) {
         self.reporting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+            .remove(&self.id);
     }
 }
 
