@@ -459,3 +459,70 @@ fn bench_refuses_a_memory_store_and_bad_worker_counts() {
         );
     }
 }
+
+// Proves `recover --all --takeover` does not fail a batch on a run that had ended: its host
+// committed the end and died before leaving the index. The run is named as ended, its stale
+// entry leaves the index at once (before, it stayed until the coordinator waited out the
+// holder's TTL), and the command exits 0.
+#[test]
+fn recover_all_clears_a_run_that_had_already_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime.block_on(async {
+        use rekindle::core::record::{IndexEntry, Phase};
+        use rekindle::store::generation::{RunWriter, SnapshotPolicy};
+        use rekindle::store::{Store, StoreSettings, StoreUrl};
+        let url: StoreUrl = bucket.to_str().unwrap().parse().unwrap();
+        let store = Store::open(
+            &url,
+            &StoreSettings::default(),
+            rekindle::clock::SystemClock::shared(),
+        )
+        .await
+        .unwrap();
+        let mut random = SplitMix::new(3);
+        let mut builder = Builder::new("ended-1");
+        builder.step(&mut |bound| random.below(bound), true);
+        builder.finish(&mut |bound| random.below(bound));
+        let facts = builder.into_facts();
+        RunWriter::create(
+            &store,
+            facts,
+            rekindle::core::epoch::Epoch(1),
+            SnapshotPolicy::default(),
+        )
+        .await
+        .unwrap();
+        let run = rekindle::core::fact::RunId::new("ended-1");
+        let entry = IndexEntry::new(run, None, Phase::Running, "fp".into(), 1);
+        rekindle::fleet::lifecycle::host_started(&store, &entry)
+            .await
+            .unwrap();
+        store
+    });
+    let out = rekindle(&[
+        "recover",
+        "--all",
+        "--takeover",
+        "--store",
+        bucket.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("run ended-1: had already ended") && stdout.contains("nothing to recover"),
+        "{stdout}"
+    );
+    let left = runtime.block_on(rekindle::store::index::read(
+        &store,
+        &rekindle::core::fact::RunId::new("ended-1"),
+    ));
+    assert!(left.unwrap().is_none(), "the ended run is still indexed");
+}

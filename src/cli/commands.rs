@@ -341,25 +341,40 @@ pub(crate) async fn recover_all(
             if admitted.is_ok() {
                 waker.wake().await;
             }
-            let admitted = admitted.map(|record| {
-                println!(
-                    "recovery {} of run {}: pinned to generation {}",
-                    record.recovery_id, entry.run_id, record.source_generation
-                );
-                record.recovery_id
-            });
-            (entry.run_id, admitted.map_err(anyhow::Error::from))
+            let admitted = match admitted {
+                Ok(record) => {
+                    println!(
+                        "recovery {} of run {}: pinned to generation {}",
+                        record.recovery_id, entry.run_id, record.source_generation
+                    );
+                    Ok(Some(record.recovery_id))
+                }
+                // Its host committed the end and died before leaving the index (which the
+                // library has now cleared): nothing was lost and nothing is to be done.
+                Err(rekindle::Error::Recovery(recovery::RecoveryError::NothingToRecover {
+                    outcome, ..
+                })) => {
+                    println!(
+                        "run {}: had already ended ({outcome}) when its host stopped; nothing to recover",
+                        entry.run_id
+                    );
+                    Ok(None)
+                }
+                Err(error) => Err(anyhow::Error::from(error)),
+            };
+            (entry.run_id, admitted)
         }
     })
     .buffer_unordered(ADMISSION_CONCURRENCY)
-    .collect::<Vec<(RunId, anyhow::Result<RecoveryId>)>>();
+    .collect::<Vec<(RunId, anyhow::Result<Option<RecoveryId>>)>>();
     // The coordinator's address is looked up while the first admissions run.
     let ((), outcomes) = futures::join!(waker.prepare(), admitting);
     let mut admitted = Vec::new();
     let mut failed = 0;
     for (run, outcome) in outcomes {
         match outcome {
-            Ok(id) => admitted.push(id),
+            Ok(Some(id)) => admitted.push(id),
+            Ok(None) => {}
             Err(error) => {
                 eprintln!("run {run}: {error:#}");
                 failed += 1;

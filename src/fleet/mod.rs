@@ -976,6 +976,10 @@ pub async fn spawn_recovery(
 /// deterministic ID (`recovery-of-<run>`, as the coordinator names it), fencing the run now:
 /// the judgement already waited out its holder, so admission does not wait again. It wakes
 /// nobody: a batch wakes the coordinator through one [`wake::CoordinatorWaker`].
+///
+/// A run that turns out to have ended (its host committed the end, then died before leaving
+/// the index) is refused with [`RecoveryError::NothingToRecover`] and leaves the index here,
+/// as the coordinator's admission does, rather than a holder's TTL later.
 #[tracing::instrument(name = "admission", skip_all, fields(run_id = %run))]
 pub async fn recover_interrupted(
     store: &Store,
@@ -984,11 +988,14 @@ pub async fn recover_interrupted(
     force: bool,
 ) -> Result<RecoveryRecord> {
     let recovery_id = crate::core::assignment::recovery_id_for(run);
-    Ok(
-        admission::admit(store, holder, run, &recovery_id, force, Takeover::Now)
-            .await?
-            .record,
-    )
+    match admission::admit(store, holder, run, &recovery_id, force, Takeover::Now).await {
+        Ok(admitted) => Ok(admitted.record),
+        Err(ended @ Error::Recovery(recovery::RecoveryError::NothingToRecover { .. })) => {
+            lifecycle::host_finished(store, run).await?;
+            Err(ended)
+        }
+        Err(other) => Err(other),
+    }
 }
 
 /// Answers a parked run as a short-lived process does (`rekindle answer`): [`answer_run`]
