@@ -109,6 +109,10 @@ pub struct TickReport {
     /// Something changed that another tick should act on now (an admission to assign, a
     /// hand-back to re-offer, a worker that did not answer its wake-up).
     pub again: bool,
+    /// When the freshest record of a running recovery this tick took from its cache (rather
+    /// than reading it) is due to be read again: a worker that hands a recovery back changes
+    /// only its record, so a wake-up it sent is acted on once that record is read.
+    pub recheck: Option<Duration>,
 }
 
 /// The coordinator's memory between ticks: caches and liveness observations.
@@ -193,6 +197,8 @@ pub async fn run(
     // Ticks may follow each other at once while they make progress (admissions to assign),
     // up to a bound.
     let mut followed_up = 0;
+    // Whether the wait before this tick was cut short by a wake-up.
+    let mut woken = false;
     while !stop.load(Ordering::SeqCst) {
         if leading.is_none() {
             match holder
@@ -242,12 +248,18 @@ pub async fn run(
                     if !report.busy {
                         pause = options.idle_scan_interval;
                     }
+                    // Woken (a worker that handed a recovery back wakes it), but the running
+                    // records were taken from the cache: look again once they are due, not
+                    // a scan interval later.
+                    if woken && let Some(due) = report.recheck {
+                        pause = pause.min(due + Duration::from_millis(5));
+                    }
                 }
                 Err(error) => tracing::warn!(%error, "coordinator tick failed"),
             }
         }
         followed_up = 0;
-        wait_for_next_tick(&store, &options, &mut observer, pause, watching, &stop).await;
+        woken = wait_for_next_tick(&store, &options, &mut observer, pause, watching, &stop).await;
     }
     if let Some(readiness) = &options.readiness {
         readiness.draining();
@@ -262,7 +274,8 @@ pub async fn run(
 
 /// Waits `pause` for the next tick, cut short by a wake-up or a stop; while `watching`,
 /// lists the heartbeats every watch interval (and when a silent holder's TTL runs out) and
-/// ends the wait as soon as a watched holder is judged gone.
+/// ends the wait as soon as a watched holder is judged gone. Returns whether a wake-up (or
+/// the stop) cut the wait short.
 async fn wait_for_next_tick(
     store: &Store,
     options: &CoordinatorOptions,
@@ -270,13 +283,13 @@ async fn wait_for_next_tick(
     pause: Duration,
     watching: bool,
     stop: &AtomicBool,
-) {
+) -> bool {
     let wakeup = options.wake.as_ref().map(|(wakeup, _)| wakeup.as_ref());
     let started = crate::clock::Stopwatch::start();
     loop {
         let left = pause.saturating_sub(started.elapsed());
         if left.is_zero() {
-            return;
+            return false;
         }
         let mut wait = left;
         if watching && options.watch_interval < options.scan_interval {
@@ -292,11 +305,12 @@ async fn wait_for_next_tick(
                 wait = wait.min(until);
             }
         }
-        if crate::clock::sleep_unless(wait, stop, wakeup).await || wait == left {
-            return;
+        let cut_short = crate::clock::sleep_unless(wait, stop, wakeup).await;
+        if cut_short || wait == left {
+            return cut_short;
         }
         match watch(store, options, observer).await {
-            Ok(true) => return,
+            Ok(true) => return false,
             Ok(false) => {}
             Err(error) => tracing::debug!(%error, "cannot list the heartbeats"),
         }
@@ -507,7 +521,7 @@ async fn tick(
     }
     let versions: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
     // Records first: which workers run a recovery decides the TTL they are judged by.
-    let runs = observe_runs(store, observer, entries).await;
+    let (runs, recheck) = observe_runs(store, observer, entries).await;
     // A decline not seen before: its worker is stopping and has said so in its registration
     // (it writes that first), which is read now, so it is offered nothing more this tick.
     let declines: std::collections::BTreeSet<RecoveryId> = runs
@@ -687,6 +701,7 @@ async fn tick(
         watching: !observer.watched.is_empty(),
         again,
         actions,
+        recheck,
     })
 }
 
@@ -1145,9 +1160,10 @@ async fn observe_runs(
     store: &Store,
     observer: &mut Observer,
     entries: Vec<IndexEntry>,
-) -> Vec<RunView> {
+) -> (Vec<RunView>, Option<Duration>) {
     let sweep = observer.ticks_since_registrations == 0;
     let cache = &observer.records;
+    let mut recheck: Option<Duration> = None;
     let observed = futures::stream::iter(entries)
         .map(|entry| {
             // A cached record still describes the run unless its entry changed, it waits to
@@ -1167,6 +1183,12 @@ async fn observe_runs(
                         }
                 })
                 .map(|(_, known, read_at)| (known.clone(), *read_at));
+            if let Some(((record, _), read_at)) = &cached
+                && record.state == RecoveryState::Running
+            {
+                let due = RUNNING_REFRESH.saturating_sub(read_at.elapsed());
+                recheck = Some(recheck.map_or(due, |other| other.min(due)));
+            }
             observe_run(store, sweep, entry, cached)
         })
         .buffered(ACTION_CONCURRENCY)
@@ -1185,7 +1207,7 @@ async fn observe_runs(
     }
     // Only runs still in the index are remembered.
     observer.records = records;
-    runs
+    (runs, recheck)
 }
 
 /// One run's view, and its record's version and when it was read; `None` if its record
