@@ -58,10 +58,9 @@ pub async fn lease_to_watch(
 /// Order (each step safe to crash after): refuse an ID taken by another source or a source
 /// claimed by another ID; refuse, writing nothing, a source that ended, never started or
 /// does not exist; make sure the holder is gone (`takeover`); claim the source; fence it
-/// (take its lease at a higher epoch, write a fence generation), so nothing it might still
-/// commit escapes the pin; create the record pinned to the source's newest generation, then
-/// index the source as recovering, while the fencing lease is released. A replay finds the
-/// record and only releases and re-indexes.
+/// (take its lease at a higher epoch, write a fence generation, release), so nothing it might
+/// still commit escapes the pin; create the record pinned to the source's newest generation;
+/// index the source as recovering. A replay finds the record and only re-indexes.
 pub async fn admit(
     store: &Store,
     holder: &Arc<Holder>,
@@ -187,16 +186,10 @@ pub async fn admit(
                 None => recovery::admit(store, source, recovery_id, force).await,
             }
         };
-        // Record first, index entry second (the entry must never name a recovery whose
-        // record is not there yet); the fencing lease is released meanwhile, not before the
-        // entry (the fence generation already stops the old writer, and the claim later
-        // ones). A failed release fails the admission after both: its replay releases it.
-        let indexed = async {
-            let admission = pinned.await?;
-            sync_index(store, &admission.record).await?;
-            Ok::<_, Error>(admission)
-        };
-        let (released, admission) = futures::join!(holder.release(&held), indexed);
+        // The fencing lease is released while the record is written (one round trip, not
+        // two): the fence generation already stops the old writer, and the claim later ones.
+        // A failed release fails the admission after the record: its replay releases it.
+        let (released, admission) = futures::join!(holder.release(&held), pinned);
         let admission = admission?;
         released.map_err(LifecycleError::from)?;
         Ok::<_, Error>(admission)
@@ -221,6 +214,7 @@ pub async fn admit(
             return Err(error);
         }
     };
+    sync_index(store, &admission.record).await?;
     if admission.created {
         crate::metrics::count(crate::metrics::RECOVERIES_ADMITTED);
     }
