@@ -253,6 +253,19 @@ async fn an_admission_is_assigned_at_once_and_skips_a_deaf_worker() {
 // wake-up endpoint it watches; every timer is a minute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recovery_offered_again_to_the_same_worker_wakes_it() {
+    offered_again_wakes_the_worker(false).await;
+}
+
+// Proves the same when the coordinator read the record while the attempt ran, less than a
+// second before the failure: its woken tick finds the running record fresh in its cache and
+// must look again once it is due, not a scan interval (here a minute) later. (Under load this
+// happened by chance, and the test above failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_back_right_after_a_look_at_the_running_record_is_seen() {
+    offered_again_wakes_the_worker(true).await;
+}
+
+async fn offered_again_wakes_the_worker(seen_running: bool) {
     use rekindle::core::lifecycle::Event;
     use rekindle::fleet::lifecycle;
 
@@ -303,6 +316,14 @@ async fn a_recovery_offered_again_to_the_same_worker_wakes_it() {
     )
     .await
     .unwrap();
+    if seen_running {
+        // The coordinator reads the record while the attempt runs (a tick between the start
+        // and the failure), so its next tick finds it fresh in its cache.
+        wake::poke(fleet.coordinator_url.as_deref().unwrap())
+            .await
+            .unwrap();
+        rekindle::clock::sleep(Duration::from_millis(300)).await;
+    }
     let again = woken("for the second offer");
     lifecycle::transition(
         &fleet.store,
