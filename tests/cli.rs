@@ -15,6 +15,19 @@ fn rekindle(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Opens (creating) a local-directory store at `bucket`, as the CLI would.
+async fn open_store(bucket: &Path) -> rekindle::store::Store {
+    use rekindle::store::{Store, StoreSettings, StoreUrl};
+    let url: StoreUrl = bucket.to_str().unwrap().parse().unwrap();
+    Store::open(
+        &url,
+        &StoreSettings::default(),
+        rekindle::clock::SystemClock::shared(),
+    )
+    .await
+    .unwrap()
+}
+
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/interrupted-run.jsonl")
 }
@@ -375,15 +388,7 @@ fn demo_needs_a_worker_and_recover_all_fails_when_an_admission_fails() {
         .unwrap();
     runtime.block_on(async {
         use rekindle::core::record::{IndexEntry, Phase};
-        use rekindle::store::{Store, StoreSettings, StoreUrl};
-        let url: StoreUrl = bucket.to_str().unwrap().parse().unwrap();
-        let store = Store::open(
-            &url,
-            &StoreSettings::default(),
-            rekindle::clock::SystemClock::shared(),
-        )
-        .await
-        .unwrap();
+        let store = open_store(&bucket).await;
         // An interrupted run (no holder) whose only generation is damaged: it cannot be
         // admitted.
         let run = rekindle::core::fact::RunId::new("cor-1");
@@ -475,15 +480,7 @@ fn recover_all_clears_a_run_that_had_already_ended() {
     let store = runtime.block_on(async {
         use rekindle::core::record::{IndexEntry, Phase};
         use rekindle::store::generation::{RunWriter, SnapshotPolicy};
-        use rekindle::store::{Store, StoreSettings, StoreUrl};
-        let url: StoreUrl = bucket.to_str().unwrap().parse().unwrap();
-        let store = Store::open(
-            &url,
-            &StoreSettings::default(),
-            rekindle::clock::SystemClock::shared(),
-        )
-        .await
-        .unwrap();
+        let store = open_store(&bucket).await;
         let mut random = SplitMix::new(3);
         let mut builder = Builder::new("ended-1");
         builder.step(&mut |bound| random.below(bound), true);
