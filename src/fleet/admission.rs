@@ -189,6 +189,8 @@ pub async fn admit(
         // The fencing lease is released while the record is written (one round trip, not
         // two): the fence generation already stops the old writer, and the claim later ones.
         // A failed release fails the admission after the record: its replay releases it.
+        // The index entry waits for the release: once it says recovering, neither the
+        // coordinator nor `recover --all` admits the source again, so nothing would replay.
         let (released, admission) = futures::join!(holder.release(&held), pinned);
         let admission = admission?;
         released.map_err(LifecycleError::from)?;
