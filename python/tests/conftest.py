@@ -111,6 +111,14 @@ def wait_for(what, check, timeout=60.0, interval=0.1):
         time.sleep(interval)
 
 
+def recorded_finished(store: rekindle.Store, recovery_id: str):
+    """The recovery's record once it says finished. Its worker writes it after the run's
+    terminal commit (and gives the slot to the next recovery first), so a run seen ended
+    may still have a record that says running for a moment."""
+    record = store.recovery(recovery_id)
+    return record if record and record["state"] == "finished" else None
+
+
 def finished(store: rekindle.Store, run_id: str):
     """The run's terminal fact once it has one (None while it runs or does not exist yet)."""
     try:

@@ -17,7 +17,7 @@ import pytest
 
 import rekindle
 from agent_proc import config, make_tools, model
-from conftest import finished, wait_for
+from conftest import finished, recorded_finished, wait_for
 
 
 def audit(lines, run_id, steps, interruptions):
@@ -45,8 +45,10 @@ def test_host_killed_mid_run_is_finished_by_a_python_worker(store_url, fleet_for
     assert counts["call_3_1"] == 2 and sum(counts.values()) == 6, counts
     epochs = {line["epoch"] for line in fleet.ledger_lines() if line["call"] == "call_3_1"}
     assert len(epochs) == 2, "the repeat runs at a new epoch, so downstream can tell"
-    record = store.recovery("recovery-of-run-1")
-    assert record["source_run"] == "run-1" and record["state"] == "finished", record
+    record = wait_for(
+        "the recovery's record", lambda: recorded_finished(store, "recovery-of-run-1")
+    )
+    assert record["source_run"] == "run-1", record
     # A graceful stop: SIGTERM reaches the worker's handler, which calls stop().
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0, fleet.log(worker)
@@ -79,6 +81,7 @@ def test_the_same_recovery_id_admitted_twice_executes_once(local_url, fleet_for)
     fleet.coordinator()
     fleet.worker()
     assert wait_for("the recovery", lambda: finished(store, "my-recovery"))["outcome"] == "completed"
+    wait_for("the recovery's record", lambda: recorded_finished(store, "my-recovery"))
     # Replayed after it finished: the same record, nothing runs again.
     again = store.spawn_recovery("run-2", "my-recovery", takeover=True)
     assert again["recovery_id"] == "my-recovery" and again["state"] == "finished", again
