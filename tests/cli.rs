@@ -15,6 +15,14 @@ fn rekindle(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// A runtime for the store setup a test does before running the binary.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Opens (creating) a local-directory store at `bucket`, as the CLI would.
 async fn open_store(bucket: &Path) -> rekindle::store::Store {
     use rekindle::store::{Store, StoreSettings, StoreUrl};
@@ -382,10 +390,7 @@ fn demo_needs_a_worker_and_recover_all_fails_when_an_admission_fails() {
 
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         use rekindle::core::record::{IndexEntry, Phase};
         let store = open_store(&bucket).await;
@@ -473,10 +478,7 @@ fn bench_refuses_a_memory_store_and_bad_worker_counts() {
 fn recover_all_clears_a_run_that_had_already_ended() {
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let store = runtime.block_on(async {
         use rekindle::core::record::{IndexEntry, Phase};
         use rekindle::store::generation::{RunWriter, SnapshotPolicy};
