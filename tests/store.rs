@@ -793,6 +793,53 @@ async fn commit_costs_one_put(store: Store) {
     assert_eq!(spent.list, 0, "{spent:?}");
 }
 
+/// A load finds the newest generation from the hint (the newest snapshot) by reading the
+/// slots after it at once: at every distance from the snapshot it loads the whole run, lists
+/// nothing, and near the snapshot (the usual case) it reads the hint twice and one window of
+/// four slots, which double as the generations it loads (six GETs, no HEAD).
+async fn a_load_probes_from_the_hint(store: Store) {
+    let facts = sample::run("probe", 90, 17);
+    let run = RunId::new("probe");
+    let policy = SnapshotPolicy::default();
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), policy)
+        .await
+        .unwrap();
+    let mut distances = std::collections::BTreeSet::new();
+    for (committed, fact) in facts.iter().enumerate().skip(2) {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+        if writer.base() <= 1 {
+            continue;
+        }
+        let distance = writer.generation() - writer.base();
+        let before = store.metrics();
+        let loaded = generation::load(&store, &run, None).await.unwrap();
+        let spent = store.metrics().since(&before);
+        assert_eq!(
+            loaded.generation,
+            writer.generation(),
+            "distance {distance}"
+        );
+        assert_eq!(loaded.state.facts(), &facts[..=committed]);
+        assert_eq!((spent.list, spent.head), (0, 0), "{spent:?}");
+        if distance <= 2 {
+            assert_eq!(spent.get, 6, "distance {distance}: {spent:?}");
+        } else {
+            // The window, the slots after it once each, and the exponential and binary
+            // probe's misses past the newest.
+            let misses = 2 * u64::from(u64::BITS - distance.leading_zeros());
+            assert!(
+                spent.get <= 2 + 4 + distance + misses,
+                "distance {distance}: {spent:?}"
+            );
+        }
+        distances.insert(distance);
+    }
+    assert!(
+        distances.contains(&0) && distances.iter().any(|&d| d > 4),
+        "the run covers loads at and far from a snapshot: {distances:?}"
+    );
+}
+
 /// A stale version never matches again, however fast same-sized rewrites come. (The local
 /// backend's own inode/mtime/size ETags could repeat after inode reuse within one timestamp
 /// tick; this machine's filesystem did not show it, but content-hash versions rule it out.)
@@ -838,6 +885,7 @@ macro_rules! conformance {
             conformance!(@case $open, index_scans);
             conformance!(@case $open, gc_keeps_fences);
             conformance!(@case $open, commit_costs_one_put);
+            conformance!(@case $open, a_load_probes_from_the_hint);
             conformance!(@case $open, stale_versions_never_match_again);
             conformance!(@case $open, gc_removes_finished_runs_but_keeps_fences);
         }

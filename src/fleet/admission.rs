@@ -69,14 +69,15 @@ pub async fn admit(
     force: bool,
     takeover: Takeover,
 ) -> crate::Result<Admitted> {
-    // The record, claim and recovery-ID checks only read; they go out at once (one round trip
-    // instead of three, which an outage's worth of admissions pays on a store with S3's
-    // latency). A replay is known from the record alone: the other reads are dropped then.
-    // The source is loaded after them, right before the claim, so a check that stalled cannot
-    // leave the fence working from a load older than the claim by the length of the stall.
-    // The claim is read first only before a wait for a silent holder, so that a source
-    // recovered under another ID is refused before a TTL of watching. With a takeover, the
-    // claim's own create-if-absent tells the same (one request fewer per admission).
+    // The record, claim and recovery-ID checks and the source's load only read; they go out
+    // at once (the load's three round trips overlap the checks' one, which an outage's worth
+    // of admissions pays on a store with S3's latency). A replay is known from the record
+    // alone: the other reads are dropped then. A load that aged while a check stalled is not
+    // used by the fence (see `FRESH_LOAD`); one that a commit overtook makes the fence's
+    // create-if-absent fail and reload. The claim is read first only before a wait for a
+    // silent holder, so that a source recovered under another ID is refused before a TTL of
+    // watching. With a takeover, the claim's own create-if-absent tells the same (one request
+    // fewer per admission).
     let as_run = RunId::new(recovery_id.as_str());
     let record_read = std::pin::pin!(recovery::read(store, recovery_id));
     let claim_read = async {
@@ -85,8 +86,16 @@ pub async fn admit(
             Takeover::Now => Ok(None),
         }
     };
-    let mut checks =
-        std::pin::pin!(async { futures::join!(claim_read, lease::read_lease(store, &as_run)) });
+    // The source as loaded here is handed to the fence, which only reloads it if a commit
+    // landed since (one load per admission, not three), or if the load has aged.
+    let load = async {
+        refuse_unrecoverable(store, source)
+            .await
+            .map(|loaded| loaded.map(|loaded| (loaded, crate::clock::Stopwatch::start())))
+    };
+    let mut checks = std::pin::pin!(async {
+        futures::join!(claim_read, lease::read_lease(store, &as_run), load)
+    });
     let (existing, checked) = match futures::future::select(record_read, checks.as_mut()).await {
         Either::Left((existing, _)) => (existing, None),
         Either::Right((checked, record_read)) => (record_read.await, Some(checked)),
@@ -110,7 +119,7 @@ pub async fn admit(
             created: false,
         });
     }
-    let (claimed, as_run_lease) = match checked {
+    let (claimed, as_run_lease, loaded) = match checked {
         Some(checked) => checked,
         None => checks.await,
     };
@@ -132,12 +141,7 @@ pub async fn admit(
         }
         .into());
     }
-    // The source as loaded here is handed to the fence, which only reloads it if a commit
-    // landed since (one load per admission, not three), or if the load has aged (see
-    // `FRESH_LOAD`).
-    let loaded = refuse_unrecoverable(store, source)
-        .await?
-        .map(|loaded| (loaded, crate::clock::Stopwatch::start()));
+    let loaded = loaded?;
     // The lease version judged free or silent: without a takeover, only that version may be
     // taken over (a holder that took the lease since is alive, not judged).
     let judged = match takeover {
@@ -147,7 +151,14 @@ pub async fn admit(
     // Claim, then fence, then pin: a writer that takes the source's lease after the fence
     // sees the claim and stops (see `fleet::answer_run`); one that committed before the
     // fence is in the pin; one still writing is fenced.
-    let claimed_now = recovery::claim(store, source, recovery_id).await?;
+    // The lease is read beside the claim (one round trip, not two): the takeover is a
+    // compare-and-swap on the version read, so a holder that moved it meanwhile makes the
+    // takeover fail, as it would after a read that followed the claim.
+    let (claimed_now, lease_now) = futures::join!(
+        recovery::claim(store, source, recovery_id),
+        lease::read_lease(store, source)
+    );
+    let claimed_now = claimed_now?;
     if !claimed_now && let Some((record, _)) = recovery::read(store, recovery_id).await? {
         // Another admission of this ID finished meanwhile (this one may have been paused):
         // fencing now would write to the source after its pin.
@@ -158,7 +169,7 @@ pub async fn admit(
         });
     }
     let admitted = async {
-        let (fenced, held) = fence(store, holder, source, judged.as_ref(), loaded)
+        let (fenced, held) = fence(store, holder, source, lease_now?, judged.as_ref(), loaded)
             .await
             .map_err(|error| match error {
                 alive @ LifecycleError::HolderAlive { .. } => alive,
@@ -312,12 +323,16 @@ pub async fn fence_source(
     holder: &Arc<Holder>,
     source: &RunId,
 ) -> crate::Result<()> {
-    let (_, held) = fence(store, holder, source, None, None).await?;
+    let lease_now = lease::read_lease(store, source)
+        .await
+        .map_err(LifecycleError::from)?;
+    let (_, held) = fence(store, holder, source, lease_now, None, None).await?;
     holder.release(&held).await?;
     Ok(())
 }
 
-/// [`fence_source`]; with `judged` (the lease version [`wait_until_silent`] judged free or
+/// [`fence_source`] from `lease_now`, the source's lease as read (after the claim, or beside
+/// it); with `judged` (the lease version [`wait_until_silent`] judged free or
 /// silent, `None` if there was no lease), a lease held under any other version belongs to a
 /// holder nobody judged: refuse ([`LifecycleError::HolderAlive`]) instead of taking it over.
 /// The takeover is a compare-and-swap on the version checked here, so the check holds.
@@ -329,10 +344,11 @@ async fn fence(
     store: &Store,
     holder: &Arc<Holder>,
     source: &RunId,
+    lease_now: Option<lease::LeaseView>,
     judged: Option<&Option<ETag>>,
     loaded: Option<(Loaded, crate::clock::Stopwatch)>,
 ) -> Result<(Option<RunWriter>, Held), LifecycleError> {
-    let held = match lease::read_lease(store, source).await? {
+    let held = match lease_now {
         Some(view) if !view.lease.released => {
             if let Some(judged) = judged
                 && judged.as_ref() != Some(&view.etag)

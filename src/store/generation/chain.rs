@@ -77,6 +77,12 @@ pub enum HintState {
 /// Slots a probe read whole, by number, for the load that follows it.
 pub(super) type Fetched = std::collections::BTreeMap<u64, crate::store::Object>;
 
+/// How many slots from the hint a load reads at once before probing on one at a time. Four
+/// costs no more requests than probing one by one when the newest generation is at most two
+/// past the hint (the probe reads the hinted slot, the next, the third and the second), and
+/// one round trip instead of up to four.
+const PROBE_WINDOW: u64 = 4;
+
 /// How often `Chain::locate` probes again when the hint moved past its result while it probed.
 const PROBE_ROUNDS: usize = 8;
 
@@ -308,13 +314,18 @@ impl Chain {
             if let Some(kept) = keep.as_deref_mut() {
                 kept.clear();
             }
-            let probed = if self.exists(start, &mut keep).await? {
-                Some(self.probe_keeping(start, &mut keep).await?)
-            } else if start == 1 {
-                None
-            } else {
-                tracing::warn!(base = %self.base, hint = start, "hinted generation missing; listing");
-                self.latest_by_listing().await?
+            let found = match keep.as_deref_mut() {
+                Some(kept) => self.probe_window(start, kept).await?,
+                None if self.exists(start, &mut None).await? => Some(self.probe_from(start).await?),
+                None => None,
+            };
+            let probed = match found {
+                Some(newest) => Some(newest),
+                None if start == 1 => None,
+                None => {
+                    tracing::warn!(base = %self.base, hint = start, "hinted generation missing; listing");
+                    self.latest_by_listing().await?
+                }
             };
             let again = self.read_hint().await?;
             let moved = match (&again, probed) {
@@ -335,6 +346,40 @@ impl Chain {
             attempts: PROBE_ROUNDS,
             message: "the hint kept moving past the newest generation found".into(),
         })
+    }
+
+    /// The newest generation from `start` on for a load, which reads every slot it probes
+    /// anyway: the first [`PROBE_WINDOW`] slots are read at once (one round trip where probing
+    /// them one by one takes up to four), and only a chain that fills the whole window is
+    /// probed on exponentially from its last slot. The answer is the slot before the first
+    /// one missing, and the slots up to it are kept for the load; `None` if `start` itself is
+    /// missing. Read at once, the answer is still the newest generation at one moment within
+    /// the reads: slots are created in order, so when the first missing slot was read either
+    /// its predecessor already existed, or it was created later, during the reads, and was the
+    /// newest then. A slot missing because gc deleted it moved the hint first, which the
+    /// caller's second hint read sees, as for a probe one slot at a time.
+    async fn probe_window(
+        &self,
+        start: u64,
+        kept: &mut Fetched,
+    ) -> Result<Option<u64>, StoreError> {
+        let read = futures::future::try_join_all((start..start + PROBE_WINDOW).map(|n| {
+            let key = self.key(n);
+            async move { self.store.read(&key).await }
+        }))
+        .await?;
+        let mut newest = None;
+        for (n, object) in (start..).zip(read) {
+            let Some(object) = object else { break };
+            kept.insert(n, object);
+            newest = Some(n);
+        }
+        match newest {
+            Some(last) if last == start + PROBE_WINDOW - 1 => {
+                Ok(Some(self.probe_keeping(last, &mut Some(kept)).await?))
+            }
+            other => Ok(other),
+        }
     }
 
     /// The newest generation, given that `known` exists.
