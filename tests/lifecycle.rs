@@ -1608,6 +1608,75 @@ async fn recover_all_leaves_alone_a_run_that_parked_while_it_watched() {
     assert_eq!(verdict("silent"), Some(Liveness::Interrupted), "{judged:?}");
 }
 
+// Found measuring `recover --all` after an outage: the watch looked at one holder after
+// another, a round trip per run before anything was admitted (20 s for a thousand runs on
+// S3, then as long again after the TTL). The looks now go out side by side: while the first
+// holder's heartbeat read is held, the others are read. `--takeover` looks at no holder.
+#[tokio::test]
+async fn recover_all_looks_at_the_holders_side_by_side() {
+    use object_store::memory::InMemory;
+    use rekindle::core::record::IndexEntry;
+    use rekindle::fleet::liveness::Watch;
+    use rekindle::store::faults::{FaultPlan, FaultyStore};
+    use std::sync::Arc;
+
+    use rekindle::store::{Backend, RetryPolicy};
+
+    let faulty = FaultyStore::new(Arc::new(InMemory::new()), FaultPlan::default(), 1);
+    // A held read is not cut short by an attempt timeout (a retry would let one look after
+    // another through too).
+    let patient = RetryPolicy {
+        attempt_timeout: Duration::from_secs(600),
+        ..common::fast_retry()
+    };
+    let store = Store::from_parts(
+        faulty.clone(),
+        Backend::Memory,
+        "memory://patient",
+        "",
+        patient,
+        rekindle::clock::SystemClock::shared(),
+    );
+    let mut entries = Vec::new();
+    for name in ["first", "second", "third"] {
+        let holder = Holder::new(&store, name, Duration::from_millis(300));
+        holder.beat().await.unwrap();
+        let mut entry = IndexEntry::new(RunId::new(name), None, Phase::Running, "fp".into(), 1);
+        entry.holder = Some(holder.heartbeat_key());
+        lifecycle::host_started(&store, &entry).await.unwrap();
+        entries.push(entry);
+    }
+    let gate = faulty.pause_after_read(&layout::heartbeat("first"));
+    let before = store.metrics();
+    let watching = tokio::spawn({
+        let (store, entries) = (store.clone(), entries.clone());
+        async move {
+            Watch::begin(&store, entries)
+                .await
+                .map(|watch| watch.runs())
+        }
+    });
+    gate.reached().await;
+    // The first look is held after its response arrived (it counts once released); the
+    // others are read meanwhile. One look after another would never get past the first.
+    let others = async {
+        while store.metrics().since(&before).get < 2 {
+            rekindle::clock::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let looked_aside = tokio::time::timeout(Duration::from_secs(20), others).await;
+    gate.release();
+    assert!(
+        looked_aside.is_ok(),
+        "the other holders were not looked at while the first look was held"
+    );
+    assert_eq!(watching.await.unwrap().unwrap(), 3);
+    // With the operator's word, no holder is looked at at all.
+    let before = store.metrics();
+    assert_eq!(Watch::take_over(entries.clone()).len(), 3);
+    assert_eq!(store.metrics().since(&before).requests(), 0);
+}
+
 // Reviewer's finding: `status` and `runs ls` decoded every holder's heartbeat, so one
 // heartbeat this build cannot read (a newer format mid-upgrade, a foreign object) failed the
 // whole command. Liveness is judged by the heartbeat's version, as the coordinator does.
