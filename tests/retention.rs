@@ -467,6 +467,61 @@ async fn gc_between_load_and_fence_loses_no_fence() {
     );
 }
 
+// Proves an admission whose load of the source a commit overtook still pins that commit: the
+// admission loads the source beside its first checks and reads the lease beside its claim, so
+// the old writer may commit (and be acknowledged) after the load and before the fence; the
+// fence's create-if-absent then finds the slot taken, and the fence reloads and lands above
+// it. The old writer is fenced after.
+#[tokio::test]
+async fn an_admission_pins_a_commit_that_overtook_its_load() {
+    use rekindle::core::fact::RecoveryId;
+    use rekindle::fleet::admission::{self, Takeover};
+    use rekindle::store::lease::Holder;
+
+    let (paused, faulty, direct) = shared_memory();
+    let facts = sample::run("overtaken", 20, 29);
+    let run = RunId::new("overtaken");
+    let host = Holder::new(&direct, "host", Duration::from_secs(30));
+    host.beat().await.unwrap();
+    let held = host.acquire(&run).await.unwrap();
+    let mut old = RunWriter::create(&direct, facts[..2].to_vec(), held.epoch, POLICY)
+        .await
+        .unwrap();
+    for fact in &facts[2..5] {
+        old.commit(vec![fact.clone()]).await.unwrap();
+    }
+    // Held once the admission has loaded the source and read its lease, before the fence.
+    let gate = faulty.pause_after_read(&format!("/{}/lease", run.as_str()));
+    let operator = Holder::new(&paused, "operator", Duration::from_secs(30));
+    let id = RecoveryId::new("takes-over-late");
+    let admission = {
+        let (paused, operator, run, id) =
+            (paused.clone(), operator.clone(), run.clone(), id.clone());
+        tokio::spawn(async move {
+            admission::admit(&paused, &operator, &run, &id, false, Takeover::Now).await
+        })
+    };
+    gate.reached().await;
+    old.commit(vec![facts[5].clone()]).await.unwrap();
+    let acknowledged = old.generation();
+    gate.release();
+    let admitted = admission.await.unwrap().unwrap();
+    assert!(
+        admitted.record.source_generation > acknowledged,
+        "pinned at {} below the acknowledged commit at {acknowledged}",
+        admitted.record.source_generation
+    );
+    let pinned = generation::load(&direct, &run, Some(admitted.record.source_generation))
+        .await
+        .unwrap();
+    assert_eq!(pinned.state.facts(), &facts[..6]);
+    let zombie = old.commit(vec![facts[6].clone()]).await;
+    assert!(
+        matches!(zombie, Err(GenerationError::Fenced { .. })),
+        "the old writer committed after the admission: {zombie:?}"
+    );
+}
+
 // Proves a run whose chain no longer loads (a corrupt delta) can still be retired, keeping
 // what it cannot judge, and is refused as retired afterwards.
 #[tokio::test]

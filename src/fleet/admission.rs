@@ -151,9 +151,13 @@ pub async fn admit(
     // Claim, then fence, then pin: a writer that takes the source's lease after the fence
     // sees the claim and stops (see `fleet::answer_run`); one that committed before the
     // fence is in the pin; one still writing is fenced.
-    // The lease is read beside the claim (one round trip, not two): the takeover is a
-    // compare-and-swap on the version read, so a holder that moved it meanwhile makes the
-    // takeover fail, as it would after a read that followed the claim.
+    // The lease is read beside the claim (one round trip, not two). The takeover is a
+    // compare-and-swap on the version read, so it can only fail, never fence the wrong
+    // holding. One race differs from reading after the claim: a holder that takes the lease
+    // after this read and checks for a claim before this one lands (an answer, a host
+    // resuming) goes on; the takeover's swap then fails and the admission fails with a
+    // conflict, its claim kept, where a read after the claim would have fenced that holder at
+    // once. The retry (the coordinator's next tick, or the caller's) fences it then.
     let (claimed_now, lease_now) = futures::join!(
         recovery::claim(store, source, recovery_id),
         lease::read_lease(store, source)
@@ -169,7 +173,11 @@ pub async fn admit(
         });
     }
     let admitted = async {
-        let (fenced, held) = fence(store, holder, source, lease_now?, judged.as_ref(), loaded)
+        let lease_now = lease_now.map_err(|error| LifecycleError::Fence {
+            run: source.clone(),
+            error: Box::new(error.into()),
+        })?;
+        let (fenced, held) = fence(store, holder, source, lease_now, judged.as_ref(), loaded)
             .await
             .map_err(|error| match error {
                 alive @ LifecycleError::HolderAlive { .. } => alive,

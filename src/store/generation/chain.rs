@@ -77,10 +77,10 @@ pub enum HintState {
 /// Slots a probe read whole, by number, for the load that follows it.
 pub(super) type Fetched = std::collections::BTreeMap<u64, crate::store::Object>;
 
-/// How many slots from the hint a load reads at once before probing on one at a time. Four
-/// costs no more requests than probing one by one when the newest generation is at most two
-/// past the hint (the probe reads the hinted slot, the next, the third and the second), and
-/// one round trip instead of up to four.
+/// How many slots from the hint a load reads at once before probing on one at a time: one
+/// round trip where probing one by one takes up to four. Right at a snapshot it reads two
+/// slots more than the probe would (which reads the hinted slot and the next); one or two past
+/// it as many (the hinted slot, the next, the third, the second); further on, fewer.
 const PROBE_WINDOW: u64 = 4;
 
 /// How often `Chain::locate` probes again when the hint moved past its result while it probed.
