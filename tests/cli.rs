@@ -470,6 +470,80 @@ fn bench_refuses_a_memory_store_and_bad_worker_counts() {
     }
 }
 
+// Proves `recover --all --takeover` does not fail a batch, again and again, on a run whose
+// host died before its first commit (after taking the lease and writing the index entry):
+// nothing was acknowledged, so nothing is lost. The fence takes the run's first slot (a host
+// that was only slow cannot start it any more), the entry leaves the index, as the
+// coordinator's admission does, and the command exits 0. Before, it exited 1 naming the run,
+// and every later `recover --all` did the same until a coordinator cleared the entry.
+#[test]
+fn recover_all_clears_a_run_that_never_made_its_first_commit() {
+    use rekindle::core::fact::RunId;
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let runtime = runtime();
+    let run = RunId::new("unstarted-1");
+    let store = runtime.block_on(async {
+        use rekindle::core::record::{IndexEntry, Phase};
+        let store = open_store(&bucket).await;
+        let host =
+            rekindle::store::lease::Holder::new(&store, "host", std::time::Duration::from_secs(30));
+        host.acquire(&run).await.unwrap();
+        let mut entry = IndexEntry::new(run.clone(), None, Phase::Running, "fp".into(), 1);
+        entry.holder = Some(host.heartbeat_key());
+        rekindle::fleet::lifecycle::host_started(&store, &entry)
+            .await
+            .unwrap();
+        store
+    });
+    let recover_all = || {
+        let out = rekindle(&[
+            "recover",
+            "--all",
+            "--takeover",
+            "--store",
+            bucket.to_str().unwrap(),
+        ]);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let (code, text) = recover_all();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("run unstarted-1:")
+            && text.contains("never made its first commit")
+            && text.contains("removed from the index"),
+        "{text}"
+    );
+    let (left, slow_host) = runtime.block_on(async {
+        use rekindle::store::generation::{RunWriter, SnapshotPolicy};
+        let left = rekindle::store::index::read(&store, &run).await.unwrap();
+        let mut random = SplitMix::new(4);
+        let mut builder = Builder::new("unstarted-1");
+        builder.step(&mut |bound| random.below(bound), true);
+        let first = RunWriter::create(
+            &store,
+            builder.into_facts(),
+            rekindle::core::epoch::Epoch(1),
+            SnapshotPolicy::default(),
+        )
+        .await;
+        (left, first.is_err())
+    });
+    assert!(
+        left.is_none(),
+        "the run that never started is still indexed"
+    );
+    assert!(slow_host, "a slow host could still make its first commit");
+    let (code, text) = recover_all();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("0 interrupted runs admitted"), "{text}");
+}
+
 // Proves `recover --all --takeover` does not fail a batch on a run that had ended: its host
 // committed the end and died before leaving the index. The run is named as ended, its stale
 // entry leaves the index at once (before, it stayed until the coordinator waited out the

@@ -364,6 +364,12 @@ pub(crate) async fn recover_all(
                     );
                     Ok(None)
                 }
+                // Its host died before its first commit (or the run is gone): nothing was
+                // acknowledged, so nothing is lost; its stale entry has left the index.
+                Err(never) if admission::never_acknowledged(&never) => {
+                    println!("run {}: {never}; removed from the index", entry.run_id);
+                    Ok(None)
+                }
                 Err(error) => Err(anyhow::Error::from(error)),
             };
             (entry.run_id, admitted)

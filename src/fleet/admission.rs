@@ -220,15 +220,10 @@ pub async fn admit(
         Ok(admission) => admission,
         Err(error) => {
             if claimed_now
-                && let Error::Recovery(
-                    RecoveryError::NothingToRecover { .. }
-                    | RecoveryError::NeverStarted { .. }
-                    | RecoveryError::NoSuchRun { .. }
-                    | RecoveryError::Source {
-                        error: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
-                        ..
-                    },
-                ) = &error
+                && (matches!(
+                    error,
+                    Error::Recovery(RecoveryError::NothingToRecover { .. })
+                ) || never_acknowledged(&error))
             {
                 recovery::release_claim(store, source, recovery_id).await?;
             }
@@ -243,6 +238,24 @@ pub async fn admit(
         record: admission.record,
         created: admission.created,
     })
+}
+
+/// Whether an admission was refused because the source has nothing a recovery could
+/// continue and never will: its host died before its first commit (the fence now holds its
+/// first slot, so a slow host's first commit fails too), the run does not exist, or it was
+/// retired. Its index entry is stale: the coordinator and `recover --all` remove it.
+pub fn never_acknowledged(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Recovery(
+            RecoveryError::NeverStarted { .. }
+                | RecoveryError::NoSuchRun { .. }
+                | RecoveryError::Source {
+                    error: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
+                    ..
+                },
+        )
+    )
 }
 
 /// Releases the source's fencing lease if it is still held: a fence whose release failed

@@ -31,7 +31,6 @@ use crate::core::layout::{self, FORMAT_VERSION};
 use crate::core::lifecycle::Event;
 use crate::core::liveness::{self, ExpiryWatch, Judge};
 use crate::core::placement::{self, Action, RunView, WorkerView};
-use crate::store::generation::GenerationError;
 use crate::store::index::{IndexError, IndexScan};
 use crate::store::lease::{Attempt, Held, Holder, LeaseError};
 use crate::store::recovery::{self, RecoveryError};
@@ -1446,14 +1445,7 @@ async fn admit_interrupted(
                 lifecycle::host_finished(store, source).await?;
                 return Ok(false);
             }
-            Err(Error::Recovery(
-                RecoveryError::NeverStarted { .. }
-                | RecoveryError::NoSuchRun { .. }
-                | RecoveryError::Source {
-                    error: GenerationError::NotFound { .. } | GenerationError::Retired { .. },
-                    ..
-                },
-            )) => {
+            Err(error) if admission::never_acknowledged(&error) => {
                 // The host died before its first commit (nothing was acknowledged), or the
                 // run was retired: there is nothing to recover.
                 tracing::warn!(source_run = %source, "interrupted before its first commit; forgetting it");

@@ -978,8 +978,10 @@ pub async fn spawn_recovery(
 /// nobody: a batch wakes the coordinator through one [`wake::CoordinatorWaker`].
 ///
 /// A run that turns out to have ended (its host committed the end, then died before leaving
-/// the index) is refused with [`RecoveryError::NothingToRecover`] and leaves the index here,
-/// as the coordinator's admission does, rather than a holder's TTL later.
+/// the index) is refused with [`RecoveryError::NothingToRecover`], and one with nothing to
+/// continue (its host died before its first commit, see [`admission::never_acknowledged`])
+/// with its own error; either leaves the index here, as the coordinator's admission does,
+/// rather than a holder's TTL later (or never, for a run that never started).
 #[tracing::instrument(name = "admission", skip_all, fields(run_id = %run))]
 pub async fn recover_interrupted(
     store: &Store,
@@ -993,6 +995,10 @@ pub async fn recover_interrupted(
         Err(ended @ Error::Recovery(recovery::RecoveryError::NothingToRecover { .. })) => {
             lifecycle::host_finished(store, run).await?;
             Err(ended)
+        }
+        Err(never) if admission::never_acknowledged(&never) => {
+            lifecycle::host_finished(store, run).await?;
+            Err(never)
         }
         Err(other) => Err(other),
     }
