@@ -1568,9 +1568,8 @@ fn a_stale_attempts_outcome_never_touches_the_next_attempt() {
 // watch now leaves alone a run whose entry changed while it watched.
 #[tokio::test]
 async fn recover_all_leaves_alone_a_run_that_parked_while_it_watched() {
-    use rekindle::core::liveness::Liveness;
     use rekindle::core::record::IndexEntry;
-    use rekindle::fleet::liveness::Watch;
+    use rekindle::fleet::liveness::{Watch, Watched};
 
     let store = common::memory();
     let host = Holder::new(&store, "host", Duration::from_millis(300));
@@ -1604,8 +1603,8 @@ async fn recover_all_leaves_alone_a_run_that_parked_while_it_watched() {
             .find(|(e, _)| e.run_id.as_str() == id)
             .map(|(_, liveness)| *liveness)
     };
-    assert_eq!(verdict("parks"), Some(Liveness::Running), "{judged:?}");
-    assert_eq!(verdict("silent"), Some(Liveness::Interrupted), "{judged:?}");
+    assert_eq!(verdict("parks"), Some(Watched::MovedOn), "{judged:?}");
+    assert_eq!(verdict("silent"), Some(Watched::Interrupted), "{judged:?}");
 }
 
 // Found measuring `recover --all` after an outage: the watch looked at one holder after

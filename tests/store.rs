@@ -840,6 +840,42 @@ async fn a_load_probes_from_the_hint(store: Store) {
     );
 }
 
+/// A listing of `recoveries/` names each record by key, and a key's last segment is the
+/// recovery ID only for a plain ID: `runs ls --all` read an encoded one (`team/7`) back under
+/// its hash and lost its outcome. A record is read by its listed key and names its own ID; a
+/// record copied under another ID's key is refused.
+async fn listed_records_name_their_own_ids(store: Store) {
+    let facts = sample::run("src-enc", 30, 2);
+    RunWriter::create(
+        &store,
+        facts[..3].to_vec(),
+        Epoch(1),
+        SnapshotPolicy::default(),
+    )
+    .await
+    .unwrap();
+    let source = RunId::new("src-enc");
+    let encoded = RecoveryId::new("team/7 recovery");
+    assert_ne!(layout::encode_id(encoded.as_str()), encoded.as_str());
+    recovery::admit(&store, &source, &encoded, false)
+        .await
+        .unwrap();
+    let listed = store.list_all(layout::recoveries_prefix()).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let (record, _) = recovery::read_listed(&store, &listed[0].key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.recovery_id, encoded);
+    let copy = layout::recovery("another");
+    let object = store.read(&listed[0].key).await.unwrap().unwrap();
+    store.put(&copy, object.bytes).await.unwrap();
+    assert!(matches!(
+        recovery::read_listed(&store, &copy).await,
+        Err(RecoveryError::Object(_))
+    ));
+}
+
 /// A stale version never matches again, however fast same-sized rewrites come. (The local
 /// backend's own inode/mtime/size ETags could repeat after inode reuse within one timestamp
 /// tick; this machine's filesystem did not show it, but content-hash versions rule it out.)
@@ -886,6 +922,7 @@ macro_rules! conformance {
             conformance!(@case $open, gc_keeps_fences);
             conformance!(@case $open, commit_costs_one_put);
             conformance!(@case $open, a_load_probes_from_the_hint);
+            conformance!(@case $open, listed_records_name_their_own_ids);
             conformance!(@case $open, stale_versions_never_match_again);
             conformance!(@case $open, gc_removes_finished_runs_but_keeps_fences);
         }

@@ -10,10 +10,9 @@ use futures::StreamExt;
 use rekindle::core::fact::{CallId, QuestionId, RecoveryId, RunId, SessionId};
 use rekindle::core::fold;
 use rekindle::core::layout;
-use rekindle::core::liveness::Liveness;
 use rekindle::core::record::{IndexEntry, Phase, RecoveryState};
 use rekindle::fleet::admission::{self, Takeover};
-use rekindle::fleet::liveness;
+use rekindle::fleet::liveness::{self, Watched};
 use rekindle::fleet::runner::Stopped;
 use rekindle::fleet::{self, Agent, Answer, Node, removal};
 use rekindle::host::config::Config;
@@ -311,7 +310,7 @@ pub(crate) async fn recover_all(
         // The operator's word: no holder is looked at.
         liveness::Watch::take_over(entries)
             .into_iter()
-            .map(|entry| (entry, Liveness::Interrupted))
+            .map(|entry| (entry, Watched::Interrupted))
             .collect()
     } else {
         let watch = liveness::Watch::begin(&store, entries).await?;
@@ -326,17 +325,15 @@ pub(crate) async fn recover_all(
         watch.finish(&store).await?
     };
     let holder = Holder::new(&store, shared::default_id("cli"), CLI_TTL);
-    let alive = judged
-        .iter()
-        .filter(|(_, judgement)| *judgement == Liveness::Running)
-        .count();
+    let count = |what: Watched| judged.iter().filter(|(_, found)| *found == what).count();
+    let (alive, moved_on) = (count(Watched::Alive), count(Watched::MovedOn));
     // Admissions go side by side; the coordinator is woken after each, so the first
     // recoveries run while the rest are still being admitted.
     let waker = rekindle::fleet::wake::CoordinatorWaker::new(&store);
     let admitting = futures::stream::iter(
         judged
             .into_iter()
-            .filter(|(_, judgement)| *judgement != Liveness::Running),
+            .filter(|(_, found)| *found == Watched::Interrupted),
     )
     .map(|(entry, _)| {
         let (store, holder, waker) = (&store, &holder, &waker);
@@ -401,6 +398,12 @@ pub(crate) async fn recover_all(
             render::plural(alive as u64, "run")
         );
     }
+    if moved_on > 0 {
+        println!(
+            "{} moved on while watched (a coordinator admitted its recovery, or its host parked or ended it): left alone",
+            render::plural(moved_on as u64, "run")
+        );
+    }
     if wait {
         // Recoveries admitted otherwise (by the coordinator, even while this command watched,
         // or by an earlier `recover --all`) and not done, parked ones included: `--wait`
@@ -457,8 +460,8 @@ pub(crate) async fn runs_ls(store: StoreArgs, listing: Listing, json: bool) -> a
         );
     }
     for listed in store.list_all(layout::recoveries_prefix()).await? {
-        let id = listed.key.rsplit('/').next().unwrap_or_default();
-        if let Ok(Some((record, _))) = recovery::read(&store, &RecoveryId::new(id)).await
+        // Read by its key: an encoded ID (`bad/id`) is not its key's last segment.
+        if let Ok(Some((record, _))) = recovery::read_listed(&store, &listed.key).await
             && let Some(result) = &record.result
         {
             // The source's own state: a recovery continued it (and ended as `outcome`).

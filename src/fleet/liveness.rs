@@ -150,7 +150,7 @@ impl Watch {
     /// run's index entry changed meanwhile (it parked, ended, or moved to another holder): the
     /// run moved on, so it is left alone, as the coordinator re-checks an entry before it
     /// admits.
-    pub async fn finish(mut self, store: &Store) -> crate::Result<Vec<(IndexEntry, Liveness)>> {
+    pub async fn finish(mut self, store: &Store) -> crate::Result<Vec<(IndexEntry, Watched)>> {
         let wait = self.duration();
         if !wait.is_zero() {
             crate::clock::sleep(wait).await;
@@ -176,14 +176,29 @@ impl Watch {
             .into_iter()
             .map(|(entry, looked)| match looked {
                 // The run moved on while it was watched: left alone.
-                None => (entry, Liveness::Running),
+                None => (entry, Watched::MovedOn),
                 Some((sighting, at)) => {
-                    let liveness = self.judge.judge(entry.run_id.as_str(), &sighting, at);
-                    (entry, liveness)
+                    let watched = match self.judge.judge(entry.run_id.as_str(), &sighting, at) {
+                        Liveness::Running => Watched::Alive,
+                        Liveness::Interrupted => Watched::Interrupted,
+                    };
+                    (entry, watched)
                 }
             })
             .collect())
     }
+}
+
+/// What a [`Watch`] found of a running run after its TTL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watched {
+    /// Its holder stayed silent (or is gone): the run may be recovered.
+    Interrupted,
+    /// Its holder beat while it was watched.
+    Alive,
+    /// Its index entry changed while it was watched (the coordinator admitted its recovery,
+    /// or its host parked or ended it): left alone, it is not this watch's any more.
+    MovedOn,
 }
 
 /// How many holders a [`Watch`] looks at side by side.

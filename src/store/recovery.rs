@@ -131,19 +131,20 @@ pub struct Admission {
     pub created: bool,
 }
 
-/// Reads a recovery record.
-pub async fn read(
+/// The record stored under `key`, a key a listing of `recoveries/` returned. The key's last
+/// segment is the recovery ID only for a plain ID (an encoded one is a hash, see
+/// `layout::encode_id`), so the record names its ID itself.
+pub async fn read_listed(
     store: &Store,
-    recovery_id: &RecoveryId,
+    key: &str,
 ) -> Result<Option<(RecoveryRecord, ETag)>, RecoveryError> {
-    let key = layout::recovery(recovery_id.as_str());
-    match store.read(&key).await? {
+    match store.read(key).await? {
         None => Ok(None),
         Some(object) => {
-            let record: RecoveryRecord = layout::decode_object(&key, RECORD_KIND, &object.bytes)?;
-            if record.recovery_id != *recovery_id {
+            let record: RecoveryRecord = layout::decode_object(key, RECORD_KIND, &object.bytes)?;
+            if layout::recovery(record.recovery_id.as_str()) != key {
                 return Err(layout::ObjectError::Corrupt {
-                    key,
+                    key: key.to_owned(),
                     reason: format!("it is the record of '{}'", record.recovery_id),
                 }
                 .into());
@@ -151,6 +152,16 @@ pub async fn read(
             Ok(Some((record, object.etag)))
         }
     }
+}
+
+/// Reads a recovery record.
+pub async fn read(
+    store: &Store,
+    recovery_id: &RecoveryId,
+) -> Result<Option<(RecoveryRecord, ETag)>, RecoveryError> {
+    // The key names the ID (`encode_id` gives two IDs two keys), so a record whose key is its
+    // own is this ID's.
+    read_listed(store, &layout::recovery(recovery_id.as_str())).await
 }
 
 async fn read_claim(store: &Store, source: &RunId) -> Result<Option<Claim>, RecoveryError> {
