@@ -475,7 +475,8 @@ fn bench_refuses_a_memory_store_and_bad_worker_counts() {
 // nothing was acknowledged, so nothing is lost. The fence takes the run's first slot (a host
 // that was only slow cannot start it any more), the entry leaves the index, as the
 // coordinator's admission does, and the command exits 0. Before, it exited 1 naming the run,
-// and every later `recover --all` did the same until a coordinator cleared the entry.
+// and every later `recover --all` did the same until a coordinator cleared the entry. A claim
+// an earlier admission left on the run (it crashed after claiming) is given back.
 #[test]
 fn recover_all_clears_a_run_that_never_made_its_first_commit() {
     use rekindle::core::fact::RunId;
@@ -492,6 +493,11 @@ fn recover_all_clears_a_run_that_never_made_its_first_commit() {
         let mut entry = IndexEntry::new(run.clone(), None, Phase::Running, "fp".into(), 1);
         entry.holder = Some(host.heartbeat_key());
         rekindle::fleet::lifecycle::host_started(&store, &entry)
+            .await
+            .unwrap();
+        // An earlier admission claimed it and crashed before it found nothing to recover.
+        let id = rekindle::core::assignment::recovery_id_for(&run);
+        rekindle::store::recovery::claim(&store, &run, &id)
             .await
             .unwrap();
         store
@@ -514,9 +520,8 @@ fn recover_all_clears_a_run_that_never_made_its_first_commit() {
     let (code, text) = recover_all();
     assert_eq!(code, Some(0), "{text}");
     assert!(
-        text.contains("run unstarted-1:")
-            && text.contains("never made its first commit")
-            && text.contains("removed from the index"),
+        text.contains("run unstarted-1: its host stopped before its first commit")
+            && text.contains("nothing to recover, removed from the index"),
         "{text}"
     );
     let (left, slow_host) = runtime.block_on(async {
@@ -537,6 +542,12 @@ fn recover_all_clears_a_run_that_never_made_its_first_commit() {
     assert!(
         left.is_none(),
         "the run that never started is still indexed"
+    );
+    let claim = runtime.block_on(rekindle::store::recovery::claimed_by(&store, &run));
+    assert_eq!(
+        claim.unwrap(),
+        None,
+        "the crashed admission's claim was kept"
     );
     assert!(slow_host, "a slow host could still make its first commit");
     let (code, text) = recover_all();

@@ -1607,6 +1607,44 @@ async fn recover_all_leaves_alone_a_run_that_parked_while_it_watched() {
     assert_eq!(verdict("silent"), Some(Watched::Interrupted), "{judged:?}");
 }
 
+// Reviewer's finding: the watch's second look read each entry with `?`, so one entry that no
+// longer decodes (rewritten by a newer build mid-upgrade) failed the whole `recover --all`
+// after it had waited a TTL. It changed, so it is left alone; the others are still judged.
+#[tokio::test]
+async fn a_watch_leaves_alone_an_entry_that_no_longer_decodes() {
+    use bytes::Bytes;
+    use rekindle::core::record::IndexEntry;
+    use rekindle::fleet::liveness::{Watch, Watched};
+
+    let store = common::memory();
+    let mut entries = Vec::new();
+    for name in ["rewritten", "silent"] {
+        let holder = Holder::new(&store, name, Duration::from_millis(300));
+        holder.beat().await.unwrap();
+        let mut entry = IndexEntry::new(RunId::new(name), None, Phase::Running, "fp".into(), 1);
+        entry.holder = Some(holder.heartbeat_key());
+        lifecycle::host_started(&store, &entry).await.unwrap();
+        entries.push(entry);
+    }
+    let watch = Watch::begin(&store, entries).await.unwrap();
+    store
+        .put(
+            &layout::index_entry("rewritten"),
+            Bytes::from_static(br#"{"format":99,"kind":"index.entry"}"#),
+        )
+        .await
+        .unwrap();
+    let judged = watch.finish(&store).await.unwrap();
+    let verdict = |id: &str| {
+        judged
+            .iter()
+            .find(|(e, _)| e.run_id.as_str() == id)
+            .map(|(_, found)| *found)
+    };
+    assert_eq!(verdict("rewritten"), Some(Watched::MovedOn), "{judged:?}");
+    assert_eq!(verdict("silent"), Some(Watched::Interrupted), "{judged:?}");
+}
+
 // Found measuring `recover --all` after an outage: the watch looked at one holder after
 // another, a round trip per run before anything was admitted (20 s for a thousand runs on
 // S3, then as long again after the TTL). The looks now go out side by side: while the first

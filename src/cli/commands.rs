@@ -292,6 +292,20 @@ fn recoveries(n: usize) -> String {
     }
 }
 
+/// Why `recover --all` found nothing to continue, in its own words (the errors themselves
+/// address someone who typed the run ID).
+fn nothing_to_continue_why(error: &rekindle::Error) -> &'static str {
+    match error {
+        rekindle::Error::Recovery(recovery::RecoveryError::NeverStarted { .. }) => {
+            "its host stopped before its first commit (that slot is fenced now)"
+        }
+        rekindle::Error::Recovery(recovery::RecoveryError::NoSuchRun { .. }) => {
+            "its index entry names no run in this store (no lease, no generation)"
+        }
+        _ => "the run was retired or removed",
+    }
+}
+
 /// How long `--wait` waits with nothing finishing before it says what is stuck.
 const STALL_REPORT: Duration = Duration::from_secs(15);
 
@@ -361,10 +375,14 @@ pub(crate) async fn recover_all(
                     );
                     Ok(None)
                 }
-                // Its host died before its first commit (or the run is gone): nothing was
-                // acknowledged, so nothing is lost; its stale entry has left the index.
-                Err(never) if admission::never_acknowledged(&never) => {
-                    println!("run {}: {never}; removed from the index", entry.run_id);
+                // Its host died before its first commit (or the run is gone): nothing a
+                // recovery could continue; its stale entry has left the index.
+                Err(gone) if admission::nothing_to_continue(&gone) => {
+                    println!(
+                        "run {}: {}; nothing to recover, removed from the index",
+                        entry.run_id,
+                        nothing_to_continue_why(&gone)
+                    );
                     Ok(None)
                 }
                 Err(error) => Err(anyhow::Error::from(error)),

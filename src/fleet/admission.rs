@@ -141,7 +141,11 @@ pub async fn admit(
         }
         .into());
     }
-    let loaded = loaded?;
+    let loaded = match loaded {
+        Ok(loaded) => loaded,
+        // An earlier admission under this ID may have claimed the source before it crashed.
+        Err(error) => return Err(give_back_claim(store, source, recovery_id, error.into()).await),
+    };
     // The lease version judged free or silent: without a takeover, only that version may be
     // taken over (a holder that took the lease since is alive, not judged).
     let judged = match takeover {
@@ -218,17 +222,7 @@ pub async fn admit(
     .await;
     let admission = match admitted {
         Ok(admission) => admission,
-        Err(error) => {
-            if claimed_now
-                && (matches!(
-                    error,
-                    Error::Recovery(RecoveryError::NothingToRecover { .. })
-                ) || never_acknowledged(&error))
-            {
-                recovery::release_claim(store, source, recovery_id).await?;
-            }
-            return Err(error);
-        }
+        Err(error) => return Err(give_back_claim(store, source, recovery_id, error).await),
     };
     sync_index(store, &admission.record).await?;
     if admission.created {
@@ -240,11 +234,34 @@ pub async fn admit(
     })
 }
 
+/// Gives back this ID's claim on a source that turned out to have nothing to recover (it
+/// ended, never started, does not exist or was retired), whoever claimed it under this ID:
+/// this admission, or an earlier one that crashed after its claim. No admission of such a
+/// source can succeed, so none can be completing a record under the claim; `release_claim`
+/// keeps a claim that has a record or names another ID. Returns the admission's error.
+async fn give_back_claim(
+    store: &Store,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+    error: Error,
+) -> Error {
+    let ended = matches!(
+        error,
+        Error::Recovery(RecoveryError::NothingToRecover { .. })
+    );
+    if (ended || nothing_to_continue(&error))
+        && let Err(release) = recovery::release_claim(store, source, recovery_id).await
+    {
+        return release.into();
+    }
+    error
+}
+
 /// Whether an admission was refused because the source has nothing a recovery could
-/// continue and never will: its host died before its first commit (the fence now holds its
-/// first slot, so a slow host's first commit fails too), the run does not exist, or it was
-/// retired. Its index entry is stale: the coordinator and `recover --all` remove it.
-pub fn never_acknowledged(error: &Error) -> bool {
+/// continue, ever: its host died before its first commit (the fence now holds its first
+/// slot, so a slow host's first commit fails too), the run does not exist, or it was retired
+/// (`runs rm`). Its index entry is stale: the coordinator and `recover --all` remove it.
+pub fn nothing_to_continue(error: &Error) -> bool {
     matches!(
         error,
         Error::Recovery(

@@ -1445,7 +1445,7 @@ async fn admit_interrupted(
                 lifecycle::host_finished(store, source).await?;
                 return Ok(false);
             }
-            Err(error) if admission::never_acknowledged(&error) => {
+            Err(error) if admission::nothing_to_continue(&error) => {
                 // The host died before its first commit (nothing was acknowledged), or the
                 // run was retired: there is nothing to recover.
                 tracing::warn!(source_run = %source, "interrupted before its first commit; forgetting it");

@@ -158,7 +158,17 @@ impl Watch {
         // The second looks go out side by side too; each is judged when it returned.
         let looked: Vec<_> = futures::stream::iter(self.looked)
             .map(|(entry, first)| async move {
-                if index::read(store, &entry.run_id).await?.as_ref() != Some(&entry) {
+                // An entry that no longer decodes (rewritten by a newer build mid-upgrade)
+                // changed too: left alone, named in the log, and the others still judged.
+                let now = match index::read(store, &entry.run_id).await {
+                    Ok(now) => now,
+                    Err(index::IndexError::Object(error)) => {
+                        tracing::warn!(run_id = %entry.run_id, %error, "its index entry changed into one this build cannot read; left alone");
+                        return Ok((entry, None));
+                    }
+                    Err(other) => return Err(crate::Error::from(other)),
+                };
+                if now.as_ref() != Some(&entry) {
                     return Ok::<_, crate::Error>((entry, None));
                 }
                 let sighting = match first {

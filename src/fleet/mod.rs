@@ -979,7 +979,7 @@ pub async fn spawn_recovery(
 ///
 /// A run that turns out to have ended (its host committed the end, then died before leaving
 /// the index) is refused with [`RecoveryError::NothingToRecover`], and one with nothing to
-/// continue (its host died before its first commit, see [`admission::never_acknowledged`])
+/// continue (its host died before its first commit, see [`admission::nothing_to_continue`])
 /// with its own error; either leaves the index here, as the coordinator's admission does,
 /// rather than a holder's TTL later (or never, for a run that never started).
 #[tracing::instrument(name = "admission", skip_all, fields(run_id = %run))]
@@ -996,7 +996,7 @@ pub async fn recover_interrupted(
             lifecycle::host_finished(store, run).await?;
             Err(ended)
         }
-        Err(never) if admission::never_acknowledged(&never) => {
+        Err(never) if admission::nothing_to_continue(&never) => {
             lifecycle::host_finished(store, run).await?;
             Err(never)
         }
