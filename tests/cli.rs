@@ -410,13 +410,7 @@ fn demo_needs_a_worker_and_recover_all_fails_when_an_admission_fails() {
             .await
             .unwrap();
     });
-    let out = rekindle(&[
-        "recover",
-        "--all",
-        "--takeover",
-        "--store",
-        bucket.to_str().unwrap(),
-    ]);
+    let out = recover_all_takeover(&bucket);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("run cor-1:"), "{stderr}");
@@ -470,6 +464,17 @@ fn bench_refuses_a_memory_store_and_bad_worker_counts() {
     }
 }
 
+/// `rekindle recover --all --takeover` on the store at `bucket`.
+fn recover_all_takeover(bucket: &std::path::Path) -> std::process::Output {
+    rekindle(&[
+        "recover",
+        "--all",
+        "--takeover",
+        "--store",
+        bucket.to_str().unwrap(),
+    ])
+}
+
 // Proves `recover --all --takeover` does not fail a batch, again and again, on a run whose
 // host died before its first commit (after taking the lease and writing the index entry):
 // nothing was acknowledged, so nothing is lost. The fence takes the run's first slot (a host
@@ -503,13 +508,7 @@ fn recover_all_clears_a_run_that_never_made_its_first_commit() {
         store
     });
     let recover_all = || {
-        let out = rekindle(&[
-            "recover",
-            "--all",
-            "--takeover",
-            "--store",
-            bucket.to_str().unwrap(),
-        ]);
+        let out = recover_all_takeover(&bucket);
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -588,13 +587,7 @@ fn recover_all_clears_a_run_that_had_already_ended() {
             .unwrap();
         store
     });
-    let out = rekindle(&[
-        "recover",
-        "--all",
-        "--takeover",
-        "--store",
-        bucket.to_str().unwrap(),
-    ]);
+    let out = recover_all_takeover(&bucket);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),

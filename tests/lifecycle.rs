@@ -1562,32 +1562,56 @@ fn a_stale_attempts_outcome_never_touches_the_next_attempt() {
     assert_eq!(finished.state, RecoveryState::Finished);
 }
 
+/// A running run whose holder (named as the run, a 300 ms TTL) beat once and went silent:
+/// its index entry as written, its version, and the holder.
+async fn silent_running(
+    store: &Store,
+    name: &str,
+) -> (
+    rekindle::core::record::IndexEntry,
+    rekindle::store::ETag,
+    Arc<Holder>,
+) {
+    let holder = Holder::new(store, name, Duration::from_millis(300));
+    holder.beat().await.unwrap();
+    let mut entry = rekindle::core::record::IndexEntry::new(
+        RunId::new(name),
+        None,
+        Phase::Running,
+        "fp".into(),
+        1,
+    );
+    entry.holder = Some(holder.heartbeat_key());
+    let written = lifecycle::host_started(store, &entry).await.unwrap();
+    (entry, written, holder)
+}
+
+/// What a watch found of run `id`.
+fn found(
+    judged: &[(
+        rekindle::core::record::IndexEntry,
+        rekindle::fleet::liveness::Watched,
+    )],
+    id: &str,
+) -> Option<rekindle::fleet::liveness::Watched> {
+    judged
+        .iter()
+        .find(|(entry, _)| entry.run_id.as_str() == id)
+        .map(|(_, found)| *found)
+}
+
 // Reviewer's finding: `recover --all` watched a running run for a TTL from one index scan; a
 // host that parked meanwhile (entry Parked with no holder, heartbeat removed) looked gone on
 // the second look, and the parked run was fenced and given a recovery nobody asked for. The
 // watch now leaves alone a run whose entry changed while it watched.
 #[tokio::test]
 async fn recover_all_leaves_alone_a_run_that_parked_while_it_watched() {
-    use rekindle::core::record::IndexEntry;
     use rekindle::fleet::liveness::{Watch, Watched};
 
     let store = common::memory();
-    let host = Holder::new(&store, "host", Duration::from_millis(300));
-    host.beat().await.unwrap();
-    let run = RunId::new("parks");
-    let mut entry = IndexEntry::new(run.clone(), None, Phase::Running, "fp".into(), 1);
-    entry.holder = Some(host.heartbeat_key());
-    let written = lifecycle::host_started(&store, &entry).await.unwrap();
-
+    let (entry, written, host) = silent_running(&store, "parks").await;
     // A run whose holder is silent for the whole watch is still judged interrupted.
-    let silent = Holder::new(&store, "silent", Duration::from_millis(300));
-    silent.beat().await.unwrap();
-    let mut silent_entry =
-        IndexEntry::new(RunId::new("silent"), None, Phase::Running, "fp".into(), 1);
-    silent_entry.holder = Some(silent.heartbeat_key());
-    lifecycle::host_started(&store, &silent_entry)
-        .await
-        .unwrap();
+    silent_running(&store, "silent").await;
 
     let (entries, _) = index::IndexScan::default().scan(&store).await.unwrap();
     let watch = Watch::begin(&store, entries).await.unwrap();
@@ -1597,14 +1621,16 @@ async fn recover_all_leaves_alone_a_run_that_parked_while_it_watched() {
         .unwrap();
     store.delete(&host.heartbeat_key()).await.unwrap();
     let judged = watch.finish(&store).await.unwrap();
-    let verdict = |id: &str| {
-        judged
-            .iter()
-            .find(|(e, _)| e.run_id.as_str() == id)
-            .map(|(_, liveness)| *liveness)
-    };
-    assert_eq!(verdict("parks"), Some(Watched::MovedOn), "{judged:?}");
-    assert_eq!(verdict("silent"), Some(Watched::Interrupted), "{judged:?}");
+    assert_eq!(
+        found(&judged, "parks"),
+        Some(Watched::MovedOn),
+        "{judged:?}"
+    );
+    assert_eq!(
+        found(&judged, "silent"),
+        Some(Watched::Interrupted),
+        "{judged:?}"
+    );
 }
 
 // Reviewer's finding: the watch's second look read each entry with `?`, so one entry that no
@@ -1613,18 +1639,12 @@ async fn recover_all_leaves_alone_a_run_that_parked_while_it_watched() {
 #[tokio::test]
 async fn a_watch_leaves_alone_an_entry_that_no_longer_decodes() {
     use bytes::Bytes;
-    use rekindle::core::record::IndexEntry;
     use rekindle::fleet::liveness::{Watch, Watched};
 
     let store = common::memory();
     let mut entries = Vec::new();
     for name in ["rewritten", "silent"] {
-        let holder = Holder::new(&store, name, Duration::from_millis(300));
-        holder.beat().await.unwrap();
-        let mut entry = IndexEntry::new(RunId::new(name), None, Phase::Running, "fp".into(), 1);
-        entry.holder = Some(holder.heartbeat_key());
-        lifecycle::host_started(&store, &entry).await.unwrap();
-        entries.push(entry);
+        entries.push(silent_running(&store, name).await.0);
     }
     let watch = Watch::begin(&store, entries).await.unwrap();
     store
@@ -1635,14 +1655,16 @@ async fn a_watch_leaves_alone_an_entry_that_no_longer_decodes() {
         .await
         .unwrap();
     let judged = watch.finish(&store).await.unwrap();
-    let verdict = |id: &str| {
-        judged
-            .iter()
-            .find(|(e, _)| e.run_id.as_str() == id)
-            .map(|(_, found)| *found)
-    };
-    assert_eq!(verdict("rewritten"), Some(Watched::MovedOn), "{judged:?}");
-    assert_eq!(verdict("silent"), Some(Watched::Interrupted), "{judged:?}");
+    assert_eq!(
+        found(&judged, "rewritten"),
+        Some(Watched::MovedOn),
+        "{judged:?}"
+    );
+    assert_eq!(
+        found(&judged, "silent"),
+        Some(Watched::Interrupted),
+        "{judged:?}"
+    );
 }
 
 // Found measuring `recover --all` after an outage: the watch looked at one holder after
@@ -1652,7 +1674,6 @@ async fn a_watch_leaves_alone_an_entry_that_no_longer_decodes() {
 #[tokio::test]
 async fn recover_all_looks_at_the_holders_side_by_side() {
     use object_store::memory::InMemory;
-    use rekindle::core::record::IndexEntry;
     use rekindle::fleet::liveness::Watch;
     use rekindle::store::faults::{FaultPlan, FaultyStore};
     use std::sync::Arc;
@@ -1676,12 +1697,7 @@ async fn recover_all_looks_at_the_holders_side_by_side() {
     );
     let mut entries = Vec::new();
     for name in ["first", "second", "third"] {
-        let holder = Holder::new(&store, name, Duration::from_millis(300));
-        holder.beat().await.unwrap();
-        let mut entry = IndexEntry::new(RunId::new(name), None, Phase::Running, "fp".into(), 1);
-        entry.holder = Some(holder.heartbeat_key());
-        lifecycle::host_started(&store, &entry).await.unwrap();
-        entries.push(entry);
+        entries.push(silent_running(&store, name).await.0);
     }
     let gate = faulty.pause_after_read(&layout::heartbeat("first"));
     let before = store.metrics();
