@@ -271,6 +271,48 @@ async fn own_slot_after_lost_ack_is_not_a_conflict() {
     assert_eq!(loaded.generation, 6);
 }
 
+// Proves the latency store charges a compare-and-swap on the local backend once, as S3's one
+// conditional PUT costs one round trip: the local backend reads under its lock before it
+// writes, and that read used to add a second round trip of injected latency to every swap
+// (the assignment, the start, the releases), overstating every path through one. A create,
+// a read and an overwrite each pay once; the swap's read still counts as a request.
+#[tokio::test]
+async fn injected_latency_charges_a_local_swap_once() {
+    use std::sync::atomic::Ordering;
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let local = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root).unwrap());
+    let plan = FaultPlan {
+        latency: Duration::from_millis(1),
+        ..FaultPlan::default()
+    };
+    let faulty = FaultyStore::new(local, plan, 12);
+    let store = Store::from_parts(
+        faulty.clone(),
+        Backend::Local { root },
+        "file://latency",
+        "",
+        common::fast_retry(),
+        SystemClock::shared(),
+    );
+    let delayed = || faulty.counts.delayed.load(Ordering::Relaxed);
+    let before = delayed();
+    let first = store.create("k", Bytes::from_static(b"1")).await.unwrap();
+    assert_eq!(delayed() - before, 1, "a create");
+    let before = (delayed(), store.metrics());
+    store
+        .swap("k", Bytes::from_static(b"2"), &first)
+        .await
+        .unwrap();
+    assert_eq!(delayed() - before.0, 1, "a swap is one request's latency");
+    let spent = store.metrics().since(&before.1);
+    assert_eq!((spent.get, spent.conditional_put), (1, 1), "{spent:?}");
+    let before = delayed();
+    store.read("k").await.unwrap().unwrap();
+    assert_eq!(delayed() - before, 1, "a read");
+}
+
 // Proves a local compare-and-swap whose attempt deadline fires keeps the key's lock until its
 // write has really landed: a second swap against the old version waits and is refused,
 // instead of succeeding and then being overwritten by the late write; an overwrite abandoned

@@ -136,6 +136,8 @@ pub struct FaultCounts {
     pub stalls: AtomicU64,
     /// Requests refused because the store was partitioned.
     pub partitioned: AtomicU64,
+    /// Requests delayed by the plan's latency (a local compare-and-swap once, as on S3).
+    pub delayed: AtomicU64,
 }
 
 /// An `ObjectStore` that injects the faults of a [`FaultPlan`] into every request it
@@ -152,6 +154,13 @@ pub struct FaultyStore {
     /// What has been injected so far.
     pub counts: FaultCounts,
 }
+
+/// Marks the read a local compare-and-swap makes under its lock before it writes. S3 swaps in
+/// one conditional PUT, so injected latency is charged once per swap, on its write: the read
+/// half adds none (its other faults still apply). Without it a store with injected latency
+/// made every compare-and-swap on the local backend take two round trips, where S3 takes one.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadHalfOfSwap;
 
 /// Holds the first GET (not HEAD) of a key ending in `suffix` after its response arrived,
 /// until the test releases it: the reader has seen the old bytes and is paused before its
@@ -286,6 +295,12 @@ impl FaultyStore {
 
     /// Decides this request's fault and applies latency and stalls.
     async fn before(&self, is_write: bool) -> Result<Fault> {
+        self.before_charged(is_write, true).await
+    }
+
+    /// [`Self::before`]; without `latency`, the request adds no latency of its own (see
+    /// [`ReadHalfOfSwap`]).
+    async fn before_charged(&self, is_write: bool, latency: bool) -> Result<Fault> {
         let plan = self.plan();
         let jitter = match plan.jitter.as_micros() as u64 {
             0 => 0,
@@ -296,7 +311,8 @@ impl FaultyStore {
                 .unwrap_or(0),
         };
         let delay = plan.latency + Duration::from_micros(jitter);
-        if !delay.is_zero() {
+        if latency && !delay.is_zero() {
+            self.counts.delayed.fetch_add(1, Ordering::Relaxed);
             crate::clock::sleep(delay).await;
         }
         if self.is_partitioned() {
@@ -416,7 +432,8 @@ impl ObjectStore for FaultyStore {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.before(false).await?;
+        let latency = options.extensions.get::<ReadHalfOfSwap>().is_none();
+        self.before_charged(false, latency).await?;
         let pause = self.take_pause(location, &options);
         let result = self.inner.get_opts(location, options).await;
         if let Some(gate) = pause {

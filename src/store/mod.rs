@@ -797,7 +797,10 @@ impl Store {
             let expected = expected.clone();
             return self
                 .locked("swap", key, move |store, key| async move {
-                    match store.read_once(&key).await? {
+                    // One request on S3: injected latency is charged on the write alone.
+                    let mut read_half = GetOptions::default();
+                    read_half.extensions.insert(faults::ReadHalfOfSwap);
+                    match store.read_once_with(&key, read_half).await? {
                         Some(current) if current.etag == expected => {
                             store.put_once(&key, bytes, PutMode::Overwrite, true).await
                         }
@@ -897,12 +900,16 @@ impl Store {
     }
 
     async fn read_once(&self, key: &str) -> Result<Option<Object>, StoreError> {
+        self.read_once_with(key, GetOptions::default()).await
+    }
+
+    async fn read_once_with(
+        &self,
+        key: &str,
+        options: GetOptions,
+    ) -> Result<Option<Object>, StoreError> {
         bump(&self.metrics.get, 1);
-        let result = match self
-            .inner
-            .get_opts(&self.path(key), GetOptions::default())
-            .await
-        {
+        let result = match self.inner.get_opts(&self.path(key), options).await {
             Ok(result) => result,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(classify("read", key, error)),
