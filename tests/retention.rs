@@ -522,6 +522,57 @@ async fn an_admission_pins_a_commit_that_overtook_its_load() {
     );
 }
 
+// Reviewer's finding: an admission that found no such run gave back this ID's claim, but that
+// verdict can change: the run may start a moment later and be claimed under the same ID by
+// another process (two host replicas admitting the same recovery ID). A late give-back then
+// deleted that claim, and the source could be recovered under a second ID. Only a final
+// verdict (ended, never started) gives back a claim this admission did not create.
+#[tokio::test]
+async fn an_admission_that_found_no_run_keeps_a_claim_made_since() {
+    use rekindle::core::fact::RecoveryId;
+    use rekindle::fleet::admission::{self, Takeover};
+    use rekindle::store::lease::Holder;
+    use rekindle::store::recovery::{self, RecoveryError};
+
+    let (paused, faulty, direct) = shared_memory();
+    let run = RunId::new("starts-late");
+    let id = RecoveryId::new("same-id");
+    // Held right after the admission read the run's (missing) lease: it found no such run.
+    let gate = faulty.pause_after_read(&format!("/{}/lease", run.as_str()));
+    let operator = Holder::new(&paused, "operator", Duration::from_secs(30));
+    let first = {
+        let (paused, operator, run, id) =
+            (paused.clone(), operator.clone(), run.clone(), id.clone());
+        tokio::spawn(async move {
+            admission::admit(&paused, &operator, &run, &id, false, Takeover::Now).await
+        })
+    };
+    gate.reached().await;
+    // Meanwhile the run starts, and another admission under the same ID claims it.
+    let host = Holder::new(&direct, "host", Duration::from_secs(30));
+    host.beat().await.unwrap();
+    let held = host.acquire(&run).await.unwrap();
+    let facts = sample::run("starts-late", 10, 30);
+    RunWriter::create(&direct, facts[..3].to_vec(), held.epoch, POLICY)
+        .await
+        .unwrap();
+    assert!(recovery::claim(&direct, &run, &id).await.unwrap());
+    gate.release();
+    let refused = first.await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            rekindle::Error::Recovery(RecoveryError::NoSuchRun { .. })
+        ),
+        "{refused}"
+    );
+    assert_eq!(
+        recovery::claimed_by(&direct, &run).await.unwrap(),
+        Some(id),
+        "the claim made since was given back"
+    );
+}
+
 // Proves a run whose chain no longer loads (a corrupt delta) can still be retired, keeping
 // what it cannot judge, and is refused as retired afterwards.
 #[tokio::test]

@@ -144,7 +144,9 @@ pub async fn admit(
     let loaded = match loaded {
         Ok(loaded) => loaded,
         // An earlier admission under this ID may have claimed the source before it crashed.
-        Err(error) => return Err(give_back_claim(store, source, recovery_id, error.into()).await),
+        Err(error) => {
+            return Err(give_back_claim(store, source, recovery_id, false, error.into()).await);
+        }
     };
     // The lease version judged free or silent: without a takeover, only that version may be
     // taken over (a holder that took the lease since is alive, not judged).
@@ -222,7 +224,9 @@ pub async fn admit(
     .await;
     let admission = match admitted {
         Ok(admission) => admission,
-        Err(error) => return Err(give_back_claim(store, source, recovery_id, error).await),
+        Err(error) => {
+            return Err(give_back_claim(store, source, recovery_id, claimed_now, error).await);
+        }
     };
     sync_index(store, &admission.record).await?;
     if admission.created {
@@ -234,24 +238,30 @@ pub async fn admit(
     })
 }
 
-/// Gives back this ID's claim on a source that turned out to have nothing to recover (it
-/// ended, never started, does not exist or was retired), whoever claimed it under this ID:
-/// this admission, or an earlier one that crashed after its claim. No admission of such a
-/// source can succeed, so none can be completing a record under the claim; `release_claim`
-/// keeps a claim that has a record or names another ID. Returns the admission's error.
+/// Gives back this ID's claim on a source that turned out to have nothing to recover. A
+/// claim this admission created (`claimed_now`) is given back on any such refusal. One it did
+/// not create (an earlier admission under this ID crashed after claiming) only when the
+/// verdict is final: the source ended, or its first slot holds only a fence. Then no admission
+/// of the source can ever succeed, so none can be completing a record under the claim while
+/// `release_claim` (a read of the record, then of the claim, then a delete; not atomic) runs.
+/// A run that did not exist may start a moment later and be admitted under this ID by
+/// another process, whose claim a late delete here would remove. `release_claim` keeps a
+/// claim that has a record or names another ID. Returns the admission's error.
 async fn give_back_claim(
     store: &Store,
     source: &RunId,
     recovery_id: &RecoveryId,
+    claimed_now: bool,
     error: Error,
 ) -> Error {
-    let ended = matches!(
+    let final_verdict = matches!(
         error,
-        Error::Recovery(RecoveryError::NothingToRecover { .. })
+        Error::Recovery(
+            RecoveryError::NothingToRecover { .. } | RecoveryError::NeverStarted { .. }
+        )
     );
-    if (ended || nothing_to_continue(&error))
-        && let Err(release) = recovery::release_claim(store, source, recovery_id).await
-    {
+    let give_back = final_verdict || (claimed_now && nothing_to_continue(&error));
+    if give_back && let Err(release) = recovery::release_claim(store, source, recovery_id).await {
         return release.into();
     }
     error
