@@ -464,6 +464,40 @@ fn bench_refuses_a_memory_store_and_bad_worker_counts() {
     }
 }
 
+// New-user pass: `recover RUN --recovery-id ID` announced "watching its heartbeat for up to
+// 30 s" and then refused at once, because ID already names a run. The watch is announced only
+// when the admission will really wait.
+#[test]
+fn recover_does_not_announce_a_watch_it_will_not_make() {
+    use rekindle::core::fact::RunId;
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let runtime = runtime();
+    runtime.block_on(async {
+        let store = open_store(&bucket).await;
+        let host =
+            rekindle::store::lease::Holder::new(&store, "host", std::time::Duration::from_secs(30));
+        host.beat().await.unwrap();
+        host.acquire(&RunId::new("held-1")).await.unwrap();
+        host.acquire(&RunId::new("taken-id")).await.unwrap();
+    });
+    let out = rekindle(&[
+        "recover",
+        "held-1",
+        "--recovery-id",
+        "taken-id",
+        "--store",
+        bucket.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_ne!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains("already names a run"), "{stderr}");
+    assert!(!stdout.contains("watching"), "{stdout}");
+}
+
 /// `rekindle recover --all --takeover` on the store at `bucket`.
 fn recover_all_takeover(bucket: &std::path::Path) -> std::process::Output {
     rekindle(&[

@@ -37,8 +37,10 @@ pub struct Admitted {
 }
 
 /// The lease an admission of `recovery_id` with [`Takeover::IfSilent`] will watch for its
-/// holder's TTL before fencing, if any: the source's lease while it is held and the recovery
-/// does not exist yet (a replay returns the existing recovery without waiting).
+/// holder's TTL before fencing, if any: the source's lease while it is held, the recovery does
+/// not exist yet (a replay returns the existing recovery without waiting), and the admission
+/// is not refused before it watches (the source claimed under another ID, or the recovery ID
+/// already naming a run), so a caller never announces a wait that does not happen.
 pub async fn lease_to_watch(
     store: &Store,
     source: &RunId,
@@ -48,6 +50,15 @@ pub async fn lease_to_watch(
         return Ok(None);
     };
     if view.lease.released || recovery::read(store, recovery_id).await?.is_some() {
+        return Ok(None);
+    }
+    let as_run = RunId::new(recovery_id.as_str());
+    let (claimed, as_run_lease) = futures::join!(
+        recovery::claimed_by(store, source),
+        lease::read_lease(store, &as_run)
+    );
+    let claimed_by_other = claimed?.is_some_and(|existing| existing != *recovery_id);
+    if claimed_by_other || as_run == *source || as_run_lease?.is_some() {
         return Ok(None);
     }
     Ok(Some(view.lease))
