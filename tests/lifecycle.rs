@@ -1586,18 +1586,21 @@ async fn silent_running(
     (entry, written, holder)
 }
 
-/// What a watch found of run `id`.
-fn found(
+/// Asserts what a watch found of each run named in `expected`.
+fn assert_found(
     judged: &[(
         rekindle::core::record::IndexEntry,
         rekindle::fleet::liveness::Watched,
     )],
-    id: &str,
-) -> Option<rekindle::fleet::liveness::Watched> {
-    judged
-        .iter()
-        .find(|(entry, _)| entry.run_id.as_str() == id)
-        .map(|(_, found)| *found)
+    expected: &[(&str, rekindle::fleet::liveness::Watched)],
+) {
+    for (id, want) in expected {
+        let found = judged
+            .iter()
+            .find(|(entry, _)| entry.run_id.as_str() == *id)
+            .map(|(_, found)| *found);
+        assert_eq!(found, Some(*want), "{id}: {judged:?}");
+    }
 }
 
 // Reviewer's finding: `recover --all` watched a running run for a TTL from one index scan; a
@@ -1621,15 +1624,12 @@ async fn recover_all_leaves_alone_a_run_that_parked_while_it_watched() {
         .unwrap();
     store.delete(&host.heartbeat_key()).await.unwrap();
     let judged = watch.finish(&store).await.unwrap();
-    assert_eq!(
-        found(&judged, "parks"),
-        Some(Watched::MovedOn),
-        "{judged:?}"
-    );
-    assert_eq!(
-        found(&judged, "silent"),
-        Some(Watched::Interrupted),
-        "{judged:?}"
+    assert_found(
+        &judged,
+        &[
+            ("parks", Watched::MovedOn),
+            ("silent", Watched::Interrupted),
+        ],
     );
 }
 
@@ -1655,15 +1655,12 @@ async fn a_watch_leaves_alone_an_entry_that_no_longer_decodes() {
         .await
         .unwrap();
     let judged = watch.finish(&store).await.unwrap();
-    assert_eq!(
-        found(&judged, "rewritten"),
-        Some(Watched::MovedOn),
-        "{judged:?}"
-    );
-    assert_eq!(
-        found(&judged, "silent"),
-        Some(Watched::Interrupted),
-        "{judged:?}"
+    assert_found(
+        &judged,
+        &[
+            ("rewritten", Watched::MovedOn),
+            ("silent", Watched::Interrupted),
+        ],
     );
 }
 

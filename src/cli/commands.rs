@@ -323,9 +323,6 @@ pub(crate) async fn recover_all(
     let judged = if takeover {
         // The operator's word: no holder is looked at.
         liveness::Watch::take_over(entries)
-            .into_iter()
-            .map(|entry| (entry, Watched::Interrupted))
-            .collect()
     } else {
         let watch = liveness::Watch::begin(&store, entries).await?;
         let duration = watch.duration();

@@ -97,15 +97,14 @@ impl Watch {
         store: &Store,
         entries: impl IntoIterator<Item = IndexEntry>,
     ) -> Result<Watch, LeaseError> {
-        let looked: Vec<_> =
-            futures::stream::iter(entries.into_iter().filter(|e| e.phase == Phase::Running))
-                .map(|entry| async move {
-                    let sighting = look(store, &entry).await?;
-                    Ok::<_, LeaseError>((entry, sighting, store.clock().monotonic()))
-                })
-                .buffered(LOOKS_AT_ONCE)
-                .try_collect()
-                .await?;
+        let looked: Vec<_> = futures::stream::iter(entries.into_iter().filter(watched))
+            .map(|entry| async move {
+                let sighting = look(store, &entry).await?;
+                Ok::<_, LeaseError>((entry, sighting, store.clock().monotonic()))
+            })
+            .buffered(LOOKS_AT_ONCE)
+            .try_collect()
+            .await?;
         let mut judge = Judge::default();
         let looked = looked
             .into_iter()
@@ -120,10 +119,11 @@ impl Watch {
     /// Every running entry among `entries` as interrupted, without looking at its holder:
     /// the operator's word that the holders are gone (`recover --all --takeover`; fencing
     /// keeps the runs safe, but a live holder's in-flight tool call may run twice).
-    pub fn take_over(entries: impl IntoIterator<Item = IndexEntry>) -> Vec<IndexEntry> {
+    pub fn take_over(entries: impl IntoIterator<Item = IndexEntry>) -> Vec<(IndexEntry, Watched)> {
         entries
             .into_iter()
-            .filter(|e| e.phase == Phase::Running)
+            .filter(watched)
+            .map(|entry| (entry, Watched::Interrupted))
             .collect()
     }
 
@@ -197,6 +197,12 @@ impl Watch {
             })
             .collect())
     }
+}
+
+/// Whether `entry` is a watch's to judge: only a running run can be interrupted (parked,
+/// recovering and dead runs are not).
+fn watched(entry: &IndexEntry) -> bool {
+    entry.phase == Phase::Running
 }
 
 /// What a [`Watch`] found of a running run after its TTL.

@@ -992,13 +992,14 @@ pub async fn recover_interrupted(
     let recovery_id = crate::core::assignment::recovery_id_for(run);
     match admission::admit(store, holder, run, &recovery_id, force, Takeover::Now).await {
         Ok(admitted) => Ok(admitted.record),
-        Err(ended @ Error::Recovery(recovery::RecoveryError::NothingToRecover { .. })) => {
+        Err(gone)
+            if matches!(
+                gone,
+                Error::Recovery(recovery::RecoveryError::NothingToRecover { .. })
+            ) || admission::nothing_to_continue(&gone) =>
+        {
             lifecycle::host_finished(store, run).await?;
-            Err(ended)
-        }
-        Err(never) if admission::nothing_to_continue(&never) => {
-            lifecycle::host_finished(store, run).await?;
-            Err(never)
+            Err(gone)
         }
         Err(other) => Err(other),
     }
