@@ -349,7 +349,7 @@ enum BenchCommand {
     Scale {
         #[command(flatten)]
         workload: WorkloadArgs,
-        /// Worker counts to measure, comma-separated (measured smallest first).
+        /// Worker counts to measure, comma-separated (measured smallest first, each once).
         #[arg(long, default_value = "1,2,4,8", value_delimiter = ',', value_parser = parse_worker_count)]
         counts: Vec<usize>,
     },

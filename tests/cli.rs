@@ -637,3 +637,52 @@ fn recover_all_clears_a_run_that_had_already_ended() {
     ));
     assert!(left.unwrap().is_none(), "the ended run is still indexed");
 }
+
+// Proves `runs show` tells a wrong run ID from a run whose host leased it and never made its
+// first commit (both have no generation), and that the commands about runs already in a store
+// refuse `memory://`, which is empty in every new process, instead of reporting an empty fleet.
+#[test]
+fn runs_show_says_why_a_run_has_no_generation_and_memory_is_refused() {
+    use rekindle::core::fact::RunId;
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    runtime().block_on(async {
+        let store = open_store(&bucket).await;
+        let host = rekindle::store::lease::Holder::new(
+            &store,
+            "host-7",
+            std::time::Duration::from_secs(30),
+        );
+        host.acquire(&RunId::new("leased-only")).await.unwrap();
+    });
+    let show = |run: &str| rekindle(&["runs", "show", run, "--store", bucket.to_str().unwrap()]);
+    let leased = show("leased-only");
+    assert_eq!(leased.status.code(), Some(1), "{leased:?}");
+    let stderr = String::from_utf8_lossy(&leased.stderr);
+    assert!(
+        stderr
+            .contains("run leased-only has no committed generation: 'host-7' leased it at epoch 1"),
+        "{stderr}"
+    );
+    let missing = show("no-such-run");
+    assert_eq!(missing.status.code(), Some(1), "{missing:?}");
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains("run no-such-run does not exist in this store"),
+        "{stderr}"
+    );
+    for args in [
+        &["status", "--store", "memory://"][..],
+        &["runs", "ls", "--all", "--store", "memory://"],
+        &["recover", "--all", "--takeover", "--store", "memory://"],
+        &["runs", "show", "r", "--store", "memory://"],
+    ] {
+        let out = rekindle(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("memory://: a memory store lives inside one process and starts empty"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

@@ -123,9 +123,17 @@ pub(crate) async fn recover(
         Takeover::IfSilent
     };
     let holder = Holder::new(&store, shared::default_id("cli"), CLI_TTL);
-    let record = fleet::spawn_recovery(&store, &holder, &source, &id, force, takeover).await?;
+    let admitted =
+        fleet::spawn_recovery_admitted(&store, &holder, &source, &id, force, takeover).await?;
+    let record = &admitted.record;
+    // A replay changes nothing: say so, rather than report it as a new admission.
+    let replay = if admitted.created {
+        ""
+    } else {
+        "already admitted before (nothing changed), "
+    };
     println!(
-        "recovery {id} of run {source}: {}, pinned to generation {}",
+        "recovery {id} of run {source}: {replay}{}, pinned to generation {}",
         record.state.describe(),
         record.source_generation
     );
@@ -572,6 +580,10 @@ pub(crate) async fn runs_ls(store: StoreArgs, listing: Listing, json: bool) -> a
         }
         if !listing.all {
             eprintln!("(runs finished by their host are not listed; --all lists every run)");
+        } else if out.iter().any(|row| row["state"] == "unfinished") {
+            eprintln!(
+                "(unfinished: not in the index, never ended, and no recovery continues it; `rekindle runs show RUN` says why, `rekindle recover RUN` continues one with commits)"
+            );
         }
     }
     for bad in bad {
@@ -664,6 +676,20 @@ pub(crate) async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyho
     Ok(())
 }
 
+/// Why `run` has no generation, in words: never leased (a wrong ID), or leased and never
+/// committed.
+async fn never_committed(store: &Store, run: &RunId) -> anyhow::Result<String> {
+    Ok(match lease::read_lease(store, run).await? {
+        None => format!(
+            "run {run} does not exist in this store: no generation and no lease (check the ID, and the --store)"
+        ),
+        Some(view) => format!(
+            "run {run} has no committed generation: '{}' leased it at epoch {} and has not made its first commit; it is still starting, or it stopped before (then nothing was acknowledged and there is nothing to recover)",
+            view.lease.holder, view.lease.epoch
+        ),
+    })
+}
+
 pub(crate) async fn runs_show(
     store: StoreArgs,
     run: String,
@@ -672,7 +698,15 @@ pub(crate) async fn runs_show(
 ) -> anyhow::Result<()> {
     let store = store.open_existing(true).await.context("open the store")?;
     let run = RunId::new(run);
-    let loaded = generation::load(&store, &run, None).await?;
+    let loaded = match generation::load(&store, &run, None).await {
+        Ok(loaded) => loaded,
+        Err(generation::GenerationError::NotFound { .. }) => {
+            // Say which of the two it is: a wrong ID, or a host that leased the run and has
+            // not committed (or died before its first commit, so nothing was acknowledged).
+            bail!("{}", never_committed(&store, &run).await?);
+        }
+        Err(other) => return Err(other.into()),
+    };
     let lease = lease::read_lease(&store, &run).await?;
     let entry = store
         .read(&layout::index_entry(run.as_str()))

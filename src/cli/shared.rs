@@ -46,6 +46,14 @@ impl StoreArgs {
     /// Rekindle store is an error naming it, not an empty store, and nothing is created
     /// there. Unless `read_only`, the capability probe runs after that check.
     pub(crate) async fn open_existing(&self, read_only: bool) -> anyhow::Result<Store> {
+        if self.store.is_memory() {
+            // Every process gets its own empty memory store: reading runs that another
+            // process wrote there would report an empty fleet, never an error.
+            anyhow::bail!(
+                "{}: a memory store lives inside one process and starts empty, so it holds no runs for this command; give the directory or s3://bucket/prefix the runs are in",
+                self.store
+            );
+        }
         let settings = self.settings.settings(true)?;
         let store = Store::open(&self.store, &settings, SystemClock::shared()).await?;
         store.check_exists().await?;

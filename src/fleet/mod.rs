@@ -945,7 +945,6 @@ pub fn opening_facts(
 /// finds the winner's record); another ID for the same source is refused naming the first. A source
 /// whose holder is alive is refused unless `takeover` is [`Takeover::Now`]. The leading
 /// coordinator is woken, so the recovery is assigned now rather than at its next scan.
-#[tracing::instrument(name = "admission", skip_all, fields(run_id = %source, recovery_id = %recovery_id))]
 pub async fn spawn_recovery(
     store: &Store,
     holder: &Arc<Holder>,
@@ -954,6 +953,22 @@ pub async fn spawn_recovery(
     force: bool,
     takeover: Takeover,
 ) -> Result<RecoveryRecord> {
+    spawn_recovery_admitted(store, holder, source, recovery_id, force, takeover)
+        .await
+        .map(|admitted| admitted.record)
+}
+
+/// [`spawn_recovery`], also saying whether this call created the recovery or found it
+/// admitted before (a replay), so a caller can tell the two apart when it reports them.
+#[tracing::instrument(name = "admission", skip_all, fields(run_id = %source, recovery_id = %recovery_id))]
+pub async fn spawn_recovery_admitted(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+    force: bool,
+    takeover: Takeover,
+) -> Result<admission::Admitted> {
     use backon::{ExponentialBuilder, Retryable};
     // Two admissions of one ID at once (a retried request, two replicas of a host) both
     // claim it, and the one that loses the fence race sees a conflict: admitting again is
@@ -962,14 +977,13 @@ pub async fn spawn_recovery(
         .with_min_delay(std::time::Duration::from_millis(50))
         .with_max_delay(std::time::Duration::from_secs(1))
         .with_max_times(5);
-    let record = (|| admission::admit(store, holder, source, recovery_id, force, takeover))
+    let admitted = (|| admission::admit(store, holder, source, recovery_id, force, takeover))
         .retry(backoff)
         .sleep(crate::clock::sleep)
         .when(|error: &Error| error.kind() == crate::ErrorKind::Conflict)
-        .await?
-        .record;
+        .await?;
     wake::wake_coordinator(store).await;
-    Ok(record)
+    Ok(admitted)
 }
 
 /// Admits the recovery of a run already judged interrupted (`liveness`), under its
