@@ -90,6 +90,9 @@ enum Command {
     },
     /// Admit a recovery of an interrupted run under a chosen ID (idempotent: the same ID
     /// again returns the existing recovery). The fleet executes it.
+    #[command(
+        override_usage = "rekindle recover --store <STORE> --recovery-id <RECOVERY_ID> <SOURCE_RUN> [--takeover] [--wait]\n       rekindle recover --store <STORE> --all [--takeover] [--wait]"
+    )]
     Recover {
         #[command(flatten)]
         store: StoreArgs,

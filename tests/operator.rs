@@ -206,6 +206,12 @@ fn the_demo_and_flags_refuse_what_makes_no_sense() {
             vec!["recover", "--all", "--recovery-id", "x", "--store", store],
             "--recovery-id",
         ),
+        // Neither form given: the usage shows both, not only the one with a run ID.
+        (
+            env!("CARGO_BIN_EXE_rekindle"),
+            vec!["recover", "--store", store],
+            "rekindle recover --store <STORE> --all [--takeover] [--wait]",
+        ),
         (
             env!("CARGO_BIN_EXE_rekindle-worker"),
             vec!["--store", store, "--config", "c.toml", "--concurrency", "0"],
