@@ -576,6 +576,19 @@ fn recover_all_clears_a_run_that_never_made_its_first_commit() {
         left.is_none(),
         "the run that never started is still indexed"
     );
+    // `runs show` says so too, instead of calling it unfinished.
+    let shown = rekindle(&[
+        "runs",
+        "show",
+        "unstarted-1",
+        "--store",
+        bucket.to_str().unwrap(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout)
+            .contains("never started: its host stopped before its first commit"),
+        "{shown:?}"
+    );
     let claim = runtime.block_on(rekindle::store::recovery::claimed_by(&store, &run));
     assert_eq!(
         claim.unwrap(),
@@ -647,6 +660,7 @@ fn runs_show_says_why_a_run_has_no_generation_and_memory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
     runtime().block_on(async {
+        use rekindle::store::generation::{RunWriter, SnapshotPolicy};
         let store = open_store(&bucket).await;
         let host = rekindle::store::lease::Holder::new(
             &store,
@@ -654,6 +668,39 @@ fn runs_show_says_why_a_run_has_no_generation_and_memory_is_refused() {
             std::time::Duration::from_secs(30),
         );
         host.acquire(&RunId::new("leased-only")).await.unwrap();
+        let released = host.acquire(&RunId::new("released-only")).await.unwrap();
+        host.release(&released).await.unwrap();
+        // Two runs whose IDs are encoded in their keys, with commits: one recovered (not
+        // started yet), one left out of the index.
+        let mut random = SplitMix::new(9);
+        for id in ["team/a", "team/b"] {
+            host.acquire(&RunId::new(id)).await.unwrap();
+            let mut builder = Builder::new(id);
+            builder.step(&mut |bound| random.below(bound), true);
+            RunWriter::create(
+                &store,
+                builder.into_facts(),
+                rekindle::core::epoch::Epoch(1),
+                SnapshotPolicy::default(),
+            )
+            .await
+            .unwrap();
+        }
+        let operator = rekindle::store::lease::Holder::new(
+            &store,
+            "operator",
+            std::time::Duration::from_secs(30),
+        );
+        rekindle::fleet::admission::admit(
+            &store,
+            &operator,
+            &RunId::new("team/a"),
+            &rekindle::core::fact::RecoveryId::new("rec-1"),
+            false,
+            rekindle::fleet::admission::Takeover::Now,
+        )
+        .await
+        .unwrap();
     });
     let show = |run: &str| rekindle(&["runs", "show", run, "--store", bucket.to_str().unwrap()]);
     let leased = show("leased-only");
@@ -663,6 +710,41 @@ fn runs_show_says_why_a_run_has_no_generation_and_memory_is_refused() {
         stderr
             .contains("run leased-only has no committed generation: 'host-7' leased it at epoch 1"),
         "{stderr}"
+    );
+    let cases = [
+        (
+            "released-only",
+            "run released-only has no committed generation: 'host-7' leased it at epoch 1 and released it without committing",
+        ),
+        (
+            "rec-1",
+            "run rec-1 is the recovery of run team/a, admitted and not started yet",
+        ),
+        (
+            "_rekindle-coordinator",
+            "is the coordinators' leadership lease, not a run",
+        ),
+    ];
+    for (run, says) in cases {
+        let out = show(run);
+        assert_eq!(out.status.code(), Some(1), "{run}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{run}: {stderr}");
+    }
+    // `runs ls --all` lists a run whose ID is encoded in its key (it read the lease under the
+    // wrong kind and dropped such runs), and explains `unfinished`.
+    let listed = rekindle(&["runs", "ls", "--all", "--store", bucket.to_str().unwrap()]);
+    assert_eq!(listed.status.code(), Some(0), "{listed:?}");
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("team/b ") && l.contains("unfinished")),
+        "{stdout}"
+    );
+    assert!(
+        String::from_utf8_lossy(&listed.stderr).contains("(unfinished: not in the index"),
+        "{listed:?}"
     );
     let missing = show("no-such-run");
     assert_eq!(missing.status.code(), Some(1), "{missing:?}");

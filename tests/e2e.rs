@@ -359,13 +359,14 @@ async fn same_recovery_id_twice_executes_once() {
     assert!(first.contains("watching its heartbeat"), "{first}");
     let second = stdout(&fleet.cli(&["recover", run, "--recovery-id", "mine"]));
     // The replay reports the same recovery, and says that it is one.
-    let replayed = first.lines().last().unwrap().replacen(
-        ": ",
-        ": already admitted before (nothing changed), ",
-        1,
-    );
+    let replayed =
+        first
+            .lines()
+            .last()
+            .unwrap()
+            .replacen(": ", " was admitted before (a replay): ", 1);
     assert_eq!(second.lines().last(), Some(replayed.as_str()), "{second}");
-    assert!(!first.contains("already admitted"), "{first}");
+    assert!(!first.contains("a replay"), "{first}");
     assert_eq!(
         second.lines().count(),
         1,

@@ -126,14 +126,14 @@ pub(crate) async fn recover(
     let admitted =
         fleet::spawn_recovery_admitted(&store, &holder, &source, &id, force, takeover).await?;
     let record = &admitted.record;
-    // A replay changes nothing: say so, rather than report it as a new admission.
+    // Say a replay is one, rather than report it as a new admission.
     let replay = if admitted.created {
-        ""
+        ":"
     } else {
-        "already admitted before (nothing changed), "
+        " was admitted before (a replay):"
     };
     println!(
-        "recovery {id} of run {source}: {replay}{}, pinned to generation {}",
+        "recovery {id} of run {source}{replay} {}, pinned to generation {}",
         record.state.describe(),
         record.source_generation
     );
@@ -582,7 +582,7 @@ pub(crate) async fn runs_ls(store: StoreArgs, listing: Listing, json: bool) -> a
             eprintln!("(runs finished by their host are not listed; --all lists every run)");
         } else if out.iter().any(|row| row["state"] == "unfinished") {
             eprintln!(
-                "(unfinished: not in the index, never ended, and no recovery continues it; `rekindle runs show RUN` says why, `rekindle recover RUN` continues one with commits)"
+                "(unfinished: not in the index, never ended, and no recovery continues it; `rekindle runs show RUN` says why, `rekindle recover RUN --recovery-id ID` continues one with commits)"
             );
         }
     }
@@ -614,7 +614,11 @@ async fn all_runs(store: &Store) -> anyhow::Result<Vec<RunId>> {
             let Some(object) = store.read(&listed.key).await? else {
                 continue;
             };
-            match layout::decode_object::<lease::Lease>(&listed.key, "lease", &object.bytes) {
+            match layout::decode_object::<lease::Lease>(
+                &listed.key,
+                lease::LEASE_KIND,
+                &object.bytes,
+            ) {
                 Ok(lease) => lease.run_id,
                 Err(_) => continue,
             }
@@ -679,9 +683,25 @@ pub(crate) async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyho
 /// Why `run` has no generation, in words: never leased (a wrong ID), or leased and never
 /// committed.
 async fn never_committed(store: &Store, run: &RunId) -> anyhow::Result<String> {
+    if run.as_str() == layout::COORDINATOR_LEASE_RUN {
+        return Ok(format!(
+            "{run} is the coordinators' leadership lease, not a run (`rekindle status` shows the leader)"
+        ));
+    }
+    if let Some((record, _)) = recovery::read(store, &RecoveryId::new(run.as_str())).await? {
+        return Ok(format!(
+            "run {run} is the recovery of run {}, {} and not started yet: it has no generation until a worker starts it (`rekindle status` shows the fleet)",
+            record.source_run,
+            record.state.describe()
+        ));
+    }
     Ok(match lease::read_lease(store, run).await? {
         None => format!(
             "run {run} does not exist in this store: no generation and no lease (check the ID, and the --store)"
+        ),
+        Some(view) if view.lease.released => format!(
+            "run {run} has no committed generation: '{}' leased it at epoch {} and released it without committing; nothing was acknowledged and there is nothing to recover",
+            view.lease.holder, view.lease.epoch
         ),
         Some(view) => format!(
             "run {run} has no committed generation: '{}' leased it at epoch {} and has not made its first commit; it is still starting, or it stopped before (then nothing was acknowledged and there is nothing to recover)",
@@ -772,6 +792,8 @@ pub(crate) async fn runs_show(
                     .map(|w| format!(" on {w}"))
                     .unwrap_or_default()
             ),
+            // The first slot holds only a fence: its host stopped before its first commit.
+            _ if loaded.state.meta().is_none() => "never started: its host stopped before its first commit and an admission fenced the run; nothing was acknowledged, nothing to recover".to_owned(),
             _ => "unfinished: not in the index, and no recovery continues it".to_owned(),
         },
     };

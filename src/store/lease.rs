@@ -25,7 +25,8 @@ use crate::core::layout::{self, FORMAT_VERSION};
 use crate::core::liveness::{ExpiryWatch, Verdict};
 use crate::store::{ETag, Store, StoreError};
 
-const LEASE_KIND: &str = "run.lease";
+/// The envelope kind of a run's lease object.
+pub const LEASE_KIND: &str = "run.lease";
 const HEARTBEAT_KIND: &str = "heartbeat";
 /// Bound on compare-and-swap retries when the lease changes under us.
 const CAS_ATTEMPTS: usize = 8;
