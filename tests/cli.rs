@@ -717,10 +717,6 @@ fn runs_show_says_why_a_run_has_no_generation_and_memory_is_refused() {
             "run released-only has no committed generation: 'host-7' leased it at epoch 1 and released it without committing",
         ),
         (
-            "rec-1",
-            "run rec-1 is the recovery of run team/a, admitted and not started yet",
-        ),
-        (
             "_rekindle-coordinator",
             "is the coordinators' leadership lease, not a run",
         ),
@@ -731,6 +727,15 @@ fn runs_show_says_why_a_run_has_no_generation_and_memory_is_refused() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{run}: {stderr}");
     }
+    // A recovery admitted and not started has no generation, but `runs show` shows its record.
+    let unstarted = show("rec-1");
+    assert_eq!(unstarted.status.code(), Some(0), "{unstarted:?}");
+    let stdout = String::from_utf8_lossy(&unstarted.stdout);
+    assert!(
+        stdout.contains("recovering team/a (admitted, not started")
+            && stdout.contains("recovers    team/a from its generation"),
+        "{stdout}"
+    );
     // `runs ls --all` lists a run whose ID is encoded in its key (it read the lease under the
     // wrong kind and dropped such runs), and explains `unfinished`.
     let listed = rekindle(&["runs", "ls", "--all", "--store", bucket.to_str().unwrap()]);

@@ -680,19 +680,47 @@ pub(crate) async fn runs_rm(store: StoreArgs, run: String, force: bool) -> anyho
     Ok(())
 }
 
+/// `runs show` of a recovery admitted and not started yet: its record, since it has no
+/// generation until a worker starts it.
+fn show_unstarted_recovery(
+    store: &Store,
+    run: &RunId,
+    of: &rekindle::core::record::RecoveryRecord,
+    json: bool,
+) -> anyhow::Result<()> {
+    let state = format!(
+        "recovering {} ({}, not started: no generation until a worker starts it)",
+        of.source_run,
+        of.state.describe()
+    );
+    if json {
+        let value = serde_json::json!({
+            "run": run,
+            "state": state,
+            "generation": serde_json::Value::Null,
+            "recovery_of": of,
+        });
+        println!("{value}");
+        return Ok(());
+    }
+    let now = store.clock().wall_ms();
+    println!("run         {run}");
+    println!("state       {state}");
+    println!(
+        "recovers    {} from its generation {} (admitted {} ago)",
+        of.source_run,
+        of.source_generation,
+        render::duration_ms(now.saturating_sub(of.admitted_at_ms))
+    );
+    Ok(())
+}
+
 /// Why `run` has no generation, in words: never leased (a wrong ID), or leased and never
 /// committed.
 async fn never_committed(store: &Store, run: &RunId) -> anyhow::Result<String> {
     if run.as_str() == layout::COORDINATOR_LEASE_RUN {
         return Ok(format!(
             "{run} is the coordinators' leadership lease, not a run (`rekindle status` shows the leader)"
-        ));
-    }
-    if let Some((record, _)) = recovery::read(store, &RecoveryId::new(run.as_str())).await? {
-        return Ok(format!(
-            "run {run} is the recovery of run {}, {} and not started yet: it has no generation until a worker starts it (`rekindle status` shows the fleet)",
-            record.source_run,
-            record.state.describe()
         ));
     }
     Ok(match lease::read_lease(store, run).await? {
@@ -721,7 +749,11 @@ pub(crate) async fn runs_show(
     let loaded = match generation::load(&store, &run, None).await {
         Ok(loaded) => loaded,
         Err(generation::GenerationError::NotFound { .. }) => {
-            // Say which of the two it is: a wrong ID, or a host that leased the run and has
+            // A recovery admitted and not started yet has a record and no generation.
+            if let Some((of, _)) = recovery::read(&store, &RecoveryId::new(run.as_str())).await? {
+                return show_unstarted_recovery(&store, &run, &of, json);
+            }
+            // Otherwise say which it is: a wrong ID, or a host that leased the run and has
             // not committed (or died before its first commit, so nothing was acknowledged).
             bail!("{}", never_committed(&store, &run).await?);
         }
@@ -882,7 +914,7 @@ pub(crate) async fn runs_show(
             fold::Confirmation::Requested => "waiting for confirmation; it has not run",
             fold::Confirmation::Denied => "denied; it will not run",
             fold::Confirmation::NotRequested | fold::Confirmation::Approved if continued => {
-                "no result here: the recovery continued the run from this point"
+                "no result here: the recovery continues the run from this point"
             }
             fold::Confirmation::NotRequested | fold::Confirmation::Approved => {
                 "no result committed: it may have been in flight, and would run again on recovery"
