@@ -91,7 +91,7 @@ enum Command {
     /// Admit a recovery of an interrupted run under a chosen ID (idempotent: the same ID
     /// again returns the existing recovery). The fleet executes it.
     #[command(
-        override_usage = "rekindle recover --store <STORE> --recovery-id <RECOVERY_ID> <SOURCE_RUN> [--takeover] [--wait]\n       rekindle recover --store <STORE> --all [--takeover] [--wait]"
+        override_usage = "rekindle recover --store <STORE> --recovery-id <RECOVERY_ID> <SOURCE_RUN> [--takeover] [--wait] [--force]\n       rekindle recover --store <STORE> --all [--takeover] [--wait] [--force]"
     )]
     Recover {
         #[command(flatten)]
@@ -410,7 +410,9 @@ enum RunsCommand {
         #[command(flatten)]
         store: StoreArgs,
         /// Only runs in this state. suspect: its holder's heartbeat is older than its TTL, not
-        /// yet judged; recovered: continued by a recovery (listed with --all).
+        /// yet judged; recovered: continued by a recovery. The states of runs that left the
+        /// index (completed, failed, cancelled, budget, step_cap, dead_lettered, retired,
+        /// unfinished) need --all.
         #[arg(long, value_parser = ["running", "suspect", "interrupted", "parked", "recovering", "dead", "completed", "failed", "cancelled", "budget", "step_cap", "dead_lettered", "recovered", "retired", "unfinished"])]
         state: Option<String>,
         /// Every run in the store, finished ones too.

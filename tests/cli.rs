@@ -751,6 +751,21 @@ fn runs_show_says_why_a_run_has_no_generation_and_memory_is_refused() {
         String::from_utf8_lossy(&listed.stderr).contains("(unfinished: not in the index"),
         "{listed:?}"
     );
+    // A state only --all lists, asked without it: said, not an empty table.
+    let retired = rekindle(&[
+        "runs",
+        "ls",
+        "--state",
+        "retired",
+        "--store",
+        bucket.to_str().unwrap(),
+    ]);
+    assert_eq!(retired.status.code(), Some(1), "{retired:?}");
+    assert!(
+        String::from_utf8_lossy(&retired.stderr)
+            .contains("--state retired: runs in that state have left the index; add --all"),
+        "{retired:?}"
+    );
     let missing = show("no-such-run");
     assert_eq!(missing.status.code(), Some(1), "{missing:?}");
     let stderr = String::from_utf8_lossy(&missing.stderr);

@@ -210,7 +210,7 @@ fn the_demo_and_flags_refuse_what_makes_no_sense() {
         (
             env!("CARGO_BIN_EXE_rekindle"),
             vec!["recover", "--store", store],
-            "rekindle recover --store <STORE> --all [--takeover] [--wait]",
+            "rekindle recover --store <STORE> --all [--takeover] [--wait] [--force]",
         ),
         (
             env!("CARGO_BIN_EXE_rekindle-worker"),

@@ -463,7 +463,26 @@ pub(crate) struct Listing {
     pub limit: usize,
 }
 
+/// The `--state`s of runs that left the index: only `--all` lists them.
+const LEFT_THE_INDEX: [&str; 8] = [
+    "completed",
+    "failed",
+    "cancelled",
+    "budget",
+    "step_cap",
+    "dead_lettered",
+    "retired",
+    "unfinished",
+];
+
 pub(crate) async fn runs_ls(store: StoreArgs, listing: Listing, json: bool) -> anyhow::Result<()> {
+    if let Some(state) = &listing.state
+        && !listing.all
+        && LEFT_THE_INDEX.contains(&state.as_str())
+    {
+        // Without --all only the index is read, and it never holds such a run.
+        bail!("--state {state}: runs in that state have left the index; add --all to list them");
+    }
     let store = store.open_existing(true).await.context("open the store")?;
     let now = store.clock().wall_ms();
     let (entries, bad) = IndexScan::default().scan(&store).await?;
