@@ -1178,7 +1178,7 @@ async fn status_and_runs_show_an_outage_and_its_recovery() {
         == 2;
     assert_eq!(
         drawn.contains(&format!(
-            "may have run twice (in flight at an interruption, run again after it): {first_call}"
+            "may have run more than once (in flight at an interruption, run again after it): {first_call}"
         )),
         ran_twice,
         "{drawn}\n{ledger:?}"

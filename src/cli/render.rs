@@ -1,5 +1,6 @@
 //! Text the `rekindle` commands print: a folded run's summary and its next step in words.
 
+use rekindle::core::fact::CallId;
 use rekindle::core::fold::{self, Step, Summary};
 
 /// A folded run as `rekindle fold` prints it.
@@ -316,14 +317,30 @@ pub(crate) fn timeline(timeline: &rekindle::fleet::timeline::Timeline) -> String
     if timeline.ran_again.is_empty() {
         let _ = writeln!(out, "  no tool call ran more than once");
     } else {
+        // A call in flight at k interruptions may have run k + 1 times.
+        let mut in_flight: Vec<&CallId> = Vec::new();
+        let mut walk = Some(timeline);
+        while let Some(t) = walk {
+            for i in &t.incarnations {
+                in_flight.extend(i.in_flight_at_end.iter().map(|(id, _)| id));
+            }
+            walk = t.recovered_by.as_ref().map(|(_, next)| next.as_ref());
+        }
         let calls: Vec<String> = timeline
             .ran_again
             .iter()
-            .map(|(id, name)| format!("{id} ({name})"))
+            .map(|(id, name)| {
+                let runs = 1 + in_flight.iter().filter(|c| **c == id).count();
+                if runs > 2 {
+                    format!("{id} ({name}, up to {runs} times)")
+                } else {
+                    format!("{id} ({name})")
+                }
+            })
             .collect();
         let _ = writeln!(
             out,
-            "  may have run twice (in flight at an interruption, run again after it): {}",
+            "  may have run more than once (in flight at an interruption, run again after it): {}",
             calls.join(", ")
         );
     }

@@ -251,10 +251,14 @@ async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
                 _ => {}
             }
         }
-        // Only an incarnation that drove the run (committed a turn or a result of its own)
-        // and was followed by another can have been cut short while running a call: the
-        // next call, unless it waits for a human. A fence or an answer runs no tool.
-        let drove = model_turns + tool_results > 0;
+        // Only an incarnation that drove the run and was followed by another can have been
+        // cut short while running a call: the next call, unless it waits for a human. One
+        // drove if it committed a turn or a result of its own. So did a recovery run's
+        // attempt that committed nothing of its own (its seed, or its resume's fence): a
+        // worker drives the run as soon as it holds it, and may have started the call before
+        // it died. An admission's fence or an answer runs no tool.
+        let committed_own = facts.iter().any(|f| f.seq.0 >= own_from && f.seq.0 <= ends);
+        let drove = model_turns + tool_results > 0 || (is_recovery && !committed_own);
         let followed = i + 1 < starts.len();
         let in_flight_at_end = if drove && followed {
             open.iter()
@@ -294,4 +298,99 @@ async fn incarnations(store: &Store, run: &RunId) -> crate::Result<Timeline> {
         ran_again: Vec::new(),
         retired: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::epoch::Epoch;
+    use crate::core::fact::{Fact, Seq, ToolResult};
+    use crate::core::sample::Builder;
+    use crate::fleet::admission::{self, Takeover};
+    use crate::store::generation::{RunWriter, SnapshotPolicy};
+    use crate::store::lease::Holder;
+    use std::time::Duration;
+
+    // Proves a recovery attempt that died before its first commit of its own is drawn as an
+    // interruption with the source's in-flight call running: the worker drove the run as
+    // soon as it held it. The call was in flight at two interruptions (the host's and that
+    // attempt's), so it may have run three times.
+    #[tokio::test]
+    async fn an_attempt_that_died_before_its_first_commit_was_interrupted() {
+        let store = Store::memory(crate::clock::SystemClock::shared());
+        let source = RunId::new("src");
+        let host = Holder::new(&store, "host", Duration::from_secs(30));
+        host.acquire(&source).await.unwrap();
+        // The host committed a model turn calling one tool, and died running it.
+        let mut builder = Builder::new("src");
+        builder.step(&mut |n| if n == 20 { 5 } else { 0 }, true);
+        let facts = builder.into_facts();
+        let call = match &facts.last().unwrap().body {
+            FactBody::ModelTurn(turn) => turn.tool_calls[0].id.clone(),
+            other => panic!("expected a model turn, got {other:?}"),
+        };
+        RunWriter::create(&store, facts, Epoch(1), SnapshotPolicy::default())
+            .await
+            .unwrap();
+        let operator = Holder::new(&store, "operator", Duration::from_secs(30));
+        let recovery = RecoveryId::new("rec");
+        let record = admission::admit(&store, &operator, &source, &recovery, false, Takeover::Now)
+            .await
+            .unwrap()
+            .record;
+        let run = RunId::new("rec");
+        let seed = generation::load(&store, &source, None).await.unwrap();
+        let first = record.source_epoch.next();
+        // Attempt 1 seeds the recovery run, then dies before committing anything of its own.
+        RunWriter::create_as(
+            &store,
+            run.clone(),
+            seed.state.into_facts(),
+            first,
+            SnapshotPolicy::default(),
+        )
+        .await
+        .unwrap();
+        // Attempt 2 resumes it and commits the call's result.
+        let mut writer = RunWriter::resume(&store, &run, first.next(), SnapshotPolicy::default())
+            .await
+            .unwrap();
+        let last = writer.state().facts().last().unwrap().clone();
+        writer
+            .commit(vec![Fact {
+                seq: Seq(last.seq.0 + 1),
+                at_ms: last.at_ms + 1,
+                body: FactBody::ToolResult(ToolResult {
+                    call_id: call.clone(),
+                    output: "ok".into(),
+                    is_error: false,
+                    duration_ms: 1,
+                }),
+            }])
+            .await
+            .unwrap();
+
+        let timeline = build(&store, &source).await.unwrap();
+        let (_, recovered) = timeline.recovered_by.as_ref().unwrap();
+        let attempts = &recovered.incarnations;
+        assert_eq!(attempts.len(), 2, "{attempts:?}");
+        assert_eq!(
+            attempts[0]
+                .in_flight_at_end
+                .iter()
+                .map(|(id, _)| id)
+                .collect::<Vec<_>>(),
+            vec![&call],
+            "the attempt that died after its seed had the call running"
+        );
+        assert!(attempts[1].in_flight_at_end.is_empty());
+        assert_eq!(
+            timeline
+                .ran_again
+                .iter()
+                .map(|(id, _)| id)
+                .collect::<Vec<_>>(),
+            vec![&call]
+        );
+    }
 }
