@@ -68,7 +68,7 @@ impl Fleet {
     }
 
     async fn endpoint() -> (Wakeup, Option<String>) {
-        let wakeup: Wakeup = Arc::new(tokio::sync::Notify::new());
+        let wakeup: Wakeup = Arc::new(rekindle::fleet::wake::WakeSignal::new());
         let url = wake::serve_loopback(Arc::clone(&wakeup)).await.unwrap();
         (wakeup, Some(url))
     }
@@ -297,7 +297,7 @@ async fn offered_again_wakes_the_worker(seen_running: bool) {
     let woken = |what: &'static str| {
         let pokes = Arc::clone(&pokes);
         async move {
-            tokio::time::timeout(LIMIT, pokes.notified())
+            tokio::time::timeout(LIMIT, pokes.notify().notified())
                 .await
                 .unwrap_or_else(|_| panic!("the worker was not woken {what}"));
         }
@@ -661,5 +661,134 @@ async fn a_slot_takes_the_next_recovery_while_the_last_outcome_is_written() {
     }
     gate.release();
     fleet.finished_within(&running, LIMIT).await;
+    fleet.stop().await;
+}
+
+/// Registers a stand-in worker `id` (the test plays it) with `slots` slots, beating, woken
+/// at its own endpoint; returns that endpoint.
+async fn stand_in_worker(fleet: &Fleet, id: &str, slots: u32) -> Wakeup {
+    let (pokes, url) = Fleet::endpoint().await;
+    let me = Holder::with_role(&fleet.store, id, TTL, "worker");
+    me.beat().await.unwrap();
+    me.spawn_heartbeat(Arc::clone(&fleet.stop));
+    let mut registration = Registration::new(
+        id,
+        me.heartbeat_key(),
+        slots,
+        fleet.agent.fingerprint_sha256(),
+    );
+    registration.ttl_ms = Some(TTL.as_millis() as u64);
+    registration.wake = url;
+    fleet
+        .store
+        .put(&layout::worker(id), layout::encode_object(&registration))
+        .await
+        .unwrap();
+    pokes
+}
+
+/// Admits a recovery of `run` (whose host beats) by takeover, and removes the source's index
+/// entry again: only a wake-up naming the recovery can lead the fleet to it now.
+async fn admitted_without_entry(fleet: &Fleet, run: &RunId) -> RecoveryId {
+    let operator = Arc::new(Holder::new(&fleet.store, "operator", TTL));
+    let id = recovery_id_for(run);
+    rekindle::fleet::admission::admit(&fleet.store, &operator, run, &id, false, Takeover::Now)
+        .await
+        .unwrap();
+    rekindle::store::index::remove(&fleet.store, run)
+        .await
+        .unwrap();
+    id
+}
+
+// Proves a wake-up naming an admitted recovery makes the coordinator assign it from its
+// record alone, without its index entry (an admission names it before the entry is written)
+// and without a scan (every timer is a minute), and name it to the worker it offers it to;
+// and that a named ID with no record (a forged or stale wake-up) costs nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_recovery_is_assigned_from_its_record_alone() {
+    let mut fleet = Fleet::new();
+    let pokes = stand_in_worker(&fleet, "only", 4).await;
+    let run = RunId::new("named");
+    fleet.interrupted_run(&run, true).await;
+    fleet.coordinator().await;
+    // The coordinator's first tick is behind it: it has a view of the worker.
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let id = admitted_without_entry(&fleet, &run).await;
+    let coordinator = fleet.coordinator_url.clone().unwrap();
+    let woken = {
+        let pokes = Arc::clone(&pokes);
+        tokio::spawn(async move {
+            tokio::time::timeout(LIMIT, pokes.notify().notified())
+                .await
+                .expect("the worker was not woken for the named recovery");
+        })
+    };
+    wake::poke_naming(
+        &coordinator,
+        &[RecoveryId::new("recovery-of-nothing"), id.clone()],
+    )
+    .await
+    .unwrap();
+    woken.await.unwrap();
+    assert_eq!(pokes.take_named(), vec![id.clone()]);
+    let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
+    assert_eq!(record.state, RecoveryState::Admitted, "{record:?}");
+    assert_eq!(record.assigned_to.as_deref(), Some("only"), "{record:?}");
+    assert!(
+        recovery::read(&fleet.store, &RecoveryId::new("recovery-of-nothing"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    fleet.stop().await;
+}
+
+// Proves a worker woken with a name starts that recovery from its record, though its inbox
+// does not list it (the coordinator names an offer while it writes the inbox), and that a
+// named recovery offered to another worker is left alone: the name is a hint, the record
+// decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_starts_a_named_recovery_only_if_its_record_offers_it() {
+    use rekindle::core::lifecycle::Event;
+    use rekindle::fleet::lifecycle;
+
+    let mut fleet = Fleet::new();
+    fleet.worker("w1").await;
+    let [mine, theirs] = [RunId::new("mine"), RunId::new("theirs")];
+    for run in [&mine, &theirs] {
+        fleet.interrupted_run(run, true).await;
+    }
+    let mut ids = Vec::new();
+    for (run, worker) in [(&mine, "w1"), (&theirs, "w2")] {
+        let id = admitted_without_entry(&fleet, run).await;
+        let assign = Event::Assign {
+            worker: worker.into(),
+        };
+        lifecycle::transition(&fleet.store, &id, None, assign)
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let object = fleet
+        .store
+        .read(&layout::worker("w1"))
+        .await
+        .unwrap()
+        .unwrap();
+    let registration: Registration =
+        layout::decode_object(&layout::worker("w1"), "worker", &object.bytes).unwrap();
+    let url = registration
+        .wake
+        .expect("the worker advertises its wake-up");
+    wake::poke_naming(&url, &ids).await.unwrap();
+    fleet.finished_within(&ids[0], LIMIT).await;
+    let (theirs, _) = recovery::read(&fleet.store, &ids[1])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(theirs.state, RecoveryState::Admitted, "{theirs:?}");
+    assert_eq!(theirs.assigned_to.as_deref(), Some("w2"), "{theirs:?}");
+    assert_eq!(theirs.attempts, 0, "{theirs:?}");
     fleet.stop().await;
 }

@@ -357,10 +357,9 @@ pub(crate) async fn recover_all(
     .map(|(entry, _)| {
         let (store, holder, waker) = (&store, &holder, &waker);
         async move {
-            let admitted = fleet::recover_interrupted(store, holder, &entry.run_id, force).await;
-            if admitted.is_ok() {
-                waker.wake().await;
-            }
+            // It wakes the coordinator, naming the recovery, as soon as the record exists.
+            let admitted =
+                fleet::recover_interrupted(store, holder, &entry.run_id, force, waker).await;
             let admitted = match admitted {
                 Ok(record) => {
                     println!(

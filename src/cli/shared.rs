@@ -255,7 +255,7 @@ pub(crate) async fn endpoint(
     advertise: Option<&str>,
     component: &'static str,
 ) -> anyhow::Result<Endpoint> {
-    let wakeup: rekindle::fleet::wake::Wakeup = Arc::new(tokio::sync::Notify::new());
+    let wakeup: rekindle::fleet::wake::Wakeup = Arc::new(rekindle::fleet::wake::WakeSignal::new());
     let readiness = Arc::new(rekindle::fleet::readiness::Readiness::default());
     let Some(listen) = listen else {
         if advertise.is_some() {

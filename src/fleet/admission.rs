@@ -11,6 +11,7 @@ use crate::core::liveness::{ExpiryWatch, Verdict};
 use crate::core::record::RecoveryRecord;
 use crate::error::Error;
 use crate::fleet::lifecycle::{LifecycleError, sync_index};
+use crate::fleet::wake::CoordinatorWaker;
 use crate::store::generation::{GenerationError, Loaded, RunWriter, SnapshotPolicy};
 use crate::store::lease::{self, Held, Holder};
 use crate::store::recovery::{self, RecoveryError};
@@ -80,6 +81,23 @@ pub async fn admit(
     force: bool,
     takeover: Takeover,
 ) -> crate::Result<Admitted> {
+    admit_waking(store, holder, source, recovery_id, force, takeover, None).await
+}
+
+/// [`admit`], waking the leading coordinator through `waker` as soon as the record exists
+/// (created now or found by a replay), naming the recovery, while the index entry is
+/// written: the coordinator assigns a named recovery from its record alone, so it need not
+/// wait for the entry (see `coordinator::assign_named`). An entry written after the
+/// recovery moved on (a slow PUT) is brought back in line by the coordinator's reconcile.
+pub async fn admit_waking(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+    force: bool,
+    takeover: Takeover,
+    waker: Option<&CoordinatorWaker>,
+) -> crate::Result<Admitted> {
     // The record, claim and recovery-ID checks and the source's load only read; they go out
     // at once (the load's three round trips overlap the checks' one, which an outage's worth
     // of admissions pays on a store with S3's latency). A replay is known from the record
@@ -124,7 +142,7 @@ pub async fn admit(
         // writing it, or the fencing lease still held if its release failed; both are done
         // again.
         release_fence(store, holder, source, &record).await?;
-        sync_index(store, &record).await?;
+        let record = index_and_wake(store, record, waker).await?;
         return Ok(Admitted {
             record,
             created: false,
@@ -183,7 +201,7 @@ pub async fn admit(
     if !claimed_now && let Some((record, _)) = recovery::read(store, recovery_id).await? {
         // Another admission of this ID finished meanwhile (this one may have been paused):
         // fencing now would write to the source after its pin.
-        sync_index(store, &record).await?;
+        let record = index_and_wake(store, record, waker).await?;
         return Ok(Admitted {
             record,
             created: false,
@@ -239,14 +257,30 @@ pub async fn admit(
             return Err(give_back_claim(store, source, recovery_id, claimed_now, error).await);
         }
     };
-    sync_index(store, &admission.record).await?;
-    if admission.created {
+    let created = admission.created;
+    let record = index_and_wake(store, admission.record, waker).await?;
+    if created {
         crate::metrics::count(crate::metrics::RECOVERIES_ADMITTED);
     }
-    Ok(Admitted {
-        record: admission.record,
-        created: admission.created,
-    })
+    Ok(Admitted { record, created })
+}
+
+/// Writes the source's index entry as `record` says, while `waker` (if any) wakes the
+/// leading coordinator naming the recovery.
+async fn index_and_wake(
+    store: &Store,
+    record: RecoveryRecord,
+    waker: Option<&CoordinatorWaker>,
+) -> Result<RecoveryRecord, crate::store::index::IndexError> {
+    let wake = async {
+        if let Some(waker) = waker {
+            waker
+                .wake_naming(std::slice::from_ref(&record.recovery_id))
+                .await;
+        }
+    };
+    let (indexed, ()) = futures::join!(sync_index(store, &record), wake);
+    indexed.map(|()| record)
 }
 
 /// Gives back this ID's claim on a source that turned out to have nothing to recover. A

@@ -332,8 +332,10 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
             futures::stream::iter(&interrupted).for_each_concurrent(ADMISSIONS_AT_ONCE, |run| {
                 let (store, operator, waker) = (&fleet_store, &operator, &waker);
                 async move {
-                    match crate::fleet::recover_interrupted(store, operator, run, false).await {
-                        Ok(_) => waker.wake().await,
+                    match crate::fleet::recover_interrupted(store, operator, run, false, waker)
+                        .await
+                    {
+                        Ok(_) => {}
                         Err(error) => tracing::warn!(run_id = %run, %error, "not admitted"),
                     }
                 }
@@ -639,7 +641,7 @@ impl Fleet {
         let mut tasks = Vec::new();
         let stores = [store.with_fresh_metrics(), store.with_fresh_metrics()];
         let endpoint = || async {
-            let wakeup: Wakeup = Arc::new(tokio::sync::Notify::new());
+            let wakeup: Wakeup = Arc::new(wake::WakeSignal::new());
             let url = wake::serve_loopback(Arc::clone(&wakeup))
                 .await
                 .map_err(setup("serve a wake-up endpoint"))?;

@@ -158,6 +158,12 @@ struct Observer {
     /// Heartbeats this leader removed as dead, with when and the TTL they were judged by
     /// (see [`remove_the_dead`] and [`REMOVED_REMEMBERED`]).
     removed: BTreeMap<String, (crate::clock::Stopwatch, Duration)>,
+    /// The workers and runs as the last full tick saw them (with the assignments named
+    /// wake-ups made since), and when that tick was: what [`assign_named`] places on.
+    last_view: Option<(Vec<WorkerView>, Vec<RunView>, crate::clock::Stopwatch)>,
+    /// Workers that did not answer the wake-up of a named assignment, marked unreachable by
+    /// the next full tick.
+    unanswered: Vec<String>,
 }
 
 /// How long a removed heartbeat is remembered. For one TTL after its removal a key that is
@@ -206,8 +212,10 @@ pub async fn run(
             {
                 Ok(Attempt::Held(held)) => {
                     tracing::info!(coordinator = %options.id, epoch = %held.epoch, "leading");
-                    // Another leader may have written the inboxes since this one last did.
+                    // Another leader may have written the inboxes since this one last did,
+                    // and changed the fleet since this one last looked.
                     observer.inboxes.clear();
+                    observer.last_view = None;
                     leading = Some(held);
                     standing_by = None;
                     set_leading(&options, true);
@@ -230,8 +238,82 @@ pub async fn run(
             options.scan_interval.min(options.ttl)
         };
         let mut watching = false;
+        // Recoveries a wake-up named (just admitted) are assigned on the last tick's view of
+        // the workers, without waiting for their index entries and a scan (a worker that
+        // died since does not answer its wake-up, and the full tick that follows offers its
+        // recoveries elsewhere). If one cannot be placed so, or there is no view yet, the full
+        // tick runs, and the named ones are looked at again on its view: their index entries
+        // may not have been written when it listed the index.
+        let named = options
+            .wake
+            .as_ref()
+            .map(|(wakeup, _)| wakeup.take_named())
+            .unwrap_or_default();
+        let mut after_tick = Vec::new();
+        if let Some(held) = &leading
+            && !named.is_empty()
+        {
+            if observer.last_view.is_none() {
+                after_tick = named;
+            } else {
+                match assign_named(
+                    &store,
+                    &holder,
+                    &options,
+                    &mut observer,
+                    held,
+                    named.clone(),
+                )
+                .await
+                {
+                    Err(TickError::NotLeading(error)) => {
+                        tracing::info!(coordinator = %options.id, %error, "no longer leading");
+                        leading = None;
+                        set_leading(&options, false);
+                        continue;
+                    }
+                    // The full tick still comes once a scan interval has passed since the last.
+                    Ok(true) => {
+                        let next_scan = observer
+                            .last_view
+                            .as_ref()
+                            .map_or(Duration::ZERO, |(_, _, at)| {
+                                options.scan_interval.saturating_sub(at.elapsed())
+                            });
+                        let watching = !observer.watched.is_empty();
+                        woken = wait_for_next_tick(
+                            &store,
+                            &options,
+                            &mut observer,
+                            next_scan,
+                            watching,
+                            &stop,
+                        )
+                        .await;
+                        continue;
+                    }
+                    Ok(false) => after_tick = named,
+                    Err(error) => {
+                        tracing::debug!(%error, "named assignment failed; scanning");
+                        after_tick = named;
+                    }
+                }
+            }
+        }
         if let Some(held) = &leading {
-            match tick(&store, &holder, &options, &mut observer, Some(held)).await {
+            let ticked = tick(&store, &holder, &options, &mut observer, Some(held)).await;
+            if ticked.is_ok() && !after_tick.is_empty() {
+                let named = std::mem::take(&mut after_tick);
+                if let Err(TickError::NotLeading(error)) =
+                    assign_named(&store, &holder, &options, &mut observer, held, named).await
+                {
+                    tracing::info!(coordinator = %options.id, %error, "no longer leading");
+                    leading = None;
+                    set_leading(&options, false);
+                    continue;
+                }
+            }
+            match ticked {
                 Err(TickError::NotLeading(error)) => {
                     tracing::info!(coordinator = %options.id, %error, "no longer leading");
                     leading = None;
@@ -283,7 +365,7 @@ async fn wait_for_next_tick(
     watching: bool,
     stop: &AtomicBool,
 ) -> bool {
-    let wakeup = options.wake.as_ref().map(|(wakeup, _)| wakeup.as_ref());
+    let wakeup = options.wake.as_ref().map(|(wakeup, _)| wakeup.notify());
     let started = crate::clock::Stopwatch::start();
     loop {
         let left = pause.saturating_sub(started.elapsed());
@@ -519,6 +601,11 @@ async fn tick(
         observer.inboxes.clear();
     }
     let versions: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
+    for worker in std::mem::take(&mut observer.unanswered) {
+        if let Some(etag) = registration_beat(observer, &worker, &versions) {
+            observer.unreachable.insert(worker, etag);
+        }
+    }
     // Records first: which workers run a recovery decides the TTL they are judged by.
     let (runs, recheck) = observe_runs(store, observer, entries).await;
     // A decline not seen before: its worker is stopping and has said so in its registration
@@ -661,24 +748,7 @@ async fn tick(
             observer.records.remove(source);
         }
     }
-    // A worker offered a recovery this tick is judged and watched at its full rate from now
-    // on, not from the next scan: if it dies before or right after starting, its silence is
-    // seen within its TTL plus the watch interval.
-    for (_, registration) in observer.registrations.values() {
-        if offered.contains_key(&registration.worker)
-            && observer.judged_busy.insert(registration.worker.clone())
-        {
-            observer.liveness.forget(&registration.heartbeat);
-            if let Some(ttl) = registration.ttl_ms {
-                observer
-                    .declared
-                    .retain(|(key, _)| *key != registration.heartbeat);
-                observer
-                    .declared
-                    .push((registration.heartbeat.clone(), ttl));
-            }
-        }
-    }
+    judge_offered_busy(observer, &offered);
     // The heartbeats whose silence would need action: hosts of running runs and workers
     // running (or offered) a recovery, while they live.
     observer.watched = runs
@@ -695,13 +765,176 @@ async fn tick(
     if let Some(named) = &named {
         remove_the_dead(store, holder, observer, &versions, &alive, named).await;
     }
+    let busy = !runs.is_empty();
+    let mut runs = runs;
+    apply_offers(&mut runs, &offered);
+    observer.last_view = Some((workers, runs, crate::clock::Stopwatch::start()));
     Ok(TickReport {
-        busy: !runs.is_empty(),
+        busy,
         watching: !observer.watched.is_empty(),
         again,
         actions,
         recheck,
     })
+}
+
+/// A worker offered a recovery is judged and watched at its full rate from now on, not from
+/// the next scan: if it dies before or right after starting, its silence is seen within its
+/// TTL plus the watch interval.
+fn judge_offered_busy(observer: &mut Observer, offered: &BTreeMap<String, Vec<Offer>>) {
+    for (_, registration) in observer.registrations.values() {
+        if offered.contains_key(&registration.worker)
+            && observer.judged_busy.insert(registration.worker.clone())
+        {
+            observer.liveness.forget(&registration.heartbeat);
+            if let Some(ttl) = registration.ttl_ms {
+                observer
+                    .declared
+                    .retain(|(key, _)| *key != registration.heartbeat);
+                observer
+                    .declared
+                    .push((registration.heartbeat.clone(), ttl));
+            }
+        }
+        if offered.contains_key(&registration.worker) {
+            observer.watched.insert(registration.heartbeat.clone());
+        }
+    }
+}
+
+/// Assigns the recoveries a wake-up `named` (an admission names the one it admitted) without a
+/// scan: their records are read while the leadership lease is checked, and placed by the same
+/// [`placement::decide`] on the last full tick's view of the workers and their loads. The
+/// assignment is the usual compare-and-swap on the record as read, and the workers' inboxes
+/// are written and the workers woken as a tick does. Returns whether every named recovery
+/// that waits for a worker was assigned; if not (no view of a live worker with room, a swap
+/// that lost), the caller runs a full tick. Named IDs are only hints: one whose record does
+/// not exist, or that is not waiting for a worker, costs its read and nothing else.
+async fn assign_named(
+    store: &Store,
+    holder: &Arc<Holder>,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+    leading: &Held,
+    named: Vec<RecoveryId>,
+) -> Result<bool, TickError> {
+    let reads = futures::stream::iter(named)
+        .map(|id| async move { recovery::read(store, &id).await })
+        .buffered(ACTION_CONCURRENCY)
+        .collect::<Vec<_>>();
+    let (checked, read) = futures::join!(holder.check(leading), reads);
+    checked.map_err(TickError::NotLeading)?;
+    let mut waiting: BTreeMap<RecoveryId, (RecoveryRecord, ETag)> = BTreeMap::new();
+    for result in read {
+        match result {
+            Ok(Some((record, etag))) => {
+                if record.state == RecoveryState::Admitted
+                    && record.assigned_to.is_none()
+                    && record.declined_by.is_none()
+                {
+                    waiting.insert(record.recovery_id.clone(), (record, etag));
+                }
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::debug!(%error, "cannot read a named recovery");
+                return Ok(false);
+            }
+        }
+    }
+    if waiting.is_empty() {
+        return Ok(true);
+    }
+    let Some((workers, last_runs, _)) = observer.last_view.as_ref() else {
+        return Ok(false);
+    };
+    let workers = workers.clone();
+    // The last view, with each named recovery's run as its record says (its index entry may
+    // not say recovering yet: the admission writes it after the record).
+    let mut runs: Vec<RunView> = last_runs
+        .iter()
+        .filter(|run| {
+            !waiting
+                .values()
+                .any(|(record, _)| record.source_run == run.entry.run_id)
+        })
+        .cloned()
+        .collect();
+    for (record, _) in waiting.values() {
+        let Some(entry) = crate::core::lifecycle::entry_for(record) else {
+            continue;
+        };
+        runs.push(RunView {
+            entry,
+            holder_alive: false,
+            recovery: Some(record.clone()),
+            answered: false,
+        });
+    }
+    let actions: Vec<Action> = placement::decide(&workers, &runs, options.max_attempts)
+        .into_iter()
+        .filter(|action| {
+            matches!(action, Action::Assign { recovery, .. } if waiting.contains_key(recovery))
+        })
+        .collect();
+    let known: BTreeMap<&RecoveryId, &(RecoveryRecord, ETag)> = waiting.iter().collect();
+    let known = &known;
+    let observed = &runs;
+    let executed = futures::stream::iter(actions.clone())
+        .map(|action| async move {
+            match execute(store, holder, options, &action, observed, known).await {
+                Ok((landed, offer)) => (landed, action, offer),
+                Err(error) => {
+                    tracing::debug!(?action, %error, "named assignment failed");
+                    (false, action, None)
+                }
+            }
+        })
+        .buffer_unordered(ACTION_CONCURRENCY)
+        .collect::<Vec<(bool, Action, Option<Offer>)>>()
+        .await;
+    let mut offered: BTreeMap<String, Vec<Offer>> = BTreeMap::new();
+    let mut moved = std::collections::BTreeSet::new();
+    for (landed, action, offer) in executed {
+        if let (true, Action::Assign { worker, recovery }) = (landed, action) {
+            offered.entry(worker).or_default().extend(offer);
+            moved.insert(recovery);
+        }
+    }
+    // The view the next named assignment places on.
+    apply_offers(&mut runs, &offered);
+    let assigned = Assigned {
+        decided: &actions,
+        landed: &moved,
+        offered: &offered,
+    };
+    let unanswered = write_inboxes(store, observer, options, &workers, &runs, assigned).await?;
+    judge_offered_busy(observer, &offered);
+    if let Some((_, view, _)) = observer.last_view.as_mut() {
+        *view = runs;
+    }
+    // A worker that did not answer is marked unreachable by the full tick this makes run
+    // (it lists the heartbeat versions that mark needs).
+    let all = moved.len() == waiting.len() && unanswered.is_empty();
+    observer.unanswered.extend(unanswered);
+    Ok(all)
+}
+
+/// Puts the records as the landed offers left them into `runs`, so that the next named
+/// assignment counts those recoveries against their workers.
+fn apply_offers(runs: &mut [RunView], offered: &BTreeMap<String, Vec<Offer>>) {
+    let left: BTreeMap<&RecoveryId, &RecoveryRecord> = offered
+        .values()
+        .flatten()
+        .map(|offer| (&offer.record.recovery_id, &offer.record))
+        .collect();
+    for run in runs {
+        if let Some(record) = run.recovery.as_mut()
+            && let Some(&after) = left.get(&record.recovery_id)
+        {
+            *record = after.clone();
+        }
+    }
 }
 
 /// A heartbeat unchanged for this many TTLs (on the coordinator's own clock, the larger of
@@ -1355,8 +1588,37 @@ async fn write_inboxes(
     let written = futures::stream::iter(changed)
         .map(|(worker, recoveries, write, wake)| {
             let coordinator_wake = coordinator_wake.clone();
+            // The offers that landed this tick are named in the wake-up, which then goes out
+            // beside the inbox's PUT: the worker starts them from their records without
+            // waiting for the inbox. Without one to name, the wake-up follows the PUT, so the
+            // woken worker reads the inbox as written.
+            let named: Vec<RecoveryId> = offered
+                .get(&worker)
+                .map(|offers| {
+                    offers
+                        .iter()
+                        .map(|offer| offer.record.recovery_id.clone())
+                        .filter(|id| recoveries.contains(id))
+                        .collect()
+                })
+                .unwrap_or_default();
             async move {
-                if write {
+                let poke = async {
+                    match &wake {
+                        Some(url) => match crate::fleet::wake::poke_naming(url, &named).await {
+                            Ok(()) => true,
+                            Err(error) => {
+                                tracing::info!(worker_id = %worker, %error, "worker did not answer its wake-up; offering its new recoveries elsewhere");
+                                false
+                            }
+                        },
+                        None => true,
+                    }
+                };
+                let put = async {
+                    if !write {
+                        return Ok(());
+                    }
                     let inbox = Inbox {
                         format: FORMAT_VERSION,
                         kind: "inbox".into(),
@@ -1376,17 +1638,16 @@ async fn write_inboxes(
                     };
                     store
                         .put(&layout::inbox(&worker), layout::encode_object(&inbox))
-                        .await?;
-                }
-                let answered = match &wake {
-                    Some(url) => match crate::fleet::wake::poke(url).await {
-                        Ok(()) => true,
-                        Err(error) => {
-                            tracing::info!(worker_id = %worker, %error, "worker did not answer its wake-up; offering its new recoveries elsewhere");
-                            false
-                        }
-                    },
-                    None => true,
+                        .await
+                        .map(|_| ())
+                };
+                let answered = if named.is_empty() {
+                    put.await?;
+                    poke.await
+                } else {
+                    let (put, answered) = futures::join!(put, poke);
+                    put?;
+                    answered
                 };
                 Ok::<_, StoreError>((worker, recoveries, answered))
             }

@@ -977,19 +977,33 @@ pub async fn spawn_recovery_admitted(
         .with_min_delay(std::time::Duration::from_millis(50))
         .with_max_delay(std::time::Duration::from_secs(1))
         .with_max_times(5);
-    let admitted = (|| admission::admit(store, holder, source, recovery_id, force, takeover))
+    // The coordinator's address is looked up while the admission runs, and the coordinator
+    // woken as soon as the record exists, naming it.
+    let waker = wake::CoordinatorWaker::new(store);
+    let waking = Some(&waker);
+    let admitting = async move {
+        (move || {
+            admission::admit_waking(store, holder, source, recovery_id, force, takeover, waking)
+        })
         .retry(backoff)
         .sleep(crate::clock::sleep)
-        .when(|error: &Error| error.kind() == crate::ErrorKind::Conflict)
-        .await?;
-    wake::wake_coordinator(store).await;
-    Ok(admitted)
+        .when(conflict)
+        .await
+    };
+    let ((), admitted) = futures::join!(waker.prepare(), admitting);
+    admitted
+}
+
+/// Whether an admission failed on a conflict, which admitting again resolves.
+fn conflict(error: &Error) -> bool {
+    error.kind() == crate::ErrorKind::Conflict
 }
 
 /// Admits the recovery of a run already judged interrupted (`liveness`), under its
 /// deterministic ID (`recovery-of-<run>`, as the coordinator names it), fencing the run now:
 /// the judgement already waited out its holder, so admission does not wait again. It wakes
-/// nobody: a batch wakes the coordinator through one [`wake::CoordinatorWaker`].
+/// the coordinator through `waker` (one per batch, which looks its address up once) as soon
+/// as the record exists, naming the recovery.
 ///
 /// A run that turns out to have ended (its host committed the end, then died before leaving
 /// the index) is refused with [`RecoveryError::NothingToRecover`], and one with nothing to
@@ -1002,9 +1016,19 @@ pub async fn recover_interrupted(
     holder: &Arc<Holder>,
     run: &RunId,
     force: bool,
+    waker: &wake::CoordinatorWaker,
 ) -> Result<RecoveryRecord> {
     let recovery_id = crate::core::assignment::recovery_id_for(run);
-    match admission::admit(store, holder, run, &recovery_id, force, Takeover::Now).await {
+    let admitting = admission::admit_waking(
+        store,
+        holder,
+        run,
+        &recovery_id,
+        force,
+        Takeover::Now,
+        Some(waker),
+    );
+    match admitting.await {
         Ok(admitted) => Ok(admitted.record),
         Err(gone)
             if matches!(
@@ -1083,7 +1107,7 @@ pub async fn answer_run(
                 Err(other) => return Err(other.into()),
             }
             // Admitted again: the coordinator assigns it now, not at its next scan.
-            wake::wake_coordinator(store).await;
+            wake::wake_coordinator_naming(store, std::slice::from_ref(id)).await;
         }
         None => {
             if entry.phase != Phase::Parked {

@@ -1,7 +1,12 @@
 //! Wake-ups: how work moves at once instead of at the next timer.
 //!
-//! The bucket stays the only source of truth; a wake-up carries no data, it only cuts a
-//! process's wait short so it reads the bucket now. Each worker and coordinator serves
+//! The bucket stays the only source of truth; a wake-up only cuts a process's wait short so
+//! it reads the bucket now. It may name recoveries (their IDs, nothing else): an admission
+//! names the one it admitted, so the leading coordinator reads that record and assigns it at
+//! once, without waiting for the index entry and the next scan (`coordinator`'s named
+//! assignment). A named ID is a hint to look, never data to act on: the receiver reads the
+//! record from the bucket and changes it only by compare-and-swap, as always, so a forged
+//! wake-up costs at most a read per ID, and only [`MAX_NAMED`] IDs are kept. Each worker and coordinator serves
 //! `POST /wake` and advertises the address (a worker in its registration, every process in
 //! its heartbeat, the leading coordinator in each worker's inbox). An admission wakes the
 //! leading coordinator, which assigns at once and wakes the workers whose inboxes changed; a
@@ -17,7 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::core::fact::RunId;
+use crate::core::fact::{RecoveryId, RunId};
 use crate::core::layout;
 use crate::store::Store;
 use crate::store::lease;
@@ -25,18 +30,87 @@ use crate::store::lease;
 /// How long a wake-up may take before it is given up (it is only a hint).
 const POKE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// The receiving end of wake-ups: a loop waits on it beside its poll timer.
-pub type Wakeup = Arc<Notify>;
+/// Recovery IDs kept from wake-ups until the receiver looks at them; more are dropped (the
+/// receiver's scan finds them anyway).
+pub const MAX_NAMED: usize = 1024;
 
-/// The route that wakes `wakeup`, to merge into a process's HTTP server.
+/// Longest recovery ID a wake-up may name; longer lines are ignored.
+const MAX_NAMED_ID_BYTES: usize = 512;
+
+/// Largest wake-up body accepted (the IDs of a batch of admissions).
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The receiving end of wake-ups: a loop waits on it beside its poll timer.
+pub type Wakeup = Arc<WakeSignal>;
+
+/// What a wake-up leaves for its receiver: the signal that cuts its wait short, and the
+/// recovery IDs wake-ups named since it last looked.
+#[derive(Debug, Default)]
+pub struct WakeSignal {
+    notify: Notify,
+    named: std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>,
+}
+
+impl WakeSignal {
+    /// A signal nobody has woken yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// What the receiver waits on.
+    pub fn notify(&self) -> &Notify {
+        &self.notify
+    }
+
+    /// Wakes the receiver (one waiter; a wake-up with nobody waiting is kept for the next).
+    pub fn notify_one(&self) {
+        self.notify.notify_one();
+    }
+
+    /// Remembers `ids` for the receiver (up to [`MAX_NAMED`] in all), then wakes it.
+    pub fn name(&self, ids: impl IntoIterator<Item = RecoveryId>) {
+        {
+            let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+            for id in ids {
+                if named.len() >= MAX_NAMED {
+                    break;
+                }
+                named.insert(id);
+            }
+        }
+        self.notify_one();
+    }
+
+    /// The recovery IDs named since the last call, in ID order.
+    pub fn take_named(&self) -> Vec<RecoveryId> {
+        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *named).into_iter().collect()
+    }
+}
+
+/// The recovery IDs a wake-up's body names: one per line, blank and over-long lines skipped.
+fn named_in(body: &[u8]) -> Vec<RecoveryId> {
+    String::from_utf8_lossy(body)
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && line.len() <= MAX_NAMED_ID_BYTES)
+        .take(MAX_NAMED)
+        .map(RecoveryId::new)
+        .collect()
+}
+
+/// The route that wakes `wakeup`, to merge into a process's HTTP server. The body, if any,
+/// names recoveries to look at, one ID per line.
 pub fn route(wakeup: Wakeup) -> axum::Router {
-    axum::Router::new().route(
-        "/wake",
-        axum::routing::post(move || {
-            wakeup.notify_one();
-            async { "woken" }
-        }),
-    )
+    axum::Router::new()
+        .route(
+            "/wake",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                wakeup.name(named_in(&body));
+                async { "woken" }
+            }),
+        )
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
 /// Serves only `POST /wake` on an ephemeral loopback port (for a process started without
@@ -108,8 +182,15 @@ fn client() -> &'static reqwest::Client {
 /// Wakes the process at `url`. An error means it did not answer (gone, unreachable, slow);
 /// the caller may treat it as a hint that the process is not there, never as proof.
 pub async fn poke(url: &str) -> Result<(), String> {
+    poke_naming(url, &[]).await
+}
+
+/// Wakes the process at `url` and names `recoveries` for it to look at (see [`poke`]).
+pub async fn poke_naming(url: &str, recoveries: &[RecoveryId]) -> Result<(), String> {
+    let body: String = recoveries.iter().map(|id| format!("{id}\n")).collect();
     let response = client()
         .post(format!("{url}/wake"))
+        .body(body)
         .send()
         .await
         .map_err(|error| format!("{url}: {error}"))?;
@@ -139,8 +220,14 @@ pub async fn coordinator_url(store: &Store) -> Option<String> {
 /// Wakes the leading coordinator, if one can be found; best effort (it also scans on its
 /// timer).
 pub async fn wake_coordinator(store: &Store) {
+    wake_coordinator_naming(store, &[]).await;
+}
+
+/// Wakes the leading coordinator and names `recoveries` (admitted, waiting for a worker) for
+/// it to assign at once; best effort.
+pub async fn wake_coordinator_naming(store: &Store, recoveries: &[RecoveryId]) {
     if let Some(url) = coordinator_url(store).await
-        && let Err(error) = poke(&url).await
+        && let Err(error) = poke_naming(&url, recoveries).await
     {
         // The leader advertises an address this process cannot reach: a misconfiguration
         // (a network policy, a wrong --advertise) that delays recovery to its next scan.
@@ -173,9 +260,15 @@ impl CoordinatorWaker {
 
     /// Wakes the coordinator, if one leads and advertises an address; best effort.
     pub async fn wake(&self) {
+        self.wake_naming(&[]).await;
+    }
+
+    /// Wakes the coordinator and names `recoveries` (just admitted) for it to assign; best
+    /// effort.
+    pub async fn wake_naming(&self, recoveries: &[RecoveryId]) {
         let url = self.url.get_or_init(|| coordinator_url(&self.store)).await;
         if let Some(url) = url
-            && let Err(error) = poke(url).await
+            && let Err(error) = poke_naming(url, recoveries).await
         {
             tracing::warn!(%error, "cannot wake the leading coordinator at its advertised address; it finds the work at its next scan");
         }

@@ -187,6 +187,17 @@ pub async fn run(
     // writes.
     let reporting: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>> = Arc::default();
     let turns: Arc<Turns> = Arc::default();
+    let attempts = Launcher {
+        node: node.clone(),
+        worker: options.id.clone(),
+        stats: Arc::clone(&stats),
+        holder: Arc::clone(&holder),
+        wakeup: wakeup.clone(),
+        ended: Arc::clone(&ended),
+        freed: Arc::clone(&freed),
+        turns: Arc::clone(&turns),
+        reporting: Arc::clone(&reporting),
+    };
     let mut since_check = crate::clock::Stopwatch::start();
     while !stop.load(Ordering::SeqCst) {
         if options
@@ -238,6 +249,26 @@ pub async fn run(
                 }
             }
         }
+        // Recoveries a wake-up named (the coordinator names the ones it just offered this
+        // worker, while it writes the inbox): started at once, each from its record as read
+        // now (a named ID is only a hint: `attempt` runs only a recovery that its record says
+        // is offered to this worker and waiting). The inbox is read as usual beside them.
+        if let Some(wakeup) = &wakeup {
+            let named = wakeup.take_named();
+            if !named.is_empty() {
+                let skip = ended.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let free =
+                    (options.concurrency as usize).saturating_sub(occupied(&running, &reporting));
+                let fresh: Vec<RecoveryId> = named
+                    .into_iter()
+                    .filter(|id| !running.contains_key(id) && !skip.contains(id))
+                    .take(free)
+                    .collect();
+                for id in fresh {
+                    running.insert(id.clone(), launch(&attempts, id, None));
+                }
+            }
+        }
         match read_inbox(&store, &options.id).await {
             Ok(inbox) => {
                 coordinator = inbox.coordinator_wake;
@@ -269,22 +300,6 @@ pub async fn run(
                     .waiting
                     .store(candidates.len() > free, Ordering::SeqCst);
                 for id in candidates.into_iter().take(free) {
-                    turns.started(&id);
-                    let node = node.clone();
-                    let stats = Arc::clone(&stats);
-                    let worker = options.id.clone();
-                    let task_id = id.clone();
-                    // Beats at the full rate from before the attempt starts until it ends.
-                    let busy = holder.busy();
-                    let done = wakeup.clone();
-                    let ended = Arc::clone(&ended);
-                    let freed = Arc::clone(&freed);
-                    let turns = Arc::clone(&turns);
-                    let slot = Slot {
-                        id: id.clone(),
-                        reporting: Arc::clone(&reporting),
-                        wakeup: wakeup.clone(),
-                    };
                     let offer = offers
                         .iter()
                         .position(|offer| offer.record.recovery_id == id)
@@ -293,30 +308,7 @@ pub async fn run(
                             used_offers.insert(offer.etag.clone());
                             (offer.record, ETag(offer.etag))
                         });
-                    running.insert(
-                        id,
-                        tokio::spawn(async move {
-                            let (over, ran) =
-                                attempt(&node, &worker, &task_id, &stats, offer, &turns, &slot)
-                                    .await;
-                            // A later attempt of the same recovery holds a slot again.
-                            drop(slot);
-                            if over {
-                                ended
-                                    .lock()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .insert(task_id);
-                            }
-                            if ran {
-                                freed.store(true, Ordering::SeqCst);
-                            }
-                            drop(busy);
-                            // Back to the loop at once, to take the next assignment.
-                            if let Some(done) = done {
-                                done.notify_one();
-                            }
-                        }),
-                    );
+                    running.insert(id.clone(), launch(&attempts, id, offer));
                 }
             }
             Err(error) => tracing::warn!(worker_id = %options.id, %error, "cannot read the inbox"),
@@ -327,7 +319,12 @@ pub async fn run(
             crate::metrics::WORKER_UTILIZATION,
             in_flight / f64::from(options.concurrency.max(1)),
         );
-        crate::clock::sleep_unless(options.poll_interval, &stop, wakeup.as_deref()).await;
+        crate::clock::sleep_unless(
+            options.poll_interval,
+            &stop,
+            wakeup.as_deref().map(|w| w.notify()),
+        )
+        .await;
     }
     if let Some(readiness) = &options.readiness {
         readiness.draining();
@@ -376,7 +373,7 @@ pub async fn run(
         }
         let woken = async {
             match wakeup.as_deref() {
-                Some(wake) => wake.notified().await,
+                Some(wake) => wake.notify().notified().await,
                 None => std::future::pending().await,
             }
         };
@@ -709,13 +706,66 @@ async fn attempt(
     }
 }
 
+/// What the worker loop hands each attempt it launches.
+struct Launcher {
+    node: Node,
+    worker: String,
+    stats: Arc<WorkerStats>,
+    holder: Arc<Holder>,
+    wakeup: Option<Wakeup>,
+    ended: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>>,
+    freed: Arc<AtomicBool>,
+    turns: Arc<Turns>,
+    reporting: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>>,
+}
+
+/// Launches the attempts at recovery `id` on this worker (see [`attempt`]), holding a slot
+/// until its run stops; `offer` is the record as the inbox carried it, if it did.
+fn launch(
+    with: &Launcher,
+    id: RecoveryId,
+    offer: Option<(RecoveryRecord, ETag)>,
+) -> tokio::task::JoinHandle<()> {
+    with.turns.started(&id);
+    let node = with.node.clone();
+    let stats = Arc::clone(&with.stats);
+    let worker = with.worker.clone();
+    // Beats at the full rate from before the attempt starts until it ends.
+    let busy = with.holder.busy();
+    let done = with.wakeup.clone();
+    let ended = Arc::clone(&with.ended);
+    let freed = Arc::clone(&with.freed);
+    let turns = Arc::clone(&with.turns);
+    let slot = Slot {
+        id: id.clone(),
+        reporting: Arc::clone(&with.reporting),
+        wakeup: with.wakeup.clone(),
+    };
+    tokio::spawn(async move {
+        let (over, ran) = attempt(&node, &worker, &id, &stats, offer, &turns, &slot).await;
+        // A later attempt of the same recovery holds a slot again.
+        drop(slot);
+        if over {
+            ended.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+        }
+        if ran {
+            freed.store(true, Ordering::SeqCst);
+        }
+        drop(busy);
+        // Back to the loop at once, to take the next assignment.
+        if let Some(done) = done {
+            done.notify_one();
+        }
+    })
+}
+
 /// An attempt's slot on its worker, given up once its run has stopped. Dropped when the
 /// attempt's task ends, however it ends (a panic too): a later attempt of the same recovery
 /// then holds a slot again.
 struct Slot {
     id: RecoveryId,
     reporting: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>>,
-    wakeup: Option<Arc<tokio::sync::Notify>>,
+    wakeup: Option<Wakeup>,
 }
 
 impl Slot {
