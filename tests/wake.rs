@@ -74,13 +74,24 @@ impl Fleet {
     }
 
     async fn coordinator(&mut self) {
+        self.coordinator_every(TIMER).await;
+    }
+
+    /// A coordinator whose scans, idle scans and watch all come every `interval`.
+    async fn coordinator_every(&mut self, interval: Duration) {
+        let store = self.store.clone();
+        self.coordinator_on(store, interval).await;
+    }
+
+    /// [`Fleet::coordinator_every`] on its own view of the bucket.
+    async fn coordinator_on(&mut self, store: Store, interval: Duration) {
         let mut options = CoordinatorOptions::new("coordinator", TTL);
-        options.scan_interval = TIMER;
-        options.idle_scan_interval = TIMER;
-        options.watch_interval = TIMER;
+        options.scan_interval = interval;
+        options.idle_scan_interval = interval;
+        options.watch_interval = interval;
         options.wake = Some(Self::endpoint().await);
         self.coordinator_url = options.wake.as_ref().and_then(|(_, url)| url.clone());
-        let (store, stop) = (self.store.clone(), Arc::clone(&self.stop));
+        let stop = Arc::clone(&self.stop);
         self.tasks.push(tokio::spawn(async move {
             coordinator::run(store, options, stop).await.unwrap();
         }));
@@ -790,5 +801,77 @@ async fn a_worker_starts_a_named_recovery_only_if_its_record_offers_it() {
     assert_eq!(theirs.state, RecoveryState::Admitted, "{theirs:?}");
     assert_eq!(theirs.assigned_to.as_deref(), Some("w2"), "{theirs:?}");
     assert_eq!(theirs.attempts, 0, "{theirs:?}");
+    fleet.stop().await;
+}
+
+// Proves a stream of wake-ups naming recoveries that do not exist (forged, or stale) does not
+// hold the coordinator's scans off: a host that is gone without waking anybody (its heartbeat
+// removed, no wake-up) is still found by a scan, and its run admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_wake_ups_do_not_hold_the_scans_off() {
+    use rekindle::store::faults::{FaultPlan, FaultyStore};
+    use rekindle::store::{Backend, RetryPolicy};
+    let mut fleet = Fleet::new();
+    // The coordinator's requests take 20 ms (as on S3), so the next junk name is always
+    // there by the time it has looked at the last one.
+    let root = fleet.dir.path().join("bucket");
+    std::fs::create_dir_all(&root).unwrap();
+    let local = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root).unwrap());
+    let open = |inner: Arc<dyn object_store::ObjectStore>| {
+        Store::from_parts(
+            inner,
+            Backend::Local { root: root.clone() },
+            "file://flood",
+            "",
+            RetryPolicy::default(),
+            SystemClock::shared(),
+        )
+    };
+    fleet.store = open(local.clone());
+    let plan = FaultPlan {
+        latency: Duration::from_millis(20),
+        ..FaultPlan::default()
+    };
+    let slow = open(FaultyStore::new(local, plan, 11));
+    let _pokes = stand_in_worker(&fleet, "only", 4).await;
+    fleet.coordinator_on(slow, Duration::from_millis(300)).await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let coordinator = fleet.coordinator_url.clone().unwrap();
+    let flooding = Arc::new(AtomicBool::new(true));
+    let flood = {
+        let flooding = Arc::clone(&flooding);
+        tokio::spawn(async move {
+            let junk = [RecoveryId::new("recovery-of-nobody")];
+            while flooding.load(Ordering::SeqCst) {
+                let _ = wake::poke_naming(&coordinator, &junk).await;
+                rekindle::clock::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    // A host starts a run (which wakes the coordinator), then is gone without a word.
+    let run = RunId::new("gone-quietly");
+    let holder = Holder::new(&fleet.store, "host-quiet", TTL);
+    holder.beat().await.unwrap();
+    let node = Node {
+        store: fleet.store.clone(),
+        agent: fleet.agent.clone(),
+        logs: LogDir::open(fleet.dir.path().join("host")).unwrap(),
+        holder: Arc::clone(&holder),
+        stop: Arc::new(AtomicBool::new(true)),
+    };
+    node.start_run(&run, None, "go").await.unwrap();
+    rekindle::clock::sleep(Duration::from_millis(100)).await;
+    holder.retire().await.unwrap();
+    let id = recovery_id_for(&run);
+    let waited = Stopwatch::start();
+    while recovery::read(&fleet.store, &id).await.unwrap().is_none() {
+        assert!(
+            waited.elapsed() < LIMIT,
+            "the run of a host that is gone was not admitted while named wake-ups kept coming"
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    flooding.store(false, Ordering::SeqCst);
+    flood.await.unwrap();
     fleet.stop().await;
 }

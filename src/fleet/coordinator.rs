@@ -204,6 +204,8 @@ pub async fn run(
     let mut followed_up = 0;
     // Whether the wait before this tick was cut short by a wake-up.
     let mut woken = false;
+    // Whether the next turn must be a full tick (the last one asked for another at once).
+    let mut tick_due = false;
     while !stop.load(Ordering::SeqCst) {
         if leading.is_none() {
             match holder
@@ -238,79 +240,81 @@ pub async fn run(
             options.scan_interval.min(options.ttl)
         };
         let mut watching = false;
-        // Recoveries a wake-up named (just admitted) are assigned on the last tick's view of
-        // the workers, without waiting for their index entries and a scan (a worker that
-        // died since does not answer its wake-up, and the full tick that follows offers its
-        // recoveries elsewhere). If one cannot be placed so, or there is no view yet, the full
-        // tick runs, and the named ones are looked at again on its view: their index entries
-        // may not have been written when it listed the index.
-        let named = options
+        // Recoveries a wake-up named (just admitted) are assigned on the last full tick's
+        // view of the workers, without waiting for their index entries and a scan (a worker
+        // that died since does not answer its wake-up, and what was offered to it is looked
+        // at again after the full tick that follows). The full tick runs first when one is
+        // due: the last asked for another at once, a wake-up named nothing (a freed slot, a
+        // hand-back, a new run), or the view is older than a scan interval (a watch interval
+        // while processes hold runs, whose silence the full tick looks for): a stream of
+        // named wake-ups, forged or not, never holds the scans off. Names it could not place
+        // are looked at again on the full tick's view: their index entries may not have been
+        // written when it listed the index.
+        let (named, plain) = options
             .wake
             .as_ref()
-            .map(|(wakeup, _)| wakeup.take_named())
+            .map(|(wakeup, _)| (wakeup.take_named(), wakeup.take_plain()))
             .unwrap_or_default();
+        let freshness = if observer.watched.is_empty() {
+            options.scan_interval
+        } else {
+            options.scan_interval.min(options.watch_interval)
+        };
+        let view_age = observer.last_view.as_ref().map(|(_, _, at)| at.elapsed());
+        let fast = !tick_due && !plain && view_age.is_some_and(|age| age < freshness);
         let mut after_tick = Vec::new();
         if let Some(held) = &leading
             && !named.is_empty()
         {
-            if observer.last_view.is_none() {
+            if !fast {
                 after_tick = named;
             } else {
-                match assign_named(
-                    &store,
-                    &holder,
-                    &options,
-                    &mut observer,
-                    held,
-                    named.clone(),
-                )
-                .await
-                {
+                match assign_named(&store, &holder, &options, &mut observer, held, named).await {
                     Err(TickError::NotLeading(error)) => {
                         tracing::info!(coordinator = %options.id, %error, "no longer leading");
                         leading = None;
                         set_leading(&options, false);
                         continue;
                     }
-                    // The full tick still comes once a scan interval has passed since the last.
-                    Ok(true) => {
-                        let next_scan = observer
-                            .last_view
-                            .as_ref()
-                            .map_or(Duration::ZERO, |(_, _, at)| {
-                                options.scan_interval.saturating_sub(at.elapsed())
-                            });
+                    Ok(outcome) if outcome.again.is_empty() => {
+                        let next = freshness.saturating_sub(view_age.unwrap_or_default());
                         let watching = !observer.watched.is_empty();
                         woken = wait_for_next_tick(
                             &store,
                             &options,
                             &mut observer,
-                            next_scan,
+                            next,
                             watching,
                             &stop,
                         )
                         .await;
                         continue;
                     }
-                    Ok(false) => after_tick = named,
-                    Err(error) => {
-                        tracing::debug!(%error, "named assignment failed; scanning");
-                        after_tick = named;
-                    }
+                    Ok(outcome) => after_tick = outcome.again,
+                    Err(error) => tracing::debug!(%error, "named assignment failed; scanning"),
                 }
             }
         }
         if let Some(held) = &leading {
+            tick_due = false;
             let ticked = tick(&store, &holder, &options, &mut observer, Some(held)).await;
+            let mut named_offered = false;
             if ticked.is_ok() && !after_tick.is_empty() {
                 let named = std::mem::take(&mut after_tick);
-                if let Err(TickError::NotLeading(error)) =
-                    assign_named(&store, &holder, &options, &mut observer, held, named).await
-                {
-                    tracing::info!(coordinator = %options.id, %error, "no longer leading");
-                    leading = None;
-                    set_leading(&options, false);
-                    continue;
+                match assign_named(&store, &holder, &options, &mut observer, held, named).await {
+                    Err(TickError::NotLeading(error)) => {
+                        tracing::info!(coordinator = %options.id, %error, "no longer leading");
+                        leading = None;
+                        set_leading(&options, false);
+                        continue;
+                    }
+                    // What still could not be placed waits for a worker's wake-up or the
+                    // next scan (a scan interval, not the idle one: see below).
+                    Ok(outcome) => named_offered = outcome.offered || !outcome.again.is_empty(),
+                    Err(error) => {
+                        tracing::debug!(%error, "named assignment failed");
+                        named_offered = true;
+                    }
                 }
             }
             match ticked {
@@ -322,11 +326,14 @@ pub async fn run(
                 }
                 Ok(report) if report.again && followed_up < MAX_IMMEDIATE_TICKS => {
                     followed_up += 1;
+                    tick_due = true;
                     continue;
                 }
                 Ok(report) => {
-                    watching = report.watching;
-                    if !report.busy {
+                    watching = report.watching || !observer.watched.is_empty();
+                    // A named recovery assigned (or still waiting) after this tick is work the
+                    // index may not have shown it: not an idle fleet.
+                    if !report.busy && !named_offered {
                         pause = options.idle_scan_interval;
                     }
                     // Woken (a worker that handed a recovery back wakes it), but the running
@@ -581,6 +588,8 @@ async fn tick(
             None => Ok(()),
         }
     };
+    // A tick that fails part-way leaves no view to place named recoveries on.
+    observer.last_view = None;
     let (checked, scanned) = futures::join!(checking, observer.index.scan(store));
     checked.map_err(TickError::NotLeading)?;
     let (entries, bad) = scanned?;
@@ -802,14 +811,24 @@ fn judge_offered_busy(observer: &mut Observer, offered: &BTreeMap<String, Vec<Of
     }
 }
 
+/// What a named assignment did: the names to look at again after a full tick (none if every
+/// named recovery that waits for a worker was offered one), and whether any offer landed.
+#[derive(Debug, Default)]
+struct NamedOutcome {
+    again: Vec<RecoveryId>,
+    offered: bool,
+}
+
 /// Assigns the recoveries a wake-up `named` (an admission names the one it admitted) without a
 /// scan: their records are read while the leadership lease is checked, and placed by the same
 /// [`placement::decide`] on the last full tick's view of the workers and their loads. The
 /// assignment is the usual compare-and-swap on the record as read, and the workers' inboxes
-/// are written and the workers woken as a tick does. Returns whether every named recovery
-/// that waits for a worker was assigned; if not (no view of a live worker with room, a swap
-/// that lost), the caller runs a full tick. Named IDs are only hints: one whose record does
-/// not exist, or that is not waiting for a worker, costs its read and nothing else.
+/// are written and the workers woken as a tick does. Names that arrive while the records are
+/// read join in (up to [`NAMED_ROUNDS`] rounds of reads). A named recovery waits for a worker
+/// if its record is admitted and offered to nobody, or to a worker the view does not show
+/// alive and answering (`decide` moves it). Whatever could not be placed, read or woken is
+/// returned to look at again after a full tick. Named IDs are only hints: one whose record
+/// does not exist, or that is not waiting for a worker, costs its read and nothing else.
 async fn assign_named(
     store: &Store,
     holder: &Arc<Holder>,
@@ -817,38 +836,87 @@ async fn assign_named(
     observer: &mut Observer,
     leading: &Held,
     named: Vec<RecoveryId>,
-) -> Result<bool, TickError> {
-    let reads = futures::stream::iter(named)
-        .map(|id| async move { recovery::read(store, &id).await })
-        .buffered(ACTION_CONCURRENCY)
-        .collect::<Vec<_>>();
-    let (checked, read) = futures::join!(holder.check(leading), reads);
+) -> Result<NamedOutcome, TickError> {
+    let read = |batch: Vec<RecoveryId>| {
+        futures::stream::iter(batch)
+            .map(|id| async move { (recovery::read(store, &id).await, id) })
+            .buffered(ACTION_CONCURRENCY)
+            .collect::<Vec<_>>()
+    };
+    let wakeup = options.wake.as_ref().map(|(wakeup, _)| wakeup);
+    let mut looked: Vec<RecoveryId> = named.clone();
+    let (checked, mut results) = futures::join!(holder.check(leading), read(named));
     checked.map_err(TickError::NotLeading)?;
+    let Some((workers, last_runs, _)) = observer.last_view.as_ref() else {
+        return Ok(NamedOutcome {
+            again: looked,
+            offered: false,
+        });
+    };
+    // Only workers still registered: one removed as dead since the view was taken gets no
+    // inbox written again.
+    let workers: Vec<WorkerView> = workers
+        .iter()
+        .filter(|w| {
+            observer
+                .registrations
+                .values()
+                .any(|(_, r)| r.worker == w.registration.worker)
+        })
+        .cloned()
+        .collect();
+    let answering = |name: &str| {
+        workers.iter().any(|w| {
+            w.registration.worker == name && w.alive && w.offer && !w.registration.draining
+        })
+    };
     let mut waiting: BTreeMap<RecoveryId, (RecoveryRecord, ETag)> = BTreeMap::new();
-    for result in read {
-        match result {
-            Ok(Some((record, etag))) => {
-                if record.state == RecoveryState::Admitted
-                    && record.assigned_to.is_none()
-                    && record.declined_by.is_none()
-                {
-                    waiting.insert(record.recovery_id.clone(), (record, etag));
+    let mut unread: Vec<RecoveryId> = Vec::new();
+    for round in 1..=NAMED_ROUNDS {
+        for (result, id) in results {
+            match result {
+                Ok(Some((record, etag))) => {
+                    if record.state == RecoveryState::Admitted
+                        && record.declined_by.is_none()
+                        && !record.assigned_to.as_deref().is_some_and(answering)
+                    {
+                        waiting.insert(record.recovery_id.clone(), (record, etag));
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::debug!(recovery_id = %id, %error, "cannot read a named recovery");
+                    unread.push(id);
                 }
             }
-            Ok(None) => {}
-            Err(error) => {
-                tracing::debug!(%error, "cannot read a named recovery");
-                return Ok(false);
-            }
         }
+        // Names that came while these were read (a batch of admissions lands over a few
+        // round trips) join this assignment rather than wait for the next.
+        let more: Vec<RecoveryId> = wakeup
+            .map(|wakeup| wakeup.take_named())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|id| !looked.contains(id))
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        if round == NAMED_ROUNDS {
+            // Kept for the loop's next turn (naming them wakes it again).
+            if let Some(wakeup) = wakeup {
+                wakeup.name(more);
+            }
+            break;
+        }
+        looked.extend(more.iter().cloned());
+        results = read(more).await;
     }
     if waiting.is_empty() {
-        return Ok(true);
+        return Ok(NamedOutcome {
+            again: unread,
+            offered: false,
+        });
     }
-    let Some((workers, last_runs, _)) = observer.last_view.as_ref() else {
-        return Ok(false);
-    };
-    let workers = workers.clone();
     // The last view, with each named recovery's run as its record says (its index entry may
     // not say recovering yet: the admission writes it after the record).
     let mut runs: Vec<RunView> = last_runs
@@ -913,12 +981,30 @@ async fn assign_named(
     if let Some((_, view, _)) = observer.last_view.as_mut() {
         *view = runs;
     }
-    // A worker that did not answer is marked unreachable by the full tick this makes run
-    // (it lists the heartbeat versions that mark needs).
-    let all = moved.len() == waiting.len() && unanswered.is_empty();
+    // A worker that did not answer is marked unreachable by the full tick that follows (it
+    // lists the heartbeat versions that mark needs); what was offered to it is looked at
+    // again on that tick's view, as is what could not be placed or read.
+    let mut again = unread;
+    let offered_to_unanswered = |id: &RecoveryId| {
+        offered.iter().any(|(worker, offers)| {
+            unanswered.contains(worker) && offers.iter().any(|o| o.record.recovery_id == *id)
+        })
+    };
+    again.extend(
+        waiting
+            .keys()
+            .filter(|id| !moved.contains(*id) || offered_to_unanswered(id))
+            .cloned(),
+    );
     observer.unanswered.extend(unanswered);
-    Ok(all)
+    Ok(NamedOutcome {
+        again,
+        offered: !moved.is_empty(),
+    })
 }
+
+/// Rounds of record reads one named assignment makes, taking the names that came meanwhile.
+const NAMED_ROUNDS: usize = 3;
 
 /// Puts the records as the landed offers left them into `runs`, so that the next named
 /// assignment counts those recoveries against their workers.

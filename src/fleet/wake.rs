@@ -6,7 +6,8 @@
 //! once, without waiting for the index entry and the next scan (`coordinator`'s named
 //! assignment). A named ID is a hint to look, never data to act on: the receiver reads the
 //! record from the bucket and changes it only by compare-and-swap, as always, so a forged
-//! wake-up costs at most a read per ID, and only [`MAX_NAMED`] IDs are kept. Each worker and coordinator serves
+//! wake-up costs at most a read per ID (a worker also lends the ID a slot for that read), and
+//! only [`MAX_NAMED`] IDs are kept. It never holds the receiver's own scans off. Each worker and coordinator serves
 //! `POST /wake` and advertises the address (a worker in its registration, every process in
 //! its heartbeat, the leading coordinator in each worker's inbox). An admission wakes the
 //! leading coordinator, which assigns at once and wakes the workers whose inboxes changed; a
@@ -34,10 +35,11 @@ const POKE_TIMEOUT: Duration = Duration::from_millis(500);
 /// receiver's scan finds them anyway).
 pub const MAX_NAMED: usize = 1024;
 
-/// Longest recovery ID a wake-up may name; longer lines are ignored.
+/// Longest recovery ID a wake-up may name; longer lines are ignored (and not sent).
 const MAX_NAMED_ID_BYTES: usize = 512;
 
-/// Largest wake-up body accepted (the IDs of a batch of admissions).
+/// Largest wake-up body sent (the IDs of a batch of admissions); the receiver takes twice
+/// that before it refuses one.
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// The receiving end of wake-ups: a loop waits on it beside its poll timer.
@@ -49,6 +51,7 @@ pub type Wakeup = Arc<WakeSignal>;
 pub struct WakeSignal {
     notify: Notify,
     named: std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>,
+    plain: std::sync::atomic::AtomicBool,
 }
 
 impl WakeSignal {
@@ -62,23 +65,38 @@ impl WakeSignal {
         &self.notify
     }
 
-    /// Wakes the receiver (one waiter; a wake-up with nobody waiting is kept for the next).
+    /// Wakes the receiver (one waiter; a wake-up with nobody waiting is kept for the next),
+    /// naming nothing: a plain wake-up.
     pub fn notify_one(&self) {
+        self.plain.store(true, std::sync::atomic::Ordering::SeqCst);
         self.notify.notify_one();
     }
 
-    /// Remembers `ids` for the receiver (up to [`MAX_NAMED`] in all), then wakes it.
+    /// Remembers `ids` for the receiver (up to [`MAX_NAMED`] in all), then wakes it. Naming
+    /// none is a plain wake-up (see [`WakeSignal::take_plain`]).
     pub fn name(&self, ids: impl IntoIterator<Item = RecoveryId>) {
+        let mut any = false;
         {
             let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
             for id in ids {
+                any = true;
                 if named.len() >= MAX_NAMED {
                     break;
                 }
                 named.insert(id);
             }
         }
-        self.notify_one();
+        if any {
+            self.notify.notify_one();
+        } else {
+            self.notify_one();
+        }
+    }
+
+    /// Whether a wake-up that named nothing came since the last call: the receiver should
+    /// look at everything, not only at what was named.
+    pub fn take_plain(&self) -> bool {
+        self.plain.swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The recovery IDs named since the last call, in ID order.
@@ -110,7 +128,7 @@ pub fn route(wakeup: Wakeup) -> axum::Router {
                 async { "woken" }
             }),
         )
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::extract::DefaultBodyLimit::max(2 * MAX_BODY_BYTES))
 }
 
 /// Serves only `POST /wake` on an ephemeral loopback port (for a process started without
@@ -185,9 +203,12 @@ pub async fn poke(url: &str) -> Result<(), String> {
     poke_naming(url, &[]).await
 }
 
-/// Wakes the process at `url` and names `recoveries` for it to look at (see [`poke`]).
+/// Wakes the process at `url` and names `recoveries` for it to look at (see [`poke`]). IDs a
+/// body cannot carry (longer than the receiver keeps, or with a line break or surrounding
+/// blanks) and those past [`MAX_NAMED`] or the body's size are left out: they are found as
+/// without a name, by the receiver's scan or inbox.
 pub async fn poke_naming(url: &str, recoveries: &[RecoveryId]) -> Result<(), String> {
-    let body: String = recoveries.iter().map(|id| format!("{id}\n")).collect();
+    let body = wake_body(recoveries);
     let response = client()
         .post(format!("{url}/wake"))
         .body(body)
@@ -199,6 +220,26 @@ pub async fn poke_naming(url: &str, recoveries: &[RecoveryId]) -> Result<(), Str
     } else {
         Err(format!("{url}: {}", response.status()))
     }
+}
+
+/// The body of a wake-up naming `recoveries` (see [`poke_naming`]).
+fn wake_body(recoveries: &[RecoveryId]) -> String {
+    let mut body = String::new();
+    for id in recoveries.iter().map(RecoveryId::as_str).take(MAX_NAMED) {
+        let carried = !id.is_empty()
+            && id.len() <= MAX_NAMED_ID_BYTES
+            && !id.contains(['\n', '\r'])
+            && id.trim() == id;
+        if !carried {
+            continue;
+        }
+        if body.len() + id.len() + 1 > MAX_BODY_BYTES {
+            break;
+        }
+        body.push_str(id);
+        body.push('\n');
+    }
+    body
 }
 
 /// Where the leading coordinator takes wake-ups, if one leads and advertises one: its lease
@@ -278,6 +319,39 @@ impl CoordinatorWaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Proves a wake-up's body carries only IDs the receiver keeps (no line breaks, blanks or
+    // over-long ones), within its size, and that the receiver reads back what was sent.
+    #[test]
+    fn a_body_names_only_what_the_receiver_keeps() {
+        let ids = [
+            RecoveryId::new("a"),
+            RecoveryId::new("two\nlines"),
+            RecoveryId::new(" padded"),
+            RecoveryId::new("x".repeat(MAX_NAMED_ID_BYTES + 1)),
+            RecoveryId::new(""),
+            RecoveryId::new("b"),
+        ];
+        let body = wake_body(&ids);
+        assert_eq!(body, "a\nb\n");
+        assert_eq!(
+            named_in(body.as_bytes()),
+            vec![RecoveryId::new("a"), RecoveryId::new("b")]
+        );
+        let many: Vec<RecoveryId> = (0..5000)
+            .map(|i| RecoveryId::new(format!("{i:0>400}")))
+            .collect();
+        let body = wake_body(&many);
+        assert!(body.len() <= MAX_BODY_BYTES, "{}", body.len());
+        assert!(named_in(body.as_bytes()).len() > 100);
+        let signal = WakeSignal::new();
+        signal.name(named_in(wake_body(&many).as_bytes()));
+        signal.name(many.clone());
+        assert_eq!(signal.take_named().len(), MAX_NAMED);
+        assert!(!signal.take_plain());
+        signal.name(Vec::new());
+        assert!(signal.take_plain());
+    }
 
     // Proves what is advertised for each form of --advertise, and that malformed ones are
     // refused rather than advertised as an address nobody can reach.

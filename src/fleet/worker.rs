@@ -253,9 +253,11 @@ pub async fn run(
         // worker, while it writes the inbox): started at once, each from its record as read
         // now (a named ID is only a hint: `attempt` runs only a recovery that its record says
         // is offered to this worker and waiting). The inbox is read as usual beside them.
+        // While the inbox holds recoveries waiting for a slot, a freed slot goes to the oldest
+        // of them (read from the inbox), not to a name that came later.
         if let Some(wakeup) = &wakeup {
             let named = wakeup.take_named();
-            if !named.is_empty() {
+            if !named.is_empty() && !turns.waiting.load(Ordering::SeqCst) {
                 let skip = ended.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 let free =
                     (options.concurrency as usize).saturating_sub(occupied(&running, &reporting));
@@ -280,6 +282,13 @@ pub async fn run(
                 // Each offer is used once: a start that did not land on it changed nothing, and
                 // the record is read from then on (no conditional PUT bound to fail per poll).
                 used_offers.retain(|etag| inbox.offers.iter().any(|offer| offer.etag == *etag));
+                // An offer for a recovery already running here (started by name, from its
+                // record) is used: a later attempt reads the record.
+                for offer in &inbox.offers {
+                    if running.contains_key(&offer.record.recovery_id) {
+                        used_offers.insert(offer.etag.clone());
+                    }
+                }
                 let mut offers: Vec<_> = inbox
                     .offers
                     .into_iter()
