@@ -875,3 +875,24 @@ async fn named_wake_ups_do_not_hold_the_scans_off() {
     flood.await.unwrap();
     fleet.stop().await;
 }
+
+// Proves a recovery whose ID a wake-up cannot carry (longer than a name may be) still moves
+// at once: its admission and its offer wake after the index entry and the inbox are written
+// instead of naming it, and every timer here is a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_too_long_to_name_still_moves_by_wake_ups() {
+    let mut fleet = Fleet::new();
+    fleet.coordinator().await;
+    fleet.worker("w1").await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let run = RunId::new(format!("long-{}", "x".repeat(600)));
+    fleet.interrupted_run(&run, true).await;
+    let operator = Holder::new(&fleet.store, "operator", TTL);
+    let id = recovery_id_for(&run);
+    assert!(!wake::carried(&id));
+    fleet::spawn_recovery(&fleet.store, &operator, &run, &id, false, Takeover::Now)
+        .await
+        .unwrap();
+    fleet.finished_within(&id, LIMIT).await;
+    fleet.stop().await;
+}

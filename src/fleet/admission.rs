@@ -272,13 +272,16 @@ async fn index_and_wake(
     record: RecoveryRecord,
     waker: Option<&CoordinatorWaker>,
 ) -> Result<RecoveryRecord, crate::store::index::IndexError> {
-    let wake = async {
-        if let Some(waker) = waker {
-            waker
-                .wake_naming(std::slice::from_ref(&record.recovery_id))
-                .await;
-        }
+    let Some(waker) = waker else {
+        return sync_index(store, &record).await.map(|()| record);
     };
+    // A recovery a wake-up cannot name is found through its index entry: wake after it.
+    if !crate::fleet::wake::carried(&record.recovery_id) {
+        sync_index(store, &record).await?;
+        waker.wake().await;
+        return Ok(record);
+    }
+    let wake = waker.wake_naming(std::slice::from_ref(&record.recovery_id));
     let (indexed, ()) = futures::join!(sync_index(store, &record), wake);
     indexed.map(|()| record)
 }

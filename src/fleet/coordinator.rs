@@ -164,6 +164,8 @@ struct Observer {
     /// Workers that did not answer the wake-up of a named assignment, marked unreachable by
     /// the next full tick.
     unanswered: Vec<String>,
+    /// When the heartbeats were last listed and judged (by a tick or the watch).
+    liveness_at: Option<crate::clock::Stopwatch>,
 }
 
 /// How long a removed heartbeat is remembered. For one TTL after its removal a key that is
@@ -255,13 +257,31 @@ pub async fn run(
             .as_ref()
             .map(|(wakeup, _)| (wakeup.take_named(), wakeup.take_plain()))
             .unwrap_or_default();
-        let freshness = if observer.watched.is_empty() {
-            options.scan_interval
-        } else {
-            options.scan_interval.min(options.watch_interval)
-        };
+        // The view is fresh for a scan interval; while processes hold runs, only as long as
+        // their heartbeats were listed (by a tick or the watch) within a watch interval.
         let view_age = observer.last_view.as_ref().map(|(_, _, at)| at.elapsed());
-        let fast = !tick_due && !plain && view_age.is_some_and(|age| age < freshness);
+        let listed_age = observer.liveness_at.as_ref().map(|at| at.elapsed());
+        let fresh_for = |age: Duration, listed: Duration| {
+            let view_left = options.scan_interval.saturating_sub(age);
+            if observer.watched.is_empty() {
+                view_left
+            } else {
+                view_left.min(options.watch_interval.saturating_sub(listed))
+            }
+        };
+        let fresh = match (view_age, listed_age) {
+            (Some(age), Some(listed)) => fresh_for(age, listed),
+            _ => Duration::ZERO,
+        };
+        let fast = !tick_due && !plain && !fresh.is_zero();
+        // Woken with nothing named and nothing plain: a wake-up whose names an assignment
+        // already took while it read. Nothing to look at: wait on.
+        if leading.is_some() && woken && named.is_empty() && fast {
+            let watching = !observer.watched.is_empty();
+            woken =
+                wait_for_next_tick(&store, &options, &mut observer, fresh, watching, &stop).await;
+            continue;
+        }
         let mut after_tick = Vec::new();
         if let Some(held) = &leading
             && !named.is_empty()
@@ -269,6 +289,7 @@ pub async fn run(
             if !fast {
                 after_tick = named;
             } else {
+                let looking = named.clone();
                 match assign_named(&store, &holder, &options, &mut observer, held, named).await {
                     Err(TickError::NotLeading(error)) => {
                         tracing::info!(coordinator = %options.id, %error, "no longer leading");
@@ -277,13 +298,12 @@ pub async fn run(
                         continue;
                     }
                     Ok(outcome) if outcome.again.is_empty() => {
-                        let next = freshness.saturating_sub(view_age.unwrap_or_default());
                         let watching = !observer.watched.is_empty();
                         woken = wait_for_next_tick(
                             &store,
                             &options,
                             &mut observer,
-                            next,
+                            fresh,
                             watching,
                             &stop,
                         )
@@ -291,7 +311,10 @@ pub async fn run(
                         continue;
                     }
                     Ok(outcome) => after_tick = outcome.again,
-                    Err(error) => tracing::debug!(%error, "named assignment failed; scanning"),
+                    Err(error) => {
+                        tracing::debug!(%error, "named assignment failed; scanning");
+                        after_tick = looking;
+                    }
                 }
             }
         }
@@ -309,8 +332,17 @@ pub async fn run(
                         continue;
                     }
                     // What still could not be placed waits for a worker's wake-up or the
-                    // next scan (a scan interval, not the idle one: see below).
-                    Ok(outcome) => named_offered = outcome.offered || !outcome.again.is_empty(),
+                    // next scan (a scan interval, not the idle one: see below); what was
+                    // offered to a worker that did not answer, for the tick that follows at
+                    // once and marks it.
+                    Ok(outcome) => {
+                        named_offered = outcome.offered || !outcome.again.is_empty();
+                        if outcome.unanswered && followed_up < MAX_IMMEDIATE_TICKS {
+                            followed_up += 1;
+                            tick_due = true;
+                            continue;
+                        }
+                    }
                     Err(error) => {
                         tracing::debug!(%error, "named assignment failed");
                         named_offered = true;
@@ -533,6 +565,7 @@ async fn watch(
     );
     let running_keys = observer.watched.clone();
     remember_the_gone(&mut observer.gone, &listed, &mut alive, &running_keys);
+    observer.liveness_at = Some(crate::clock::Stopwatch::start());
     let gone = observer
         .watched
         .iter()
@@ -743,6 +776,13 @@ async fn tick(
     };
     let unanswered = write_inboxes(store, observer, options, &workers, &runs, assigned).await?;
     let newly_unreachable = !unanswered.is_empty();
+    // The view named assignments place on offers these workers nothing more.
+    let mut workers = workers;
+    for view in workers.iter_mut() {
+        if unanswered.contains(&view.registration.worker) {
+            view.offer = false;
+        }
+    }
     for worker in unanswered {
         if let Some(etag) = registration_beat(observer, &worker, &versions) {
             observer.unreachable.insert(worker, etag);
@@ -778,6 +818,7 @@ async fn tick(
     let mut runs = runs;
     apply_offers(&mut runs, &offered);
     observer.last_view = Some((workers, runs, crate::clock::Stopwatch::start()));
+    observer.liveness_at = Some(crate::clock::Stopwatch::start());
     Ok(TickReport {
         busy,
         watching: !observer.watched.is_empty(),
@@ -817,6 +858,8 @@ fn judge_offered_busy(observer: &mut Observer, offered: &BTreeMap<String, Vec<Of
 struct NamedOutcome {
     again: Vec<RecoveryId>,
     offered: bool,
+    /// A worker offered one did not answer its wake-up.
+    unanswered: bool,
 }
 
 /// Assigns the recoveries a wake-up `named` (an admission names the one it admitted) without a
@@ -844,13 +887,14 @@ async fn assign_named(
             .collect::<Vec<_>>()
     };
     let wakeup = options.wake.as_ref().map(|(wakeup, _)| wakeup);
-    let mut looked: Vec<RecoveryId> = named.clone();
+    let mut looked: std::collections::BTreeSet<RecoveryId> = named.iter().cloned().collect();
     let (checked, mut results) = futures::join!(holder.check(leading), read(named));
     checked.map_err(TickError::NotLeading)?;
     let Some((workers, last_runs, _)) = observer.last_view.as_ref() else {
         return Ok(NamedOutcome {
-            again: looked,
+            again: looked.into_iter().collect(),
             offered: false,
+            unanswered: false,
         });
     };
     // Only workers still registered: one removed as dead since the view was taken gets no
@@ -891,13 +935,10 @@ async fn assign_named(
             }
         }
         // Names that came while these were read (a batch of admissions lands over a few
-        // round trips) join this assignment rather than wait for the next.
-        let more: Vec<RecoveryId> = wakeup
-            .map(|wakeup| wakeup.take_named())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|id| !looked.contains(id))
-            .collect();
+        // round trips) join this assignment rather than wait for the next. One named again is
+        // read again: its record may have changed since (an answer names a recovery it just
+        // made waiting again); the fresher read replaces the older in `waiting`.
+        let more: Vec<RecoveryId> = wakeup.map(|wakeup| wakeup.take_named()).unwrap_or_default();
         if more.is_empty() {
             break;
         }
@@ -908,6 +949,10 @@ async fn assign_named(
             }
             break;
         }
+        for id in &more {
+            // A record read before and no longer waiting is judged on the fresher read.
+            waiting.remove(id);
+        }
         looked.extend(more.iter().cloned());
         results = read(more).await;
     }
@@ -915,6 +960,7 @@ async fn assign_named(
         return Ok(NamedOutcome {
             again: unread,
             offered: false,
+            unanswered: false,
         });
     }
     // The last view, with each named recovery's run as its record says (its index entry may
@@ -996,10 +1042,20 @@ async fn assign_named(
             .filter(|id| !moved.contains(*id) || offered_to_unanswered(id))
             .cloned(),
     );
+    // The view offers the workers that did not answer nothing more until a tick marks them.
+    if let Some((view, _, _)) = observer.last_view.as_mut() {
+        for worker in view.iter_mut() {
+            if unanswered.contains(&worker.registration.worker) {
+                worker.offer = false;
+            }
+        }
+    }
+    let deaf = !unanswered.is_empty();
     observer.unanswered.extend(unanswered);
     Ok(NamedOutcome {
         again,
         offered: !moved.is_empty(),
+        unanswered: deaf,
     })
 }
 
@@ -1678,7 +1734,7 @@ async fn write_inboxes(
             // beside the inbox's PUT: the worker starts them from their records without
             // waiting for the inbox. Without one to name, the wake-up follows the PUT, so the
             // woken worker reads the inbox as written.
-            let named: Vec<RecoveryId> = offered
+            let mut named: Vec<RecoveryId> = offered
                 .get(&worker)
                 .map(|offers| {
                     offers
@@ -1688,6 +1744,11 @@ async fn write_inboxes(
                         .collect()
                 })
                 .unwrap_or_default();
+            // An offer a wake-up cannot name reaches the worker through the inbox only: then
+            // the wake-up follows the PUT.
+            if !named.iter().all(crate::fleet::wake::carried) {
+                named.clear();
+            }
             async move {
                 let poke = async {
                     match &wake {

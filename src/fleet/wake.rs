@@ -76,17 +76,20 @@ impl WakeSignal {
     /// none is a plain wake-up (see [`WakeSignal::take_plain`]).
     pub fn name(&self, ids: impl IntoIterator<Item = RecoveryId>) {
         let mut any = false;
+        let mut dropped = false;
         {
             let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
             for id in ids {
                 any = true;
-                if named.len() >= MAX_NAMED {
+                if named.len() >= MAX_NAMED && !named.contains(&id) {
+                    dropped = true;
                     break;
                 }
                 named.insert(id);
             }
         }
-        if any {
+        // Naming nothing, or more than is kept: the receiver looks at everything.
+        if any && !dropped {
             self.notify.notify_one();
         } else {
             self.notify_one();
@@ -222,17 +225,22 @@ pub async fn poke_naming(url: &str, recoveries: &[RecoveryId]) -> Result<(), Str
     }
 }
 
+/// Whether a wake-up can name `id` (the receiver keeps it as sent): not empty, no longer
+/// than it keeps, without line breaks or surrounding blanks. One it cannot name is found as
+/// without a name, so a sender must not count on the wake-up for it.
+pub fn carried(id: &RecoveryId) -> bool {
+    let id = id.as_str();
+    !id.is_empty()
+        && id.len() <= MAX_NAMED_ID_BYTES
+        && !id.contains(['\n', '\r'])
+        && id.trim() == id
+}
+
 /// The body of a wake-up naming `recoveries` (see [`poke_naming`]).
 fn wake_body(recoveries: &[RecoveryId]) -> String {
     let mut body = String::new();
-    for id in recoveries.iter().map(RecoveryId::as_str).take(MAX_NAMED) {
-        let carried = !id.is_empty()
-            && id.len() <= MAX_NAMED_ID_BYTES
-            && !id.contains(['\n', '\r'])
-            && id.trim() == id;
-        if !carried {
-            continue;
-        }
+    for id in recoveries.iter().filter(|id| carried(id)).take(MAX_NAMED) {
+        let id = id.as_str();
         if body.len() + id.len() + 1 > MAX_BODY_BYTES {
             break;
         }
@@ -346,9 +354,14 @@ mod tests {
         assert!(named_in(body.as_bytes()).len() > 100);
         let signal = WakeSignal::new();
         signal.name(named_in(wake_body(&many).as_bytes()));
+        assert!(
+            !signal.take_plain(),
+            "a name that fits is not a plain wake-up"
+        );
+        // More than is kept: the receiver must look at everything.
         signal.name(many.clone());
         assert_eq!(signal.take_named().len(), MAX_NAMED);
-        assert!(!signal.take_plain());
+        assert!(signal.take_plain());
         signal.name(Vec::new());
         assert!(signal.take_plain());
     }

@@ -199,6 +199,8 @@ pub async fn run(
         reporting: Arc::clone(&reporting),
     };
     let mut since_check = crate::clock::Stopwatch::start();
+    // Recoveries wake-ups named that no slot has taken yet.
+    let mut unstarted: std::collections::BTreeSet<RecoveryId> = std::collections::BTreeSet::new();
     while !stop.load(Ordering::SeqCst) {
         if options
             .crash
@@ -253,20 +255,24 @@ pub async fn run(
         // worker, while it writes the inbox): started at once, each from its record as read
         // now (a named ID is only a hint: `attempt` runs only a recovery that its record says
         // is offered to this worker and waiting). The inbox is read as usual beside them.
-        // While the inbox holds recoveries waiting for a slot, a freed slot goes to the oldest
-        // of them (read from the inbox), not to a name that came later.
+        // Names not started yet are kept (up to `MAX_NAMED`) until a slot takes them: the
+        // inbox read beside them may be older than the offer. While the inbox holds
+        // recoveries waiting for a slot, a freed slot goes to the oldest of them (read from
+        // the inbox), not to a name that came later.
         if let Some(wakeup) = &wakeup {
-            let named = wakeup.take_named();
-            if !named.is_empty() && !turns.waiting.load(Ordering::SeqCst) {
-                let skip = ended.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            unstarted.extend(wakeup.take_named());
+            let skip = ended.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            unstarted.retain(|id| !running.contains_key(id) && !skip.contains(id));
+            while unstarted.len() > crate::fleet::wake::MAX_NAMED {
+                unstarted.pop_last();
+            }
+            if !unstarted.is_empty() && !turns.waiting.load(Ordering::SeqCst) {
                 let free =
                     (options.concurrency as usize).saturating_sub(occupied(&running, &reporting));
-                let fresh: Vec<RecoveryId> = named
-                    .into_iter()
-                    .filter(|id| !running.contains_key(id) && !skip.contains(id))
-                    .take(free)
-                    .collect();
-                for id in fresh {
+                for _ in 0..free {
+                    let Some(id) = unstarted.pop_first() else {
+                        break;
+                    };
                     running.insert(id.clone(), launch(&attempts, id, None));
                 }
             }
