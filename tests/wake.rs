@@ -67,6 +67,21 @@ impl Fleet {
         }
     }
 
+    /// Moves the fleet onto a local-directory bucket; returns the bucket's object store and a
+    /// function that opens a store view over any wrapper of it (a `FaultyStore`).
+    fn on_local_bucket(
+        &mut self,
+    ) -> (
+        Arc<object_store::local::LocalFileSystem>,
+        impl Fn(Arc<dyn object_store::ObjectStore>) -> Store + use<>,
+    ) {
+        let root = self.dir.path().join("bucket");
+        std::fs::create_dir_all(&root).unwrap();
+        let local = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root).unwrap());
+        self.store = local_view(&root, local.clone());
+        (local, move |inner| local_view(&root, inner))
+    }
+
     async fn endpoint() -> (Wakeup, Option<String>) {
         let wakeup: Wakeup = Arc::new(rekindle::fleet::wake::WakeSignal::new());
         let url = wake::serve_loopback(Arc::clone(&wakeup)).await.unwrap();
@@ -598,22 +613,8 @@ async fn a_worker_whose_registration_was_removed_registers_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_takes_the_next_recovery_while_the_last_outcome_is_written() {
     use rekindle::store::faults::{FaultPlan, FaultyStore};
-    use rekindle::store::{Backend, RetryPolicy};
     let mut fleet = Fleet::with_tool(r#"["sleep", "1"]"#);
-    let root = fleet.dir.path().join("bucket");
-    std::fs::create_dir_all(&root).unwrap();
-    let local = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root).unwrap());
-    let open = |inner: Arc<dyn object_store::ObjectStore>| {
-        Store::from_parts(
-            inner,
-            Backend::Local { root: root.clone() },
-            "file://slots",
-            "",
-            RetryPolicy::default(),
-            SystemClock::shared(),
-        )
-    };
-    fleet.store = open(local.clone());
+    let (local, open) = fleet.on_local_bucket();
     let faulty = FaultyStore::new(local, FaultPlan::default(), 7);
     fleet.coordinator().await;
     fleet
@@ -673,6 +674,21 @@ async fn a_slot_takes_the_next_recovery_while_the_last_outcome_is_written() {
     gate.release();
     fleet.finished_within(&running, LIMIT).await;
     fleet.stop().await;
+}
+
+/// A store view over `inner`, an object store on the local directory `root`.
+fn local_view(root: &std::path::Path, inner: Arc<dyn object_store::ObjectStore>) -> Store {
+    use rekindle::store::{Backend, RetryPolicy};
+    Store::from_parts(
+        inner,
+        Backend::Local {
+            root: root.to_path_buf(),
+        },
+        "file://bucket",
+        "",
+        RetryPolicy::default(),
+        SystemClock::shared(),
+    )
 }
 
 /// Registers a stand-in worker `id` (the test plays it) with `slots` slots, beating, woken
@@ -810,24 +826,10 @@ async fn a_worker_starts_a_named_recovery_only_if_its_record_offers_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn named_wake_ups_do_not_hold_the_scans_off() {
     use rekindle::store::faults::{FaultPlan, FaultyStore};
-    use rekindle::store::{Backend, RetryPolicy};
     let mut fleet = Fleet::new();
     // The coordinator's requests take 20 ms (as on S3), so the next junk name is always
     // there by the time it has looked at the last one.
-    let root = fleet.dir.path().join("bucket");
-    std::fs::create_dir_all(&root).unwrap();
-    let local = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root).unwrap());
-    let open = |inner: Arc<dyn object_store::ObjectStore>| {
-        Store::from_parts(
-            inner,
-            Backend::Local { root: root.clone() },
-            "file://flood",
-            "",
-            RetryPolicy::default(),
-            SystemClock::shared(),
-        )
-    };
-    fleet.store = open(local.clone());
+    let (local, open) = fleet.on_local_bucket();
     let plan = FaultPlan {
         latency: Duration::from_millis(20),
         ..FaultPlan::default()

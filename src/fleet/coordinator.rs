@@ -292,9 +292,7 @@ pub async fn run(
                 let looking = named.clone();
                 match assign_named(&store, &holder, &options, &mut observer, held, named).await {
                     Err(TickError::NotLeading(error)) => {
-                        tracing::info!(coordinator = %options.id, %error, "no longer leading");
-                        leading = None;
-                        set_leading(&options, false);
+                        leading = lost_leadership(&options, &error);
                         continue;
                     }
                     Ok(outcome) if outcome.again.is_empty() => {
@@ -326,9 +324,7 @@ pub async fn run(
                 let named = std::mem::take(&mut after_tick);
                 match assign_named(&store, &holder, &options, &mut observer, held, named).await {
                     Err(TickError::NotLeading(error)) => {
-                        tracing::info!(coordinator = %options.id, %error, "no longer leading");
-                        leading = None;
-                        set_leading(&options, false);
+                        leading = lost_leadership(&options, &error);
                         continue;
                     }
                     // What still could not be placed waits for a worker's wake-up or the
@@ -351,9 +347,7 @@ pub async fn run(
             }
             match ticked {
                 Err(TickError::NotLeading(error)) => {
-                    tracing::info!(coordinator = %options.id, %error, "no longer leading");
-                    leading = None;
-                    set_leading(&options, false);
+                    leading = lost_leadership(&options, &error);
                     continue;
                 }
                 Ok(report) if report.again && followed_up < MAX_IMMEDIATE_TICKS => {
@@ -435,6 +429,14 @@ async fn wait_for_next_tick(
             Err(error) => tracing::debug!(%error, "cannot list the heartbeats"),
         }
     }
+}
+
+/// Logs that this coordinator no longer leads and says so to `/readyz` and the metrics;
+/// returns the leadership it holds now (none).
+fn lost_leadership(options: &CoordinatorOptions, error: &LeaseError) -> Option<Held> {
+    tracing::info!(coordinator = %options.id, %error, "no longer leading");
+    set_leading(options, false);
+    None
 }
 
 /// Tells `/readyz` and the metrics whether this coordinator leads. A coordinator that stops
