@@ -261,8 +261,10 @@ pub async fn run(
         // the inbox), not to a name that came later.
         if let Some(wakeup) = &wakeup {
             unstarted.extend(wakeup.take_named());
-            let skip = ended.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            unstarted.retain(|id| !running.contains_key(id) && !skip.contains(id));
+            if !unstarted.is_empty() {
+                let skip = ended.lock().unwrap_or_else(|e| e.into_inner());
+                unstarted.retain(|id| !running.contains_key(id) && !skip.contains(id));
+            }
             while unstarted.len() > crate::fleet::wake::MAX_NAMED {
                 unstarted.pop_last();
             }
