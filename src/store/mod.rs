@@ -49,6 +49,7 @@ pub mod gc;
 pub mod generation;
 pub mod index;
 pub mod lease;
+pub mod local;
 pub mod log;
 pub mod measure;
 pub mod recovery;
@@ -402,7 +403,7 @@ impl Store {
                     .map_err(|e| invalid(e.to_string()))?
                     .with_fsync(true);
                 (
-                    Arc::new(local),
+                    Arc::new(local::LocalDir::new(local)),
                     Backend::Local { root: root.clone() },
                     String::new(),
                 )
