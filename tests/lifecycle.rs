@@ -210,7 +210,21 @@ proptest! {
                     prop_assert!(!is_stale(template), "stale {event:?} applied to {before:?}");
                     match event {
                         Event::Fail { .. } | Event::Abandon { .. } => failures += 1,
-                        Event::Start { .. } => starts += 1,
+                        Event::Start { worker } => {
+                            starts += 1;
+                            // Only the worker offered it starts it, or any worker a fresh
+                            // admission nobody was offered; either way it is then that
+                            // worker's.
+                            let fresh = before.assigned_to.is_none()
+                                && before.declined_by.is_none()
+                                && before.attempts == 0
+                                && before.failures == 0;
+                            prop_assert!(
+                                fresh || before.assigned_to.as_deref() == Some(worker.as_str()),
+                                "{event:?} started {before:?}"
+                            );
+                            prop_assert_eq!(next.assigned_to.as_deref(), Some(worker.as_str()));
+                        }
                         Event::DeadLetter { max_failures } => {
                             prop_assert_eq!(before.state, RecoveryState::Admitted);
                             prop_assert!(before.failures >= *max_failures);

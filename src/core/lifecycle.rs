@@ -55,7 +55,8 @@ pub enum Event {
         /// The worker declining the offer.
         worker: String,
     },
-    /// The worker it was offered to starts an attempt.
+    /// The worker it was offered to starts an attempt; any worker may start a fresh
+    /// admission nobody was offered yet ([`unclaimed`]), which then becomes its.
     Start {
         /// The worker starting the attempt.
         worker: String,
@@ -149,6 +150,19 @@ pub struct Refused {
     pub reason: &'static str,
 }
 
+/// Whether any worker may start `record` without an offer: a fresh admission, never offered,
+/// declined or started (the coordinator forwards those names to a worker before it reads
+/// them; see `coordinator::assign_named`). Anything that ran before, failed, was handed back
+/// or parked goes through an `Assign`, so the failure count and dead-lettering stay the
+/// coordinator's, and a name kept for a long time cannot restart a recovery that ran since.
+pub fn unclaimed(record: &RecoveryRecord) -> bool {
+    record.state == RecoveryState::Admitted
+        && record.assigned_to.is_none()
+        && record.declined_by.is_none()
+        && record.attempts == 0
+        && record.failures == 0
+}
+
 /// The pure transition: the record after `event`, or why the event does not apply. `now_ms`
 /// is data, so the same inputs always give the same output.
 pub fn apply(
@@ -201,10 +215,11 @@ pub fn apply(
         }
         Event::Start { worker } => {
             if record.state != RecoveryState::Admitted
-                || record.assigned_to.as_deref() != Some(worker.as_str())
+                || !(record.assigned_to.as_deref() == Some(worker.as_str()) || unclaimed(record))
             {
                 return Err(refuse("it is not offered to this worker"));
             }
+            next.assigned_to = Some(worker.clone());
             next.declined_by = None;
             next.state = RecoveryState::Running;
             next.attempts = record.attempts.saturating_add(1);

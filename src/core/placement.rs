@@ -256,6 +256,50 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
     actions
 }
 
+/// The worker each of `names` freshly named recoveries is forwarded to before its record is
+/// read (see `coordinator::assign_named`), in order: an alive worker that answers wake-ups
+/// and is not draining, with the most idle slots as `runs`, the earlier `forwarded` (one
+/// worker name per forward) and the forwards before it fill them (ties to the lower name); `None` once no slot is idle. Records are not known yet, so
+/// fingerprints are not matched here: the worker claims only a recovery it may run, and the
+/// coordinator assigns the rest once it has read them.
+pub fn forward_targets(
+    workers: &[WorkerView],
+    runs: &[RunView],
+    forwarded: &[String],
+    names: usize,
+) -> Vec<Option<String>> {
+    let mut load: BTreeMap<&str, Load> = workers
+        .iter()
+        .filter(|w| w.alive && w.offer && !w.registration.draining)
+        .map(|w| (w.registration.worker.as_str(), Load::of(&w.registration)))
+        .collect();
+    for run in runs {
+        if let Some((_, worker)) = run.assignment()
+            && let Some(load) = load.get_mut(worker)
+        {
+            load.assigned += 1;
+        }
+    }
+    for worker in forwarded {
+        if let Some(load) = load.get_mut(worker.as_str()) {
+            load.assigned += 1;
+        }
+    }
+    (0..names)
+        .map(|_| {
+            let (_, name) = load
+                .iter()
+                .map(|(name, load)| (load.idle(), *name))
+                .filter(|(idle, _)| *idle > 0)
+                .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))?;
+            if let Some(load) = load.get_mut(name) {
+                load.assigned += 1;
+            }
+            Some(name.to_owned())
+        })
+        .collect()
+}
+
 /// What a live worker holds as one observation sees it, against what it registered.
 #[derive(Clone, Copy, Debug)]
 struct Load {

@@ -874,6 +874,14 @@ struct NamedOutcome {
 /// alive and answering (`decide` moves it). Whatever could not be placed, read or woken is
 /// returned to look at again after a full tick. Named IDs are only hints: one whose record
 /// does not exist, or that is not waiting for a worker, costs its read and nothing else.
+///
+/// Before any record is read, each name is forwarded to a worker with an idle slot
+/// ([`placement::forward_targets`]), which reads the record and starts a fresh admission
+/// nobody was offered yet by compare-and-swap (`lifecycle::unclaimed`): an admission's first
+/// start waits for neither this read nor an assignment swap nor an inbox. A forwarded record
+/// that is such a fresh admission, and that its worker may run (its fingerprint), is left to
+/// that worker; every other record is placed as above. Whoever swaps first wins: the worker's
+/// start, or a later assignment (then the worker's start is refused).
 async fn assign_named(
     store: &Store,
     holder: &Arc<Holder>,
@@ -890,8 +898,6 @@ async fn assign_named(
     };
     let wakeup = options.wake.as_ref().map(|(wakeup, _)| wakeup);
     let mut looked: std::collections::BTreeSet<RecoveryId> = named.iter().cloned().collect();
-    let (checked, mut results) = futures::join!(holder.check(leading), read(named));
-    checked.map_err(TickError::NotLeading)?;
     let Some((workers, last_runs, _)) = observer.last_view.as_ref() else {
         return Ok(NamedOutcome {
             again: looked.into_iter().collect(),
@@ -916,13 +922,41 @@ async fn assign_named(
             w.registration.worker == name && w.alive && w.offer && !w.registration.draining
         })
     };
+    // Each name forwarded to the worker that answered for it; the forwards so far, in order.
+    let mut forwarded: BTreeMap<RecoveryId, String> = BTreeMap::new();
+    let mut forwards: Vec<String> = Vec::new();
+    let forward = |batch: &[RecoveryId], forwards: &mut Vec<String>| {
+        let targets = placement::forward_targets(&workers, last_runs, forwards, batch.len());
+        forwards.extend(targets.iter().flatten().cloned());
+        forward_to(&workers, batch.to_vec(), targets)
+    };
+    let forwarding = forward(&named, &mut forwards);
+    let (checked, mut results, answered) =
+        futures::join!(holder.check(leading), read(named), forwarding);
+    checked.map_err(TickError::NotLeading)?;
+    forwarded.extend(answered);
     let mut waiting: BTreeMap<RecoveryId, (RecoveryRecord, ETag)> = BTreeMap::new();
+    let mut claimed: BTreeMap<RecoveryId, RecoveryRecord> = BTreeMap::new();
     let mut unread: Vec<RecoveryId> = Vec::new();
     for round in 1..=NAMED_ROUNDS {
         for (result, id) in results {
             match result {
                 Ok(Some((record, etag))) => {
-                    if record.state == RecoveryState::Admitted
+                    let claimer = forwarded.get(&id).filter(|worker| {
+                        crate::core::lifecycle::unclaimed(&record)
+                            && workers.iter().any(|w| {
+                                w.registration.worker == **worker
+                                    && (record.force
+                                        || w.registration.fingerprint_sha256
+                                            == record.fingerprint_sha256)
+                            })
+                    });
+                    if let Some(worker) = claimer {
+                        // Left to the worker it was forwarded to; counted against it.
+                        let mut theirs = record;
+                        theirs.assigned_to = Some(worker.clone());
+                        claimed.insert(id, theirs);
+                    } else if record.state == RecoveryState::Admitted
                         && record.declined_by.is_none()
                         && !record.assigned_to.as_deref().is_some_and(answering)
                     {
@@ -954,28 +988,58 @@ async fn assign_named(
         for id in &more {
             // A record read before and no longer waiting is judged on the fresher read.
             waiting.remove(id);
+            claimed.remove(id);
+            forwarded.remove(id);
         }
         looked.extend(more.iter().cloned());
-        results = read(more).await;
+        let forwarding = forward(&more, &mut forwards);
+        let (read_now, answered) = futures::join!(read(more), forwarding);
+        results = read_now;
+        forwarded.extend(answered);
     }
-    if waiting.is_empty() {
-        return Ok(NamedOutcome {
-            again: unread,
-            offered: false,
-            unanswered: false,
-        });
-    }
-    // The last view, with each named recovery's run as its record says (its index entry may
-    // not say recovering yet: the admission writes it after the record).
+    let claimed_any = !claimed.is_empty();
+    // The view the next named assignment places on counts the forwarded recoveries against
+    // the workers that claim them.
     let mut runs: Vec<RunView> = last_runs
         .iter()
         .filter(|run| {
             !waiting
                 .values()
-                .any(|(record, _)| record.source_run == run.entry.run_id)
+                .map(|(record, _)| record)
+                .chain(claimed.values())
+                .any(|record| record.source_run == run.entry.run_id)
         })
         .cloned()
         .collect();
+    for record in claimed.into_values() {
+        if let Some(entry) = crate::core::lifecycle::entry_for(&record) {
+            runs.push(RunView {
+                entry,
+                holder_alive: false,
+                recovery: Some(record),
+                answered: false,
+            });
+        }
+    }
+    let claimers: BTreeMap<String, Vec<Offer>> = runs
+        .iter()
+        .filter_map(|run| run.recovery.as_ref())
+        .filter(|record| forwarded.get(&record.recovery_id) == record.assigned_to.as_ref())
+        .filter_map(|record| Some((record.assigned_to.clone()?, Vec::new())))
+        .collect();
+    if waiting.is_empty() {
+        judge_offered_busy(observer, &claimers);
+        if let Some((_, view, _)) = observer.last_view.as_mut() {
+            *view = runs;
+        }
+        return Ok(NamedOutcome {
+            again: unread,
+            offered: claimed_any,
+            unanswered: false,
+        });
+    }
+    // The last view, with each named recovery's run as its record says (its index entry may
+    // not say recovering yet: the admission writes it after the record).
     for (record, _) in waiting.values() {
         let Some(entry) = crate::core::lifecycle::entry_for(record) else {
             continue;
@@ -1026,6 +1090,7 @@ async fn assign_named(
     };
     let unanswered = write_inboxes(store, observer, options, &workers, &runs, assigned).await?;
     judge_offered_busy(observer, &offered);
+    judge_offered_busy(observer, &claimers);
     if let Some((_, view, _)) = observer.last_view.as_mut() {
         *view = runs;
     }
@@ -1056,13 +1121,52 @@ async fn assign_named(
     observer.unanswered.extend(unanswered);
     Ok(NamedOutcome {
         again,
-        offered: !moved.is_empty(),
+        offered: !moved.is_empty() || claimed_any,
         unanswered: deaf,
     })
 }
 
 /// Rounds of record reads one named assignment makes, taking the names that came meanwhile.
 const NAMED_ROUNDS: usize = 3;
+
+/// Wakes each worker `targets` names (one target per name of `batch`, `None`: not forwarded)
+/// naming the recoveries forwarded to it, all at once. Returns each name whose worker
+/// answered, with that worker; a name whose worker did not answer is placed from its record
+/// as usual.
+async fn forward_to(
+    workers: &[WorkerView],
+    batch: Vec<RecoveryId>,
+    targets: Vec<Option<String>>,
+) -> Vec<(RecoveryId, String)> {
+    let mut by_worker: BTreeMap<String, Vec<RecoveryId>> = BTreeMap::new();
+    for (id, target) in batch.into_iter().zip(targets) {
+        if let Some(worker) = target {
+            by_worker.entry(worker).or_default().push(id);
+        }
+    }
+    let wakes = by_worker.into_iter().filter_map(|(worker, ids)| {
+        let url = workers
+            .iter()
+            .find(|w| w.registration.worker == worker)?
+            .registration
+            .wake
+            .clone()?;
+        Some(async move {
+            match crate::fleet::wake::poke_naming(&url, &ids).await {
+                Ok(()) => ids.into_iter().map(|id| (id, worker.clone())).collect(),
+                Err(error) => {
+                    tracing::debug!(worker_id = %worker, %error, "a worker did not answer a forwarded name");
+                    Vec::new()
+                }
+            }
+        })
+    });
+    futures::future::join_all(wakes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
 
 /// Puts the records as the landed offers left them into `runs`, so that the next named
 /// assignment counts those recoveries against their workers.

@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::core::assignment::Registration;
 use crate::core::fact::RecoveryId;
 use crate::core::layout;
-use crate::core::lifecycle::Event;
+use crate::core::lifecycle::{self as lifecycle_rules, Event};
 use crate::error::{ErrorKind, Result};
 use crate::fleet::coordinator::read_inbox;
 use crate::fleet::runner::Stopped;
@@ -587,10 +587,16 @@ async fn attempt(
             }
             return (false, ran);
         }
-        // Only a recovery offered to this worker and waiting for an attempt: a stale inbox
-        // also lists parked and finished ones, which must not run again.
-        if record.state != RecoveryState::Admitted || record.assigned_to.as_deref() != Some(worker)
-        {
+        // Only a recovery offered to this worker and waiting for an attempt (a stale inbox
+        // also lists parked and finished ones, which must not run again), or a fresh admission
+        // nobody was offered yet that this worker may run: the coordinator forwards those
+        // names before it reads the records (see `coordinator::assign_named`).
+        let offered = record.state == RecoveryState::Admitted
+            && record.assigned_to.as_deref() == Some(worker);
+        let claimable = lifecycle_rules::unclaimed(&record)
+            && (record.force || record.fingerprint_sha256 == node.agent.fingerprint_sha256())
+            && !node.stop.load(Ordering::SeqCst);
+        if !offered && !claimable {
             return (false, ran);
         }
         let start = Event::Start {
