@@ -274,6 +274,55 @@ proptest! {
     }
 }
 
+// Proves a fresh admission nobody was offered may be started by any worker and is then
+// that worker's, and that nothing else may be started without an offer: one offered to
+// another worker, one declined, one that ran and was handed back, one that failed.
+#[test]
+fn only_a_fresh_admission_starts_without_an_offer() {
+    let start = |worker: &str| Event::Start {
+        worker: worker.into(),
+    };
+    let fresh = fresh_record();
+    let started = apply(&fresh, &start("any"), 1).expect("a fresh admission is claimable");
+    assert_eq!(started.state, RecoveryState::Running);
+    assert_eq!(started.assigned_to.as_deref(), Some("any"));
+    assert_eq!(started.attempts, 1);
+    let offered = apply(
+        &fresh,
+        &Event::Assign {
+            worker: "w1".into(),
+        },
+        1,
+    )
+    .unwrap();
+    assert!(apply(&offered, &start("w2"), 1).is_err());
+    let declined = apply(
+        &offered,
+        &Event::Decline {
+            worker: "w1".into(),
+        },
+        1,
+    )
+    .unwrap();
+    assert!(apply(&declined, &start("w2"), 1).is_err());
+    let ran = apply(&offered, &start("w1"), 1).unwrap();
+    let handed_back = Event::Yield {
+        worker: "w1".into(),
+        attempt: 1,
+        keep_assignment: false,
+    };
+    let yielded = apply(&ran, &handed_back, 1).unwrap();
+    assert_eq!(yielded.assigned_to, None);
+    assert!(apply(&yielded, &start("w2"), 1).is_err());
+    let fail = Event::Fail {
+        worker: "w1".into(),
+        attempt: 1,
+        error: "x".into(),
+    };
+    let failed = apply(&ran, &fail, 1).unwrap();
+    assert!(apply(&failed, &start("w2"), 1).is_err());
+}
+
 // Proves every state is reachable from a fresh admission, and that a dead-lettered or
 // finished record refuses every event (a stale coordinator cannot reopen it).
 #[test]

@@ -11,7 +11,7 @@ use rekindle::clock::{Stopwatch, SystemClock};
 use rekindle::core::assignment::{Registration, recovery_id_for};
 use rekindle::core::fact::{RecoveryId, RunId};
 use rekindle::core::layout;
-use rekindle::core::record::RecoveryState;
+use rekindle::core::record::{RecoveryRecord, RecoveryState};
 use rekindle::fleet::admission::Takeover;
 use rekindle::fleet::coordinator::{self, CoordinatorOptions};
 use rekindle::fleet::runner::Stopped;
@@ -728,12 +728,13 @@ async fn admitted_without_entry(fleet: &Fleet, run: &RunId) -> RecoveryId {
     id
 }
 
-// Proves a wake-up naming an admitted recovery makes the coordinator assign it from its
-// record alone, without its index entry (an admission names it before the entry is written)
-// and without a scan (every timer is a minute), and name it to the worker it offers it to;
-// and that a named ID with no record (a forged or stale wake-up) costs nothing more.
+// Proves a wake-up naming a fresh admission makes the coordinator forward the name to a
+// worker with an idle slot at once, without its index entry (an admission names it before the
+// entry is written) and without a scan (every timer is a minute), and leave the record to that
+// worker's claim: no assignment swap, no inbox. Names are forwarded before any record is read,
+// so a forged one goes along and costs the worker a read, nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_named_recovery_is_assigned_from_its_record_alone() {
+async fn a_named_fresh_admission_is_forwarded_to_a_worker_before_its_record_is_read() {
     let mut fleet = Fleet::new();
     let pokes = stand_in_worker(&fleet, "only", 4).await;
     let run = RunId::new("named");
@@ -743,6 +744,7 @@ async fn a_named_recovery_is_assigned_from_its_record_alone() {
     rekindle::clock::sleep(Duration::from_millis(300)).await;
     let id = admitted_without_entry(&fleet, &run).await;
     let coordinator = fleet.coordinator_url.clone().unwrap();
+    let forged = RecoveryId::new("recovery-of-nothing");
     let woken = {
         let pokes = Arc::clone(&pokes);
         tokio::spawn(async move {
@@ -751,23 +753,89 @@ async fn a_named_recovery_is_assigned_from_its_record_alone() {
                 .expect("the worker was not woken for the named recovery");
         })
     };
-    wake::poke_naming(
-        &coordinator,
-        &[RecoveryId::new("recovery-of-nothing"), id.clone()],
-    )
-    .await
-    .unwrap();
+    wake::poke_naming(&coordinator, &[forged.clone(), id.clone()])
+        .await
+        .unwrap();
     woken.await.unwrap();
-    assert_eq!(pokes.take_named(), vec![id.clone()]);
+    let mut named = pokes.take_named();
+    named.sort();
+    let mut expected = vec![id.clone(), forged.clone()];
+    expected.sort();
+    assert_eq!(named, expected);
+    // Long enough for a swap or an inbox PUT the forward should have spared.
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
     let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
     assert_eq!(record.state, RecoveryState::Admitted, "{record:?}");
-    assert_eq!(record.assigned_to.as_deref(), Some("only"), "{record:?}");
+    assert_eq!(
+        record.assigned_to, None,
+        "left to the worker's claim: {record:?}"
+    );
+    let inbox = fleet.store.read(&layout::inbox("only")).await.unwrap();
     assert!(
-        recovery::read(&fleet.store, &RecoveryId::new("recovery-of-nothing"))
+        inbox.is_none_or(|inbox| !String::from_utf8_lossy(&inbox.bytes).contains(id.as_str())),
+        "the forwarded recovery was written to an inbox"
+    );
+    assert!(
+        recovery::read(&fleet.store, &forged)
             .await
             .unwrap()
             .is_none()
     );
+    fleet.stop().await;
+}
+
+// Proves a wake-up naming an admitted recovery that is not a fresh admission (it ran once and
+// was handed back) makes the coordinator assign it from its record alone, without its index
+// entry and without a scan, and name it to the worker it offers it to: only a fresh admission
+// is left to a worker's claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_recovery_that_ran_before_is_assigned_from_its_record_alone() {
+    use rekindle::core::lifecycle::Event;
+    use rekindle::fleet::lifecycle;
+
+    let mut fleet = Fleet::new();
+    let pokes = stand_in_worker(&fleet, "only", 4).await;
+    let run = RunId::new("named");
+    fleet.interrupted_run(&run, true).await;
+    fleet.coordinator().await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let id = admitted_without_entry(&fleet, &run).await;
+    let worker = || "earlier".to_owned();
+    for event in [
+        Event::Start { worker: worker() },
+        Event::Yield {
+            worker: worker(),
+            attempt: 1,
+            keep_assignment: false,
+        },
+    ] {
+        lifecycle::transition(&fleet.store, &id, None, event)
+            .await
+            .unwrap();
+    }
+    let coordinator = fleet.coordinator_url.clone().unwrap();
+    wake::poke_naming(&coordinator, std::slice::from_ref(&id))
+        .await
+        .unwrap();
+    let waited = Stopwatch::start();
+    let record = loop {
+        let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
+        if record.assigned_to.is_some() {
+            break record;
+        }
+        assert!(waited.elapsed() < LIMIT, "never assigned: {record:?}");
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.state, RecoveryState::Admitted, "{record:?}");
+    assert_eq!(record.assigned_to.as_deref(), Some("only"), "{record:?}");
+    // Forwarded first, then offered: the worker is named it either way.
+    tokio::time::timeout(LIMIT, async {
+        while !pokes.take_named().contains(&id) {
+            pokes.notify().notified().await;
+        }
+    })
+    .await
+    .expect("the worker was not named the recovery it was offered");
     fleet.stop().await;
 }
 
@@ -797,17 +865,7 @@ async fn a_worker_starts_a_named_recovery_only_if_its_record_offers_it() {
             .unwrap();
         ids.push(id);
     }
-    let object = fleet
-        .store
-        .read(&layout::worker("w1"))
-        .await
-        .unwrap()
-        .unwrap();
-    let registration: Registration =
-        layout::decode_object(&layout::worker("w1"), "worker", &object.bytes).unwrap();
-    let url = registration
-        .wake
-        .expect("the worker advertises its wake-up");
+    let url = worker_wake_url(&fleet, "w1").await;
     wake::poke_naming(&url, &ids).await.unwrap();
     fleet.finished_within(&ids[0], LIMIT).await;
     let (theirs, _) = recovery::read(&fleet.store, &ids[1])
@@ -817,6 +875,82 @@ async fn a_worker_starts_a_named_recovery_only_if_its_record_offers_it() {
     assert_eq!(theirs.state, RecoveryState::Admitted, "{theirs:?}");
     assert_eq!(theirs.assigned_to.as_deref(), Some("w2"), "{theirs:?}");
     assert_eq!(theirs.attempts, 0, "{theirs:?}");
+    fleet.stop().await;
+}
+
+/// Where worker `id` takes wake-ups, as its registration advertises.
+async fn worker_wake_url(fleet: &Fleet, id: &str) -> String {
+    let object = fleet
+        .store
+        .read(&layout::worker(id))
+        .await
+        .unwrap()
+        .unwrap();
+    let registration: Registration =
+        layout::decode_object(&layout::worker(id), "worker", &object.bytes).unwrap();
+    registration
+        .wake
+        .expect("the worker advertises its wake-up")
+}
+
+// Proves a fresh admission named to two workers at once (two coordinators' forwards, or a
+// forward racing a stale one) is started by exactly one of them: each starts it only by
+// compare-and-swap on the record, so one start lands and the other is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_admission_named_to_two_workers_starts_once() {
+    let mut fleet = Fleet::new();
+    fleet.worker("w1").await;
+    fleet.worker("w2").await;
+    let run = RunId::new("both");
+    fleet.interrupted_run(&run, true).await;
+    let id = admitted_without_entry(&fleet, &run).await;
+    let urls = [
+        worker_wake_url(&fleet, "w1").await,
+        worker_wake_url(&fleet, "w2").await,
+    ];
+    let (one, two) = futures::join!(
+        wake::poke_naming(&urls[0], std::slice::from_ref(&id)),
+        wake::poke_naming(&urls[1], std::slice::from_ref(&id)),
+    );
+    one.unwrap();
+    two.unwrap();
+    fleet.finished_within(&id, LIMIT).await;
+    let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
+    assert_eq!(record.attempts, 1, "started more than once: {record:?}");
+    assert_eq!(record.failures, 0, "{record:?}");
+    fleet.stop().await;
+}
+
+// Proves a worker named a fresh admission it may not run (the run's configuration differs
+// from the worker's, and the admission is not forced) does not claim it: it stays admitted,
+// offered to nobody and never started, for the coordinator to place on a matching worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_does_not_claim_a_fresh_admission_configured_for_others() {
+    let mut fleet = Fleet::new();
+    fleet.worker("w1").await;
+    let run = RunId::new("elsewhere");
+    fleet.interrupted_run(&run, true).await;
+    let id = admitted_without_entry(&fleet, &run).await;
+    let key = layout::recovery(id.as_str());
+    let object = fleet.store.read(&key).await.unwrap().unwrap();
+    let mut record: RecoveryRecord =
+        layout::decode_object(&key, "recovery", &object.bytes).unwrap();
+    record.fingerprint_sha256 = "another configuration".into();
+    fleet
+        .store
+        .swap(&key, layout::encode_object(&record), &object.etag)
+        .await
+        .unwrap();
+    let url = worker_wake_url(&fleet, "w1").await;
+    wake::poke_naming(&url, std::slice::from_ref(&id))
+        .await
+        .unwrap();
+    // Long enough for the worker's read and start swap.
+    rekindle::clock::sleep(Duration::from_millis(500)).await;
+    let (after, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
+    assert_eq!(after.state, RecoveryState::Admitted, "{after:?}");
+    assert_eq!(after.assigned_to, None, "{after:?}");
+    assert_eq!(after.attempts, 0, "{after:?}");
     fleet.stop().await;
 }
 

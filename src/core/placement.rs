@@ -406,6 +406,41 @@ mod tests {
         }
     }
 
+    // Proves forwarding before a read: each name goes to the alive, answering, not draining
+    // worker with the most idle slots (what the view assigns and earlier forwards count, ties
+    // to the lower name), fingerprints unseen; none once every slot is taken.
+    #[test]
+    fn forwards_go_to_idle_slots_only() {
+        let mut deaf = worker("deaf", 9, "fp", true);
+        deaf.offer = false;
+        let mut draining = worker("draining", 9, "fp", true);
+        draining.registration.draining = true;
+        let workers = [
+            worker("a", 2, "fp", true),
+            worker("b", 3, "other", true),
+            worker("dead", 9, "fp", false),
+            deaf,
+            draining,
+        ];
+        // The view runs one recovery on b: a and b have two idle slots each.
+        let runs = [run(
+            "held",
+            Phase::Recovering,
+            false,
+            Some(record("held", RecoveryState::Running, Some("b"), 0)),
+        )];
+        let named = |names| {
+            forward_targets(&workers, &runs, &[], names)
+                .into_iter()
+                .map(|t| t.unwrap_or_default())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(named(5), ["a", "b", "a", "b", ""]);
+        // Earlier forwards count like assignments.
+        let after = forward_targets(&workers, &runs, &["a".into(), "a".into()], 3);
+        assert_eq!(after, [Some("b".into()), Some("b".into()), None]);
+    }
+
     // Proves the decisions: admit runs whose holder is dead, leave live and parked ones,
     // assign by free capacity (counting what each worker already holds; ties go to the first
     // name) to matching workers only, abandon an attempt whose worker died, dead-letter after
