@@ -28,6 +28,12 @@
 //! on `Finished` and `DeadLettered`, so a stale coordinator cannot reopen a finished recovery
 //! and a recovery ID never executes twice (brief, invariant 5).
 //!
+//! Architecture invariant: an attempt starts only on a worker the coordinator offered the
+//! recovery to, or, for a fresh admission nobody was offered ([`unclaimed`]: never declined,
+//! started or failed), on any worker that claims it — both by compare-and-swap, so one start
+//! wins. A recovery that ran once goes only through `Assign`, so a name a worker kept for a
+//! long time cannot restart it, and failures and dead-lettering stay the coordinator's.
+//!
 //! Architecture invariant: only failures count toward dead-lettering, and dead-lettering
 //! never preempts a live attempt — `Fail` and `Abandon` are the only events that raise
 //! `failures`; `DeadLetter` is refused unless the record is `Admitted` (no attempt runs), and
