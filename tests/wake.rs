@@ -737,6 +737,8 @@ async fn admitted_without_entry(fleet: &Fleet, run: &RunId) -> RecoveryId {
 async fn a_named_fresh_admission_is_forwarded_to_a_worker_before_its_record_is_read() {
     let mut fleet = Fleet::new();
     let pokes = stand_in_worker(&fleet, "only", 4).await;
+    // The stand-in answers that it claims what is named to it, as a worker with a free slot.
+    pokes.set_claiming(true);
     let run = RunId::new("named");
     fleet.interrupted_run(&run, true).await;
     fleet.coordinator().await;
@@ -775,6 +777,52 @@ async fn a_named_fresh_admission_is_forwarded_to_a_worker_before_its_record_is_r
         inbox.is_none_or(|inbox| !String::from_utf8_lossy(&inbox.bytes).contains(id.as_str())),
         "the forwarded recovery was written to an inbox"
     );
+    assert!(
+        recovery::read(&fleet.store, &forged)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    fleet.stop().await;
+}
+
+// Proves a wake-up naming a fresh admission to a coordinator whose only worker does not
+// claim it (full, stopping, or an older build: it answers the forward without claiming) makes
+// the coordinator assign it from its record alone, without its index entry and without a scan
+// (every timer is a minute), and name it to that worker; and that a named ID with no record
+// (a forged or stale wake-up) costs nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_recovery_no_worker_claims_is_assigned_from_its_record_alone() {
+    let mut fleet = Fleet::new();
+    let pokes = stand_in_worker(&fleet, "only", 4).await;
+    let run = RunId::new("named");
+    fleet.interrupted_run(&run, true).await;
+    fleet.coordinator().await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let id = admitted_without_entry(&fleet, &run).await;
+    let forged = RecoveryId::new("recovery-of-nothing");
+    let coordinator = fleet.coordinator_url.clone().unwrap();
+    wake::poke_naming(&coordinator, &[forged.clone(), id.clone()])
+        .await
+        .unwrap();
+    let waited = Stopwatch::start();
+    let record = loop {
+        let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
+        if record.assigned_to.is_some() {
+            break record;
+        }
+        assert!(waited.elapsed() < LIMIT, "never assigned: {record:?}");
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.state, RecoveryState::Admitted, "{record:?}");
+    assert_eq!(record.assigned_to.as_deref(), Some("only"), "{record:?}");
+    let inbox = fleet
+        .store
+        .read(&layout::inbox("only"))
+        .await
+        .unwrap()
+        .expect("the offer is written to the worker's inbox");
+    assert!(String::from_utf8_lossy(&inbox.bytes).contains(id.as_str()));
     assert!(
         recovery::read(&fleet.store, &forged)
             .await

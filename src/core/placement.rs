@@ -257,8 +257,8 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
 }
 
 /// The worker each of `names` freshly named recoveries is forwarded to before its record is
-/// read (see `coordinator::assign_named`), in order: an alive worker that answers wake-ups
-/// and is not draining, with the most idle slots as `runs`, the earlier `forwarded` (one
+/// read (see `coordinator::assign_named`), in order: an alive worker that advertises and
+/// answers wake-ups and is not draining, with the most idle slots as `runs`, the earlier `forwarded` (one
 /// worker name per forward) and the forwards before it fill them (ties to the lower name); `None` once no slot is idle. Records are not known yet, so
 /// fingerprints are not matched here: the worker claims only a recovery it may run, and the
 /// coordinator assigns the rest once it has read them.
@@ -271,6 +271,7 @@ pub fn forward_targets(
     let mut load: BTreeMap<&str, Load> = workers
         .iter()
         .filter(|w| w.alive && w.offer && !w.registration.draining)
+        .filter(|w| w.registration.wake.is_some())
         .map(|w| (w.registration.worker.as_str(), Load::of(&w.registration)))
         .collect();
     for run in runs {
@@ -407,7 +408,7 @@ mod tests {
     }
 
     // Proves forwarding before a read: each name goes to the alive, answering, not draining
-    // worker with the most idle slots (what the view assigns and earlier forwards count, ties
+    // worker with a wake-up address and the most idle slots (what the view assigns and earlier forwards count, ties
     // to the lower name), fingerprints unseen; none once every slot is taken.
     #[test]
     fn forwards_go_to_idle_slots_only() {
@@ -415,13 +416,20 @@ mod tests {
         deaf.offer = false;
         let mut draining = worker("draining", 9, "fp", true);
         draining.registration.draining = true;
-        let workers = [
+        let mut workers = [
             worker("a", 2, "fp", true),
             worker("b", 3, "other", true),
             worker("dead", 9, "fp", false),
             deaf,
             draining,
+            worker("polling", 9, "fp", true),
         ];
+        for w in workers
+            .iter_mut()
+            .filter(|w| w.registration.worker != "polling")
+        {
+            w.registration.wake = Some(format!("http://{}", w.registration.worker));
+        }
         // The view runs one recovery on b: a and b have two idle slots each.
         let runs = [run(
             "held",

@@ -159,8 +159,12 @@ struct Observer {
     /// (see [`remove_the_dead`] and [`REMOVED_REMEMBERED`]).
     removed: BTreeMap<String, (crate::clock::Stopwatch, Duration)>,
     /// The workers and runs as the last full tick saw them (with the assignments named
-    /// wake-ups made since), and when that tick was: what [`assign_named`] places on.
+    /// wake-ups made since, and the fresh admissions forwarded to a worker that claims them,
+    /// counted as its), and when that tick was: what [`assign_named`] places on.
     last_view: Option<(Vec<WorkerView>, Vec<RunView>, crate::clock::Stopwatch)>,
+    /// The recoveries `last_view` counts as a worker's only because they were forwarded to
+    /// it to claim: no offer, so they are never written to an inbox. Cleared with the view.
+    claims: std::collections::BTreeSet<RecoveryId>,
     /// Workers that did not answer the wake-up of a named assignment, marked unreachable by
     /// the next full tick.
     unanswered: Vec<String>,
@@ -623,8 +627,10 @@ async fn tick(
             None => Ok(()),
         }
     };
-    // A tick that fails part-way leaves no view to place named recoveries on.
+    // A tick that fails part-way leaves no view to place named recoveries on. The records
+    // read now say who claimed what.
     observer.last_view = None;
+    observer.claims.clear();
     let (checked, scanned) = futures::join!(checking, observer.index.scan(store));
     checked.map_err(TickError::NotLeading)?;
     let (entries, bad) = scanned?;
@@ -934,7 +940,8 @@ async fn assign_named(
     let (checked, mut results, answered) =
         futures::join!(holder.check(leading), read(named), forwarding);
     checked.map_err(TickError::NotLeading)?;
-    forwarded.extend(answered);
+    let mut deaf: std::collections::BTreeSet<String> = answered.deaf.into_iter().collect();
+    forwarded.extend(answered.claimed);
     let mut waiting: BTreeMap<RecoveryId, (RecoveryRecord, ETag)> = BTreeMap::new();
     let mut claimed: BTreeMap<RecoveryId, RecoveryRecord> = BTreeMap::new();
     let mut unread: Vec<RecoveryId> = Vec::new();
@@ -951,7 +958,13 @@ async fn assign_named(
                                             == record.fingerprint_sha256)
                             })
                     });
-                    if let Some(worker) = claimer {
+                    let started_there = record.state == RecoveryState::Running
+                        && record.assigned_to.is_some()
+                        && record.assigned_to.as_ref() == forwarded.get(&id);
+                    if started_there {
+                        // Claimed before this read: counted against its worker.
+                        claimed.insert(id, record);
+                    } else if let Some(worker) = claimer {
                         // Left to the worker it was forwarded to; counted against it.
                         let mut theirs = record;
                         theirs.assigned_to = Some(worker.clone());
@@ -995,9 +1008,27 @@ async fn assign_named(
         let forwarding = forward(&more, &mut forwards);
         let (read_now, answered) = futures::join!(read(more), forwarding);
         results = read_now;
-        forwarded.extend(answered);
+        deaf.extend(answered.deaf);
+        forwarded.extend(answered.claimed);
     }
     let claimed_any = !claimed.is_empty();
+    // A worker that did not answer a forward is offered nothing on this view, and is marked
+    // by the full tick that follows, as one that did not answer an offer's wake-up.
+    let workers: Vec<WorkerView> = workers
+        .into_iter()
+        .map(|mut w| {
+            if deaf.contains(&w.registration.worker) {
+                w.offer = false;
+            }
+            w
+        })
+        .collect();
+    observer.claims.extend(
+        claimed
+            .values()
+            .filter(|record| record.state == RecoveryState::Admitted)
+            .map(|record| record.recovery_id.clone()),
+    );
     // The view the next named assignment places on counts the forwarded recoveries against
     // the workers that claim them.
     let mut runs: Vec<RunView> = last_runs
@@ -1029,13 +1060,16 @@ async fn assign_named(
         .collect();
     if waiting.is_empty() {
         judge_offered_busy(observer, &claimers);
-        if let Some((_, view, _)) = observer.last_view.as_mut() {
+        if let Some((view_workers, view, _)) = observer.last_view.as_mut() {
             *view = runs;
+            *view_workers = workers;
         }
+        let unanswered = !deaf.is_empty();
+        observer.unanswered.extend(deaf);
         return Ok(NamedOutcome {
             again: unread,
             offered: claimed_any,
-            unanswered: false,
+            unanswered,
         });
     }
     // The last view, with each named recovery's run as its record says (its index entry may
@@ -1088,7 +1122,12 @@ async fn assign_named(
         landed: &moved,
         offered: &offered,
     };
-    let unanswered = write_inboxes(store, observer, options, &workers, &runs, assigned).await?;
+    let mut unanswered = write_inboxes(store, observer, options, &workers, &runs, assigned).await?;
+    unanswered.extend(
+        deaf.into_iter()
+            .filter(|w| !unanswered.contains(w))
+            .collect::<Vec<_>>(),
+    );
     judge_offered_busy(observer, &offered);
     judge_offered_busy(observer, &claimers);
     if let Some((_, view, _)) = observer.last_view.as_mut() {
@@ -1130,14 +1169,14 @@ async fn assign_named(
 const NAMED_ROUNDS: usize = 3;
 
 /// Wakes each worker `targets` names (one target per name of `batch`, `None`: not forwarded)
-/// naming the recoveries forwarded to it, all at once. Returns each name whose worker
-/// answered, with that worker; a name whose worker did not answer is placed from its record
+/// naming the recoveries forwarded to it, all at once. A name whose worker did not answer
+/// that it claims it (full, stopping, an older build, or no answer) is placed from its record
 /// as usual.
 async fn forward_to(
     workers: &[WorkerView],
     batch: Vec<RecoveryId>,
     targets: Vec<Option<String>>,
-) -> Vec<(RecoveryId, String)> {
+) -> Forwarded {
     let mut by_worker: BTreeMap<String, Vec<RecoveryId>> = BTreeMap::new();
     for (id, target) in batch.into_iter().zip(targets) {
         if let Some(worker) = target {
@@ -1152,20 +1191,32 @@ async fn forward_to(
             .wake
             .clone()?;
         Some(async move {
-            match crate::fleet::wake::poke_naming(&url, &ids).await {
-                Ok(()) => ids.into_iter().map(|id| (id, worker.clone())).collect(),
+            match crate::fleet::wake::forward(&url, &ids).await {
+                Ok(true) => Ok(ids.into_iter().map(|id| (id, worker.clone())).collect()),
+                Ok(false) => Ok(Vec::new()),
                 Err(error) => {
                     tracing::debug!(worker_id = %worker, %error, "a worker did not answer a forwarded name");
-                    Vec::new()
+                    Err(worker)
                 }
             }
         })
     });
-    futures::future::join_all(wakes)
-        .await
-        .into_iter()
-        .flatten()
-        .collect()
+    let mut claimed = Vec::new();
+    let mut deaf = Vec::new();
+    for answer in futures::future::join_all(wakes).await {
+        match answer {
+            Ok(ids) => claimed.extend(ids),
+            Err(worker) => deaf.push(worker),
+        }
+    }
+    Forwarded { claimed, deaf }
+}
+
+/// What forwarding names did: each name a worker claims, with that worker; the workers that
+/// did not answer.
+struct Forwarded {
+    claimed: Vec<(RecoveryId, String)>,
+    deaf: Vec<String>,
 }
 
 /// Puts the records as the landed offers left them into `runs`, so that the next named
@@ -1656,8 +1707,13 @@ async fn observe_runs(
                     *seen == entry
                         && !sweep
                         && match record.state {
-                            // Only the coordinator offers it; a worker starts an offered one.
-                            RecoveryState::Admitted => record.assigned_to.is_none(),
+                            // Only the coordinator offers it, and a worker starts an offered
+                            // one; but any worker may claim a fresh admission (see
+                            // `lifecycle::unclaimed`), so that is read again.
+                            RecoveryState::Admitted => {
+                                record.assigned_to.is_none()
+                                    && !crate::core::lifecycle::unclaimed(record)
+                            }
                             RecoveryState::Running => read_at.elapsed() < RUNNING_REFRESH,
                             _ => true,
                         }
@@ -1773,6 +1829,7 @@ async fn write_inboxes(
         .collect();
     for run in runs {
         if let Some((recovery, worker)) = run.assignment()
+            && !observer.claims.contains(recovery)
             && let Some(list) = inboxes.get_mut(worker)
         {
             list.push(recovery.clone());

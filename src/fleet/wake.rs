@@ -52,6 +52,9 @@ pub struct WakeSignal {
     notify: Notify,
     named: std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>,
     plain: std::sync::atomic::AtomicBool,
+    /// Whether the receiver claims fresh admissions named to it now (a worker with a free
+    /// slot, not stopping): its answer to a naming wake-up says so ([`forward`]).
+    claiming: std::sync::atomic::AtomicBool,
 }
 
 impl WakeSignal {
@@ -102,6 +105,17 @@ impl WakeSignal {
         self.plain.swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Says whether the receiver claims fresh admissions named to it from now on.
+    pub fn set_claiming(&self, claiming: bool) {
+        self.claiming
+            .store(claiming, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the receiver claims fresh admissions named to it now.
+    pub fn claiming(&self) -> bool {
+        self.claiming.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// The recovery IDs named since the last call, in ID order.
     pub fn take_named(&self) -> Vec<RecoveryId> {
         let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
@@ -127,8 +141,10 @@ pub fn route(wakeup: Wakeup) -> axum::Router {
         .route(
             "/wake",
             axum::routing::post(move |body: axum::body::Bytes| {
-                wakeup.name(named_in(&body));
-                async { "woken" }
+                let named = named_in(&body);
+                let claiming = !named.is_empty() && wakeup.claiming();
+                wakeup.name(named);
+                async move { if claiming { CLAIMING } else { "woken" } }
             }),
         )
         .layer(axum::extract::DefaultBodyLimit::max(2 * MAX_BODY_BYTES))
@@ -223,6 +239,30 @@ pub async fn poke_naming(url: &str, recoveries: &[RecoveryId]) -> Result<(), Str
     } else {
         Err(format!("{url}: {}", response.status()))
     }
+}
+
+/// The answer of a receiver that claims the fresh admissions a wake-up named to it.
+const CLAIMING: &str = "claiming";
+
+/// Forwards `recoveries` to the worker at `url` (see `coordinator::assign_named`): wakes it
+/// naming them, and returns whether it answered that it claims them (a worker with a free
+/// slot, not stopping). One that answers otherwise (full, stopping, or a build that does not
+/// claim) was still woken and named them; the caller assigns them as usual.
+pub async fn forward(url: &str, recoveries: &[RecoveryId]) -> Result<bool, String> {
+    let response = client()
+        .post(format!("{url}/wake"))
+        .body(wake_body(recoveries))
+        .send()
+        .await
+        .map_err(|error| format!("{url}: {error}"))?;
+    if !response.status().is_success() {
+        return Err(format!("{url}: {}", response.status()));
+    }
+    let answer = response
+        .text()
+        .await
+        .map_err(|error| format!("{url}: {error}"))?;
+    Ok(answer == CLAIMING)
 }
 
 /// Whether a wake-up can name `id` (the receiver keeps it as sent): not empty, no longer

@@ -330,6 +330,17 @@ pub async fn run(
             }
             Err(error) => tracing::warn!(worker_id = %options.id, %error, "cannot read the inbox"),
         }
+        // A coordinator forwards fresh admissions to this worker only while it says it claims
+        // them: a slot free beyond the names waiting, nothing in its inbox waiting first.
+        if let Some(wakeup) = &wakeup {
+            let free =
+                (options.concurrency as usize).saturating_sub(occupied(&running, &reporting));
+            wakeup.set_claiming(
+                free > unstarted.len()
+                    && !turns.waiting.load(Ordering::SeqCst)
+                    && !stop.load(Ordering::SeqCst),
+            );
+        }
         let in_flight = occupied(&running, &reporting) as f64;
         crate::metrics::set(crate::metrics::WORKER_IN_FLIGHT, in_flight);
         crate::metrics::set(
@@ -342,6 +353,19 @@ pub async fn run(
             wakeup.as_deref().map(|w| w.notify()),
         )
         .await;
+    }
+    if let Some(wakeup) = &wakeup {
+        wakeup.set_claiming(false);
+        // Names no slot took go back to the coordinator, which assigns them elsewhere.
+        unstarted.extend(wakeup.take_named());
+        if let Some(url) = coordinator.clone()
+            && !unstarted.is_empty()
+        {
+            let names: Vec<RecoveryId> = std::mem::take(&mut unstarted).into_iter().collect();
+            if let Err(error) = crate::fleet::wake::poke_naming(&url, &names).await {
+                tracing::debug!(%error, "cannot hand the named recoveries back to the coordinator");
+            }
+        }
     }
     if let Some(readiness) = &options.readiness {
         readiness.draining();
