@@ -42,7 +42,8 @@ pub struct RunView {
 
 impl RunView {
     /// The recovery this run's worker holds a slot for, and that worker: a recovery admitted
-    /// or running, and assigned. It counts against the worker's capacity and is in its inbox.
+    /// or running, and assigned. It counts against the worker's capacity and is in its inbox
+    /// (except a fresh admission a named assignment left to a worker's claim, counted only).
     pub fn assignment(&self) -> Option<(&RecoveryId, &str)> {
         let record = self.recovery.as_ref()?;
         if !matches!(

@@ -2,12 +2,14 @@
 //!
 //! The bucket stays the only source of truth; a wake-up only cuts a process's wait short so
 //! it reads the bucket now. It may name recoveries (their IDs, nothing else): an admission
-//! names the one it admitted, so the leading coordinator reads that record and assigns it at
-//! once, without waiting for the index entry and the next scan (`coordinator`'s named
-//! assignment). A named ID is a hint to look, never data to act on: the receiver reads the
-//! record from the bucket and changes it only by compare-and-swap, as always, so a forged
-//! wake-up costs at most a read per ID (a worker also lends the ID a slot for that read), and
-//! only [`MAX_NAMED`] IDs are kept. It never holds the receiver's own scans off. Each worker and coordinator serves
+//! names the one it admitted, so the leading coordinator forwards the name to a worker with a
+//! free slot at once ([`forward`]: the worker answers whether it claims fresh admissions now)
+//! and reads that record, assigning it if no worker claims it, without waiting for the index
+//! entry and the next scan (`coordinator`'s named assignment). A named ID is a hint to look,
+//! never data to act on: the receiver reads the record from the bucket and changes it only by
+//! compare-and-swap, as always, so a forged wake-up costs at most a read per ID (a worker also
+//! lends the ID a slot for that read, and may claim a fresh admission any worker may start),
+//! and only [`MAX_NAMED`] IDs are kept. It never holds the receiver's own scans off. Each worker and coordinator serves
 //! `POST /wake` and advertises the address (a worker in its registration, every process in
 //! its heartbeat, the leading coordinator in each worker's inbox). An admission wakes the
 //! leading coordinator, which assigns at once and wakes the workers whose inboxes changed; a

@@ -2,7 +2,8 @@
 //!
 //! Per poll it reads one object, its inbox. For each new assignment (up to its concurrency)
 //! it starts an attempt (the lifecycle's `Start`, a compare-and-swap that only succeeds on a
-//! recovery offered to this worker and waiting) and executes it on this node; how the attempt
+//! recovery offered to this worker and waiting, or on a fresh admission nobody was offered
+//! that a coordinator forwarded to it and it may run) and executes it on this node; how the attempt
 //! ended is reported as one lifecycle event: `Finish`, `Park`, `Yield` (step cap or stop; not
 //! a failure) or `Fail`. The coordinator dead-letters a recovery that keeps failing. On stop
 //! (SIGTERM) it takes no new work, lets each running recovery finish its current step and
@@ -254,7 +255,8 @@ pub async fn run(
         // Recoveries a wake-up named (the coordinator names the ones it just offered this
         // worker, while it writes the inbox): started at once, each from its record as read
         // now (a named ID is only a hint: `attempt` runs only a recovery that its record says
-        // is offered to this worker and waiting). The inbox is read as usual beside them.
+        // is offered to this worker and waiting, or a fresh admission nobody was offered that
+        // it may run, which it claims). The inbox is read as usual beside them.
         // Names not started yet are kept (up to `MAX_NAMED`) until a slot takes them: the
         // inbox read beside them may be older than the offer. While the inbox holds
         // recoveries waiting for a slot, a freed slot goes to the oldest of them (read from
