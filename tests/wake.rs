@@ -737,8 +737,8 @@ async fn admitted_without_entry(fleet: &Fleet, run: &RunId) -> RecoveryId {
 async fn a_named_fresh_admission_is_forwarded_to_a_worker_before_its_record_is_read() {
     let mut fleet = Fleet::new();
     let pokes = stand_in_worker(&fleet, "only", 4).await;
-    // The stand-in answers that it claims what is named to it, as a worker with a free slot.
-    pokes.set_claiming(true);
+    // The stand-in answers that it claims what is named to it, as a worker with free slots.
+    pokes.set_claims(4);
     let run = RunId::new("named");
     fleet.interrupted_run(&run, true).await;
     fleet.coordinator().await;
@@ -843,6 +843,8 @@ async fn a_named_recovery_that_ran_before_is_assigned_from_its_record_alone() {
 
     let mut fleet = Fleet::new();
     let pokes = stand_in_worker(&fleet, "only", 4).await;
+    // It would claim a fresh admission: this one is not.
+    pokes.set_claims(4);
     let run = RunId::new("named");
     fleet.interrupted_run(&run, true).await;
     fleet.coordinator().await;
@@ -995,10 +997,21 @@ async fn a_worker_does_not_claim_a_fresh_admission_configured_for_others() {
         .unwrap();
     // Long enough for the worker's read and start swap.
     rekindle::clock::sleep(Duration::from_millis(500)).await;
-    let (after, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
+    let (after, etag) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
     assert_eq!(after.state, RecoveryState::Admitted, "{after:?}");
     assert_eq!(after.assigned_to, None, "{after:?}");
     assert_eq!(after.attempts, 0, "{after:?}");
+    // The control: configured alike again, the same name makes the worker claim and run it.
+    record.fingerprint_sha256 = fleet.agent.fingerprint_sha256();
+    fleet
+        .store
+        .swap(&key, layout::encode_object(&record), &etag)
+        .await
+        .unwrap();
+    wake::poke_naming(&url, std::slice::from_ref(&id))
+        .await
+        .unwrap();
+    fleet.finished_within(&id, LIMIT).await;
     fleet.stop().await;
 }
 

@@ -340,6 +340,12 @@ pub async fn run(
                         if outcome.unanswered && followed_up < MAX_IMMEDIATE_TICKS {
                             followed_up += 1;
                             tick_due = true;
+                            // Still owed a look: after the tick that follows.
+                            if let Some((wakeup, _)) = &options.wake
+                                && !outcome.again.is_empty()
+                            {
+                                wakeup.name(outcome.again);
+                            }
                             continue;
                         }
                     }
@@ -879,7 +885,8 @@ struct NamedOutcome {
 /// if its record is admitted and offered to nobody, or to a worker the view does not show
 /// alive and answering (`decide` moves it). Whatever could not be placed, read or woken is
 /// returned to look at again after a full tick. Named IDs are only hints: one whose record
-/// does not exist, or that is not waiting for a worker, costs its read and nothing else.
+/// does not exist, or that is not waiting for a worker, costs its read (and its forward: the
+/// worker's read, and a slot for that read) and nothing else.
 ///
 /// Before any record is read, each name is forwarded to a worker with an idle slot
 /// ([`placement::forward_targets`]), which reads the record and starts a fresh admission
@@ -1012,6 +1019,11 @@ async fn assign_named(
         forwarded.extend(answered.claimed);
     }
     let claimed_any = !claimed.is_empty();
+    // Every name read here is judged on this read: one left to a claim before and assigned
+    // now goes into inboxes again.
+    for id in &looked {
+        observer.claims.remove(id);
+    }
     // A worker that did not answer a forward is offered nothing on this view, and is marked
     // by the full tick that follows, as one that did not answer an offer's wake-up.
     let workers: Vec<WorkerView> = workers
@@ -1192,8 +1204,10 @@ async fn forward_to(
             .clone()?;
         Some(async move {
             match crate::fleet::wake::forward(&url, &ids).await {
-                Ok(true) => Ok(ids.into_iter().map(|id| (id, worker.clone())).collect()),
-                Ok(false) => Ok(Vec::new()),
+                Ok(claimed) => Ok(claimed
+                    .into_iter()
+                    .map(|id| (id, worker.clone()))
+                    .collect::<Vec<_>>()),
                 Err(error) => {
                     tracing::debug!(worker_id = %worker, %error, "a worker did not answer a forwarded name");
                     Err(worker)

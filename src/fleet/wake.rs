@@ -54,9 +54,10 @@ pub struct WakeSignal {
     notify: Notify,
     named: std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>,
     plain: std::sync::atomic::AtomicBool,
-    /// Whether the receiver claims fresh admissions named to it now (a worker with a free
-    /// slot, not stopping): its answer to a naming wake-up says so ([`forward`]).
-    claiming: std::sync::atomic::AtomicBool,
+    /// How many more fresh admissions named to it the receiver claims now (a worker's free
+    /// slots beyond the names waiting; 0 while stopping): its answer to a naming wake-up says
+    /// whether it claims them all ([`forward`]). Guarded by `named`'s lock.
+    claims: std::sync::atomic::AtomicUsize,
 }
 
 impl WakeSignal {
@@ -107,15 +108,36 @@ impl WakeSignal {
         self.plain.swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Says whether the receiver claims fresh admissions named to it from now on.
-    pub fn set_claiming(&self, claiming: bool) {
-        self.claiming
-            .store(claiming, std::sync::atomic::Ordering::SeqCst);
+    /// Says how many fresh admissions named to it the receiver claims from now on (0: none).
+    /// Names taken after this call (see [`WakeSignal::take_named`]) include every name a
+    /// wake-up was answered "claiming" for before it.
+    pub fn set_claims(&self, claims: usize) {
+        let _named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        self.claims
+            .store(claims, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Whether the receiver claims fresh admissions named to it now.
-    pub fn claiming(&self) -> bool {
-        self.claiming.load(std::sync::atomic::Ordering::SeqCst)
+    /// [`WakeSignal::name`], answering whether the receiver claims them all: only if all are
+    /// kept and they fit in what it claims now, which they then use up.
+    pub fn name_claiming(&self, ids: Vec<RecoveryId>) -> bool {
+        let claiming = {
+            let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+            let budget = self.claims.load(std::sync::atomic::Ordering::SeqCst);
+            let new = ids.iter().filter(|id| !named.contains(*id)).count();
+            let fits = !ids.is_empty() && new <= budget && named.len() + new <= MAX_NAMED;
+            if fits {
+                self.claims
+                    .store(budget - new, std::sync::atomic::Ordering::SeqCst);
+                named.extend(ids.iter().cloned());
+            }
+            fits
+        };
+        if claiming {
+            self.notify.notify_one();
+        } else {
+            self.name(ids);
+        }
+        claiming
     }
 
     /// The recovery IDs named since the last call, in ID order.
@@ -143,9 +165,7 @@ pub fn route(wakeup: Wakeup) -> axum::Router {
         .route(
             "/wake",
             axum::routing::post(move |body: axum::body::Bytes| {
-                let named = named_in(&body);
-                let claiming = !named.is_empty() && wakeup.claiming();
-                wakeup.name(named);
+                let claiming = wakeup.name_claiming(named_in(&body));
                 async move { if claiming { CLAIMING } else { "woken" } }
             }),
         )
@@ -247,13 +267,15 @@ pub async fn poke_naming(url: &str, recoveries: &[RecoveryId]) -> Result<(), Str
 const CLAIMING: &str = "claiming";
 
 /// Forwards `recoveries` to the worker at `url` (see `coordinator::assign_named`): wakes it
-/// naming them, and returns whether it answered that it claims them (a worker with a free
-/// slot, not stopping). One that answers otherwise (full, stopping, or a build that does not
-/// claim) was still woken and named them; the caller assigns them as usual.
-pub async fn forward(url: &str, recoveries: &[RecoveryId]) -> Result<bool, String> {
+/// naming them, and returns the ones it answered that it claims: all it was sent (see
+/// [`sent`]) if it has a free slot for each and is not stopping, else none. One that answers
+/// otherwise (full, stopping, or a build that does not claim) was still woken and named them;
+/// the caller assigns them as usual.
+pub async fn forward(url: &str, recoveries: &[RecoveryId]) -> Result<Vec<RecoveryId>, String> {
+    let sent = sent(recoveries);
     let response = client()
         .post(format!("{url}/wake"))
-        .body(wake_body(recoveries))
+        .body(wake_body(&sent))
         .send()
         .await
         .map_err(|error| format!("{url}: {error}"))?;
@@ -264,7 +286,22 @@ pub async fn forward(url: &str, recoveries: &[RecoveryId]) -> Result<bool, Strin
         .text()
         .await
         .map_err(|error| format!("{url}: {error}"))?;
-    Ok(answer == CLAIMING)
+    Ok(if answer == CLAIMING { sent } else { Vec::new() })
+}
+
+/// The IDs of `recoveries` a wake-up's body carries: those it can name ([`carried`]), up to
+/// [`MAX_NAMED`] and the body's size.
+pub fn sent(recoveries: &[RecoveryId]) -> Vec<RecoveryId> {
+    let mut size = 0;
+    let mut sent = Vec::new();
+    for id in recoveries.iter().filter(|id| carried(id)).take(MAX_NAMED) {
+        if size + id.as_str().len() + 1 > MAX_BODY_BYTES {
+            break;
+        }
+        size += id.as_str().len() + 1;
+        sent.push(id.clone());
+    }
+    sent
 }
 
 /// Whether a wake-up can name `id` (the receiver keeps it as sent): not empty, no longer
@@ -281,12 +318,8 @@ pub fn carried(id: &RecoveryId) -> bool {
 /// The body of a wake-up naming `recoveries` (see [`poke_naming`]).
 fn wake_body(recoveries: &[RecoveryId]) -> String {
     let mut body = String::new();
-    for id in recoveries.iter().filter(|id| carried(id)).take(MAX_NAMED) {
-        let id = id.as_str();
-        if body.len() + id.len() + 1 > MAX_BODY_BYTES {
-            break;
-        }
-        body.push_str(id);
+    for id in sent(recoveries) {
+        body.push_str(id.as_str());
         body.push('\n');
     }
     body
@@ -369,6 +402,41 @@ impl CoordinatorWaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Proves a receiver claims a batch of names only while it has a claim for each new one
+    // (names it already holds cost none), all or none, and that claims are used up: a full
+    // or stopping worker (no claims) is still named them, without claiming.
+    #[test]
+    fn names_are_claimed_only_within_the_receivers_claims() {
+        let signal = WakeSignal::new();
+        let ids = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| RecoveryId::new(*n))
+                .collect::<Vec<_>>()
+        };
+        assert!(!signal.name_claiming(ids(&["a"])), "no claims yet");
+        signal.set_claims(2);
+        assert!(
+            !signal.name_claiming(ids(&["b", "c", "d"])),
+            "three for two"
+        );
+        assert!(
+            signal.name_claiming(ids(&["a", "e"])),
+            "a is held already: one claim"
+        );
+        assert!(signal.name_claiming(ids(&["f"])), "the last claim");
+        assert!(!signal.name_claiming(ids(&["g"])), "used up");
+        assert!(
+            !signal.name_claiming(Vec::new()),
+            "a plain wake-up claims nothing"
+        );
+        assert_eq!(
+            signal.take_named(),
+            ids(&["a", "b", "c", "d", "e", "f", "g"]),
+            "every name is kept, claimed or not"
+        );
+    }
 
     // Proves a wake-up's body carries only IDs the receiver keeps (no line breaks, blanks or
     // over-long ones), within its size, and that the receiver reads back what was sent.

@@ -332,16 +332,15 @@ pub async fn run(
             }
             Err(error) => tracing::warn!(worker_id = %options.id, %error, "cannot read the inbox"),
         }
-        // A coordinator forwards fresh admissions to this worker only while it says it claims
-        // them: a slot free beyond the names waiting, nothing in its inbox waiting first.
+        // A coordinator leaves fresh admissions it forwards to this worker only as many as it
+        // says it claims: its slots free beyond the names waiting, none while its inbox holds
+        // recoveries waiting for a slot (they go first).
         if let Some(wakeup) = &wakeup {
-            let free =
-                (options.concurrency as usize).saturating_sub(occupied(&running, &reporting));
-            wakeup.set_claiming(
-                free > unstarted.len()
-                    && !turns.waiting.load(Ordering::SeqCst)
-                    && !stop.load(Ordering::SeqCst),
-            );
+            let free = (options.concurrency as usize)
+                .saturating_sub(occupied(&running, &reporting))
+                .saturating_sub(unstarted.len());
+            let waiting = turns.waiting.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst);
+            wakeup.set_claims(if waiting { 0 } else { free });
         }
         let in_flight = occupied(&running, &reporting) as f64;
         crate::metrics::set(crate::metrics::WORKER_IN_FLIGHT, in_flight);
@@ -357,17 +356,7 @@ pub async fn run(
         .await;
     }
     if let Some(wakeup) = &wakeup {
-        wakeup.set_claiming(false);
-        // Names no slot took go back to the coordinator, which assigns them elsewhere.
-        unstarted.extend(wakeup.take_named());
-        if let Some(url) = coordinator.clone()
-            && !unstarted.is_empty()
-        {
-            let names: Vec<RecoveryId> = std::mem::take(&mut unstarted).into_iter().collect();
-            if let Err(error) = crate::fleet::wake::poke_naming(&url, &names).await {
-                tracing::debug!(%error, "cannot hand the named recoveries back to the coordinator");
-            }
-        }
+        wakeup.set_claims(0);
     }
     if let Some(readiness) = &options.readiness {
         readiness.draining();
@@ -386,6 +375,20 @@ pub async fn run(
         .await
     {
         tracing::debug!(worker_id = %options.id, %error, "cannot mark the registration draining");
+    }
+    // Names no slot took go back to the coordinator, once the registration says this worker
+    // drains: it places them again (this worker no longer claims them, and declines any it
+    // is offered while it drains).
+    if let Some(wakeup) = &wakeup {
+        unstarted.extend(wakeup.take_named());
+        if let Some(url) = coordinator.clone()
+            && !unstarted.is_empty()
+        {
+            let names: Vec<RecoveryId> = std::mem::take(&mut unstarted).into_iter().collect();
+            if let Err(error) = crate::fleet::wake::poke_naming(&url, &names).await {
+                tracing::debug!(%error, "cannot hand the named recoveries back to the coordinator");
+            }
+        }
     }
     let declining = DECLINE_CHECK.min(options.poll_interval);
     let mut declined = std::collections::BTreeSet::new();
