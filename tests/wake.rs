@@ -928,14 +928,16 @@ async fn a_worker_starts_a_named_recovery_only_if_its_record_offers_it() {
     fleet.stop().await;
 }
 
-/// Where worker `id` takes wake-ups, as its registration advertises.
+/// Where worker `id` takes wake-ups, as its registration advertises (once it registered).
 async fn worker_wake_url(fleet: &Fleet, id: &str) -> String {
-    let object = fleet
-        .store
-        .read(&layout::worker(id))
-        .await
-        .unwrap()
-        .unwrap();
+    let waited = Stopwatch::start();
+    let object = loop {
+        if let Some(object) = fleet.store.read(&layout::worker(id)).await.unwrap() {
+            break object;
+        }
+        assert!(waited.elapsed() < LIMIT, "worker {id} never registered");
+        rekindle::clock::sleep(Duration::from_millis(10)).await;
+    };
     let registration: Registration =
         layout::decode_object(&layout::worker(id), "worker", &object.bytes).unwrap();
     registration
