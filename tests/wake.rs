@@ -714,6 +714,34 @@ async fn stand_in_worker(fleet: &Fleet, id: &str, slots: u32) -> Wakeup {
     pokes
 }
 
+/// The record of recovery `id` once it is offered to a worker (within [`LIMIT`]).
+async fn assigned_within(fleet: &Fleet, id: &RecoveryId) -> RecoveryRecord {
+    let waited = Stopwatch::start();
+    loop {
+        let (record, _) = recovery::read(&fleet.store, id).await.unwrap().unwrap();
+        if record.assigned_to.is_some() {
+            return record;
+        }
+        assert!(waited.elapsed() < LIMIT, "never assigned: {record:?}");
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A fleet of a coordinator and a stand-in worker "only" (4 slots, answering that it claims
+/// up to `claims` named recoveries), the coordinator's first tick behind it (it has a view of
+/// the worker), and a recovery of run "named" admitted without its index entry.
+async fn named_behind_a_stand_in(claims: usize) -> (Fleet, Wakeup, RecoveryId) {
+    let mut fleet = Fleet::new();
+    let pokes = stand_in_worker(&fleet, "only", 4).await;
+    pokes.set_claims(claims);
+    let run = RunId::new("named");
+    fleet.interrupted_run(&run, true).await;
+    fleet.coordinator().await;
+    rekindle::clock::sleep(Duration::from_millis(300)).await;
+    let id = admitted_without_entry(&fleet, &run).await;
+    (fleet, pokes, id)
+}
+
 /// Admits a recovery of `run` (whose host beats) by takeover, and removes the source's index
 /// entry again: only a wake-up naming the recovery can lead the fleet to it now.
 async fn admitted_without_entry(fleet: &Fleet, run: &RunId) -> RecoveryId {
@@ -735,16 +763,8 @@ async fn admitted_without_entry(fleet: &Fleet, run: &RunId) -> RecoveryId {
 // so a forged one goes along and costs the worker a read, nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_fresh_admission_is_forwarded_to_a_worker_before_its_record_is_read() {
-    let mut fleet = Fleet::new();
-    let pokes = stand_in_worker(&fleet, "only", 4).await;
     // The stand-in answers that it claims what is named to it, as a worker with free slots.
-    pokes.set_claims(4);
-    let run = RunId::new("named");
-    fleet.interrupted_run(&run, true).await;
-    fleet.coordinator().await;
-    // The coordinator's first tick is behind it: it has a view of the worker.
-    rekindle::clock::sleep(Duration::from_millis(300)).await;
-    let id = admitted_without_entry(&fleet, &run).await;
+    let (mut fleet, pokes, id) = named_behind_a_stand_in(4).await;
     let coordinator = fleet.coordinator_url.clone().unwrap();
     let forged = RecoveryId::new("recovery-of-nothing");
     let woken = {
@@ -793,27 +813,13 @@ async fn a_named_fresh_admission_is_forwarded_to_a_worker_before_its_record_is_r
 // (a forged or stale wake-up) costs nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_recovery_no_worker_claims_is_assigned_from_its_record_alone() {
-    let mut fleet = Fleet::new();
-    let pokes = stand_in_worker(&fleet, "only", 4).await;
-    let run = RunId::new("named");
-    fleet.interrupted_run(&run, true).await;
-    fleet.coordinator().await;
-    rekindle::clock::sleep(Duration::from_millis(300)).await;
-    let id = admitted_without_entry(&fleet, &run).await;
+    let (mut fleet, _pokes, id) = named_behind_a_stand_in(0).await;
     let forged = RecoveryId::new("recovery-of-nothing");
     let coordinator = fleet.coordinator_url.clone().unwrap();
     wake::poke_naming(&coordinator, &[forged.clone(), id.clone()])
         .await
         .unwrap();
-    let waited = Stopwatch::start();
-    let record = loop {
-        let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
-        if record.assigned_to.is_some() {
-            break record;
-        }
-        assert!(waited.elapsed() < LIMIT, "never assigned: {record:?}");
-        rekindle::clock::sleep(Duration::from_millis(20)).await;
-    };
+    let record = assigned_within(&fleet, &id).await;
     assert_eq!(record.state, RecoveryState::Admitted, "{record:?}");
     assert_eq!(record.assigned_to.as_deref(), Some("only"), "{record:?}");
     let inbox = fleet
@@ -841,15 +847,8 @@ async fn a_named_recovery_that_ran_before_is_assigned_from_its_record_alone() {
     use rekindle::core::lifecycle::Event;
     use rekindle::fleet::lifecycle;
 
-    let mut fleet = Fleet::new();
-    let pokes = stand_in_worker(&fleet, "only", 4).await;
     // It would claim a fresh admission: this one is not.
-    pokes.set_claims(4);
-    let run = RunId::new("named");
-    fleet.interrupted_run(&run, true).await;
-    fleet.coordinator().await;
-    rekindle::clock::sleep(Duration::from_millis(300)).await;
-    let id = admitted_without_entry(&fleet, &run).await;
+    let (mut fleet, pokes, id) = named_behind_a_stand_in(4).await;
     let worker = || "earlier".to_owned();
     for event in [
         Event::Start { worker: worker() },
@@ -867,15 +866,7 @@ async fn a_named_recovery_that_ran_before_is_assigned_from_its_record_alone() {
     wake::poke_naming(&coordinator, std::slice::from_ref(&id))
         .await
         .unwrap();
-    let waited = Stopwatch::start();
-    let record = loop {
-        let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
-        if record.assigned_to.is_some() {
-            break record;
-        }
-        assert!(waited.elapsed() < LIMIT, "never assigned: {record:?}");
-        rekindle::clock::sleep(Duration::from_millis(20)).await;
-    };
+    let record = assigned_within(&fleet, &id).await;
     assert_eq!(record.state, RecoveryState::Admitted, "{record:?}");
     assert_eq!(record.assigned_to.as_deref(), Some("only"), "{record:?}");
     // Forwarded first, then offered: the worker is named it either way.

@@ -108,25 +108,7 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
     let mut actions = Vec::new();
     // Each live worker with the recoveries assigned to it (offered or running), and those of
     // them running: see [`Load`].
-    let mut load: BTreeMap<&str, Load> = workers
-        .iter()
-        .filter(|w| w.alive)
-        .map(|w| (w.registration.worker.as_str(), Load::of(&w.registration)))
-        .collect();
-    for run in runs {
-        if let Some((_, worker)) = run.assignment()
-            && let Some(load) = load.get_mut(worker)
-        {
-            load.assigned += 1;
-            if run
-                .recovery
-                .as_ref()
-                .is_some_and(|r| r.state == RecoveryState::Running)
-            {
-                load.running += 1;
-            }
-        }
-    }
+    let mut load = loads(workers.iter().filter(|w| w.alive), runs);
     for run in runs {
         let source = &run.entry.run_id;
         let Some(record) = &run.recovery else {
@@ -269,19 +251,13 @@ pub fn forward_targets(
     forwarded: &[String],
     names: usize,
 ) -> Vec<Option<String>> {
-    let mut load: BTreeMap<&str, Load> = workers
-        .iter()
-        .filter(|w| w.alive && w.offer && !w.registration.draining)
-        .filter(|w| w.registration.wake.is_some())
-        .map(|w| (w.registration.worker.as_str(), Load::of(&w.registration)))
-        .collect();
-    for run in runs {
-        if let Some((_, worker)) = run.assignment()
-            && let Some(load) = load.get_mut(worker)
-        {
-            load.assigned += 1;
-        }
-    }
+    let mut load = loads(
+        workers
+            .iter()
+            .filter(|w| w.alive && w.offer && !w.registration.draining)
+            .filter(|w| w.registration.wake.is_some()),
+        runs,
+    );
     for worker in forwarded {
         if let Some(load) = load.get_mut(worker.as_str()) {
             load.assigned += 1;
@@ -300,6 +276,32 @@ pub fn forward_targets(
             Some(name.to_owned())
         })
         .collect()
+}
+
+/// Each of `workers` with what `runs` assign it (offered or running), and of those the ones
+/// running: see [`Load`].
+fn loads<'a>(
+    workers: impl Iterator<Item = &'a WorkerView>,
+    runs: &[RunView],
+) -> BTreeMap<&'a str, Load> {
+    let mut load: BTreeMap<&str, Load> = workers
+        .map(|w| (w.registration.worker.as_str(), Load::of(&w.registration)))
+        .collect();
+    for run in runs {
+        if let Some((_, worker)) = run.assignment()
+            && let Some(load) = load.get_mut(worker)
+        {
+            load.assigned += 1;
+            if run
+                .recovery
+                .as_ref()
+                .is_some_and(|r| r.state == RecoveryState::Running)
+            {
+                load.running += 1;
+            }
+        }
+    }
+    load
 }
 
 /// What a live worker holds as one observation sees it, against what it registered.
