@@ -764,7 +764,7 @@ async fn admitted_without_entry(fleet: &Fleet, run: &RunId) -> RecoveryId {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_fresh_admission_is_forwarded_to_a_worker_before_its_record_is_read() {
     // The stand-in answers that it claims what is named to it, as a worker with free slots.
-    let (mut fleet, pokes, id) = named_behind_a_stand_in(4).await;
+    let (fleet, pokes, id) = named_behind_a_stand_in(4).await;
     let coordinator = fleet.coordinator_url.clone().unwrap();
     let forged = RecoveryId::new("recovery-of-nothing");
     let woken = {
@@ -813,7 +813,7 @@ async fn a_named_fresh_admission_is_forwarded_to_a_worker_before_its_record_is_r
 // (a forged or stale wake-up) costs nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_recovery_no_worker_claims_is_assigned_from_its_record_alone() {
-    let (mut fleet, _pokes, id) = named_behind_a_stand_in(0).await;
+    let (fleet, _pokes, id) = named_behind_a_stand_in(0).await;
     let forged = RecoveryId::new("recovery-of-nothing");
     let coordinator = fleet.coordinator_url.clone().unwrap();
     wake::poke_naming(&coordinator, &[forged.clone(), id.clone()])
@@ -848,7 +848,7 @@ async fn a_named_recovery_that_ran_before_is_assigned_from_its_record_alone() {
     use rekindle::fleet::lifecycle;
 
     // It would claim a fresh admission: this one is not.
-    let (mut fleet, pokes, id) = named_behind_a_stand_in(4).await;
+    let (fleet, pokes, id) = named_behind_a_stand_in(4).await;
     let worker = || "earlier".to_owned();
     for event in [
         Event::Start { worker: worker() },
