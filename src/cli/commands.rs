@@ -152,11 +152,8 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
         println!("nothing to wait for");
         return Ok(());
     }
-    if !fleet::overview::coordinator_leading(store).await? {
-        println!(
-            "no coordinator is running: the recoveries wait until one starts (rekindle-coordinator)"
-        );
-    }
+    // Said once, at the first recovery that waits for the fleet: not for ones already ended.
+    let mut leader_checked = false;
     let mut dead = Vec::new();
     let mut parked = Vec::new();
     let mut since_progress = rekindle::clock::Stopwatch::start();
@@ -192,6 +189,14 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
                     break;
                 }
                 RecoveryState::Admitted | RecoveryState::Running => {
+                    if !leader_checked {
+                        leader_checked = true;
+                        if !fleet::overview::coordinator_leading(store).await? {
+                            println!(
+                                "no coordinator is running: the recoveries wait until one starts (rekindle-coordinator)"
+                            );
+                        }
+                    }
                     if since_progress.elapsed() > STALL_REPORT {
                         since_progress = rekindle::clock::Stopwatch::start();
                         let stuck = match fleet::overview::stuck_among(store, &ids[done..]).await {
