@@ -117,6 +117,17 @@ impl WakeSignal {
             .store(claims, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// [`WakeSignal::set_claims`] from the receiver's free slots: less the names it holds and
+    /// has not taken yet (each will take a slot), counted under the same lock as a claim, so
+    /// a name that came since the receiver last took its names is not claimed twice over.
+    pub fn set_free_slots(&self, free: usize) {
+        let named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        self.claims.store(
+            free.saturating_sub(named.len()),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+
     /// [`WakeSignal::name`], answering whether the receiver claims them all: only if all are
     /// kept and they fit in what it claims now, which they then use up.
     pub fn name_claiming(&self, ids: Vec<RecoveryId>) -> bool {
@@ -435,6 +446,22 @@ mod tests {
             signal.take_named(),
             ids(&["a", "b", "c", "d", "e", "f", "g"]),
             "every name is kept, claimed or not"
+        );
+    }
+
+    // Proves free slots are claimed less the names the receiver holds and has not taken: a
+    // name that came after the receiver counted its slots is not claimed twice over.
+    #[test]
+    fn names_not_taken_yet_use_up_free_slots() {
+        let signal = WakeSignal::new();
+        signal.set_free_slots(2);
+        assert!(signal.name_claiming(vec![RecoveryId::new("a")]));
+        // The receiver counts its slots again before it took "a": still two free.
+        signal.set_free_slots(2);
+        assert!(signal.name_claiming(vec![RecoveryId::new("b")]));
+        assert!(
+            !signal.name_claiming(vec![RecoveryId::new("c")]),
+            "a and b hold both slots"
         );
     }
 

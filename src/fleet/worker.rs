@@ -340,7 +340,7 @@ pub async fn run(
                 .saturating_sub(occupied(&running, &reporting))
                 .saturating_sub(unstarted.len());
             let waiting = turns.waiting.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst);
-            wakeup.set_claims(if waiting { 0 } else { free });
+            wakeup.set_free_slots(if waiting { 0 } else { free });
         }
         let in_flight = occupied(&running, &reporting) as f64;
         crate::metrics::set(crate::metrics::WORKER_IN_FLIGHT, in_flight);
