@@ -464,6 +464,61 @@ fn bench_refuses_a_memory_store_and_bad_worker_counts() {
     }
 }
 
+// Proves a small `bench crash-recover` runs end to end as the README shows it: the host is
+// killed half-way, every run is completed by its recovery, the audit finds nothing, and the
+// report carries the figures the README quotes, the recovery's CPU time included (the
+// evidence that a run is bound by this machine's cores rather than by the fleet).
+#[test]
+fn a_small_crash_recover_bench_reports_every_figure() {
+    let out = rekindle(&[
+        "bench",
+        "crash-recover",
+        "--runs",
+        "4",
+        "--steps",
+        "4",
+        "--workers",
+        "2",
+        "--mode",
+        "takeover",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.lines().next().unwrap_or_default()).expect("one JSON line");
+    assert_eq!(report["bench"], "crash-recover", "{report}");
+    assert_eq!(report["ledger_violations"], 0, "{report}");
+    let runs = report["runs"].as_u64().unwrap();
+    let never_started = report["never_started"].as_u64().unwrap();
+    assert_eq!(
+        report["completed"].as_u64(),
+        Some(runs - never_started),
+        "{report}"
+    );
+    let number = |field: &str| {
+        report[field]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{field} missing: {report}"))
+    };
+    assert!(number("recovered") >= 1.0, "{report}");
+    assert!(
+        report["requests_per_recovered_run"]["total"].as_f64() > Some(0.0),
+        "{report}"
+    );
+    let cpu = number("recovery_cpu_s");
+    let wall = number("recovery_wall_s");
+    assert!(cpu > 0.0, "a recovery that ran used no CPU: {report}");
+    assert!(
+        (number("cores_busy") - cpu / wall).abs() < 1e-6,
+        "cores_busy is cpu over wall: {report}"
+    );
+    assert!(number("cores") >= 1.0, "{report}");
+    assert!(
+        (number("cpu_ms_per_step") - cpu * 1000.0 / number("steps_left")).abs() < 1e-6,
+        "{report}"
+    );
+}
+
 // New-user pass: `recover RUN --recovery-id ID` announced "watching its heartbeat for up to
 // 30 s" and then refused at once, because ID already names a run. The watch is announced only
 // when the admission will really wait.

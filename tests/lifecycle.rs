@@ -2147,6 +2147,55 @@ async fn failing_admissions_do_not_starve_the_others() {
     coordinator.await.unwrap();
 }
 
+// Proves the coordinator does not read every waiting recovery's record on every tick: 24
+// fresh admissions that no worker can take (there is none) are read when they appear, and
+// then only now and then, not on each 200 ms tick. Read on every tick, a thousand admissions
+// waiting for slots cost a 1-worker bench 68 GETs per recovery.
+#[tokio::test(start_paused = true)]
+async fn waiting_fresh_admissions_are_not_read_on_every_tick() {
+    let harness = Harness::new(3, 32, None);
+    let names: Vec<String> = (0..24).map(|i| format!("waiting-{i:02}")).collect();
+    for name in &names {
+        harness.crashed_host(name, 1).await;
+    }
+    let measured = harness.store();
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = harness.spawn_coordinator(&measured, "c", TTL, 5, &stop);
+    harness
+        .until(Duration::from_secs(30), "every admission", || async {
+            for name in &names {
+                if harness.record(name).await.is_none() {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+    rekindle::clock::sleep(Duration::from_secs(1)).await;
+    let before = measured.metrics();
+    rekindle::clock::sleep(Duration::from_secs(3)).await;
+    let spent = measured.metrics().since(&before);
+    // About 15 ticks: one reread of every record per tick would be 360 GETs. Allowed: the
+    // leadership checks, one sweep and one refresh of the waiting records.
+    assert!(
+        spent.get < 3 * names.len() as u64,
+        "{} GETs in 3 s for {} waiting recoveries",
+        spent.get,
+        names.len()
+    );
+    assert!(
+        spent.list >= 10,
+        "{} LISTs in 3 s: did it tick?",
+        spent.list
+    );
+    for name in &names {
+        let record = harness.record(name).await.unwrap();
+        assert_eq!(record.state, RecoveryState::Admitted, "{name}: {record:?}");
+    }
+    stop.store(true, Ordering::SeqCst);
+    coordinator.await.unwrap();
+}
+
 // Proves an offer that is never taken moves on: a worker that looks alive (it beats) and has
 // no wake-up address gets the recovery first (it has the most free slots) and never starts
 // it; after its TTL the coordinator offers it to a worker that does.

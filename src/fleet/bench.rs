@@ -233,6 +233,18 @@ pub struct CrashRecoverReport {
     pub bytes_written_per_run: f64,
     /// Peak resident memory of this process (the fleet), in MiB.
     pub peak_rss_mib: f64,
+    /// CPU time this process (the fleet, the operator's admissions and the bench's own
+    /// done-check) used from the kill to the end, user and system, in seconds (0 where /proc
+    /// is not available). The host is another process, dead by then.
+    pub recovery_cpu_s: f64,
+    /// `recovery_cpu_s` over `recovery_wall_s`: how many of this machine's cores the recovery
+    /// kept busy on average. Near `cores`, the throughput is bound by the CPU, not the fleet.
+    pub cores_busy: f64,
+    /// The cores this process may use (`std::thread::available_parallelism`).
+    pub cores: usize,
+    /// `recovery_cpu_s` per recovered step, in ms: the whole fleet's CPU cost of a step,
+    /// admissions and starts included.
+    pub cpu_ms_per_step: f64,
 }
 
 impl CrashRecoverReport {
@@ -316,6 +328,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
     let _ = host.wait().await;
     let killed_ms = store.clock().wall_ms();
     let killed = Stopwatch::start();
+    let cpu_at_kill = process_cpu_s();
     let steps_at_kill = count_lines(&ledger);
     let before = fleet.metrics();
 
@@ -344,14 +357,20 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         futures::join!(waker.prepare(), admitting);
     }
     // Done when no run of this bench is left in the index (finished recoveries leave it).
+    // The index is listed only once every run the ledger names has recorded its last step:
+    // until then some run is certainly not done, and listing a thousand entries every 20 ms
+    // took a fifth of a core from the fleet being measured.
     let mut scan = IndexScan::default();
+    let mut tail = LedgerTail::new(&ledger);
     loop {
-        let (entries, _) = scan.scan(&store).await?;
-        if !entries
-            .iter()
-            .any(|e| e.run_id.as_str().starts_with(&prefix))
-        {
-            break;
+        if tail.every_named_run_at(workload.steps as u64) {
+            let (entries, _) = scan.scan(&store).await?;
+            if !entries
+                .iter()
+                .any(|e| e.run_id.as_str().starts_with(&prefix))
+            {
+                break;
+            }
         }
         if killed.elapsed() > workload.ttl * 4 + Duration::from_secs(600) {
             return Err(BenchError::Host(
@@ -362,6 +381,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         crate::clock::sleep(Duration::from_millis(20)).await;
     }
     let wall = killed.elapsed();
+    let recovery_cpu_s = (process_cpu_s() - cpu_at_kill).max(0.0);
     let after = fleet.metrics();
     let operator = fleet_store.metrics();
     fleet.stop().await;
@@ -474,6 +494,10 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         request_budget_per_run: 2.0 * steps_left as f64 / (recovered.max(1) as f64) + 8.0,
         bytes_written_per_run: spent.bytes_written as f64 / recovered.max(1) as f64,
         peak_rss_mib: peak_rss_mib(),
+        recovery_cpu_s,
+        cores_busy: recovery_cpu_s / wall.as_secs_f64().max(1e-9),
+        cores: std::thread::available_parallelism().map_or(1, usize::from),
+        cpu_ms_per_step: recovery_cpu_s * 1000.0 / steps_left.max(1) as f64,
     })
 }
 
@@ -875,6 +899,64 @@ fn read_ledger(path: &Path) -> Vec<LedgerLine> {
         .collect()
 }
 
+/// The ledger read as it grows, only the bytes appended since the last look: the runs it
+/// names, and how many of them recorded a given step.
+struct LedgerTail {
+    path: PathBuf,
+    offset: u64,
+    /// An incomplete last line, kept until its newline is appended.
+    partial: Vec<u8>,
+    /// Each run named, and whether it recorded the step asked for.
+    runs: BTreeMap<String, bool>,
+    reached: usize,
+}
+
+impl LedgerTail {
+    fn new(path: &Path) -> Self {
+        LedgerTail {
+            path: path.to_owned(),
+            offset: 0,
+            partial: Vec::new(),
+            runs: BTreeMap::new(),
+            reached: 0,
+        }
+    }
+
+    /// Whether every run the ledger names has recorded step `last` (the same `last` on
+    /// every call). A file that cannot be read counts as nothing new.
+    fn every_named_run_at(&mut self, last: u64) -> bool {
+        use std::io::{Read, Seek};
+        let mut appended = Vec::new();
+        let read = std::fs::File::open(&self.path).and_then(|mut file| {
+            file.seek(std::io::SeekFrom::Start(self.offset))?;
+            file.read_to_end(&mut appended)
+        });
+        if let Ok(n) = read {
+            self.offset += n as u64;
+            self.partial.extend_from_slice(&appended);
+            let complete = self
+                .partial
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |i| i + 1);
+            let lines: Vec<u8> = self.partial.drain(..complete).collect();
+            for line in String::from_utf8_lossy(&lines).lines() {
+                let mut parts = line.split(' ');
+                let (Some(run), Some(step)) = (parts.next(), parts.next()) else {
+                    continue;
+                };
+                let at_last = step.parse::<u64>().is_ok_and(|step| step == last);
+                let seen = self.runs.entry(run.to_owned()).or_insert(false);
+                if at_last && !*seen {
+                    *seen = true;
+                    self.reached += 1;
+                }
+            }
+        }
+        self.reached == self.runs.len()
+    }
+}
+
 fn count_lines(path: &Path) -> usize {
     std::fs::read(path)
         .map(|bytes| bytes.iter().filter(|b| **b == b'\n').count())
@@ -931,6 +1013,24 @@ pub fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// CPU time this process has used, user and system, in seconds (0 where /proc is not
+/// available): fields 14 and 15 of `/proc/self/stat`, in the kernel's `USER_HZ` ticks, which
+/// Linux fixes at 100 for every architecture's user-space ABI.
+pub fn process_cpu_s() -> f64 {
+    const USER_HZ: f64 = 100.0;
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // The command name (field 2) may hold spaces; the fields after it are plain.
+            let after_name = &stat[stat.rfind(')')? + 1..];
+            let mut fields = after_name.split_whitespace().skip(11);
+            let user: f64 = fields.next()?.parse().ok()?;
+            let system: f64 = fields.next()?.parse().ok()?;
+            Some((user + system) / USER_HZ)
+        })
+        .unwrap_or(0.0)
+}
+
 /// A temporary working directory, removed on drop unless kept.
 pub(crate) struct WorkDir(PathBuf);
 
@@ -961,5 +1061,67 @@ impl Drop for WorkDir {
             return;
         }
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves the done-check's ledger gate: closed while any run the ledger names lacks its
+    // last step, a line split across two reads counted once whole, open once every run
+    // named has it, and a run appearing later closes it again.
+    #[test]
+    fn the_ledger_gate_opens_only_when_every_named_run_reached_its_last_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger");
+        let append = |text: &str| {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&path)
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+        };
+        let mut tail = LedgerTail::new(&path);
+        assert!(tail.every_named_run_at(3), "an empty ledger names no run");
+        append("a 1 1 0\nb 1 1 0\na 2 1 0\n");
+        assert!(!tail.every_named_run_at(3));
+        append("a 3 1 0\nb 3");
+        assert!(
+            !tail.every_named_run_at(3),
+            "b's last line is not whole yet"
+        );
+        append(" 2 0\n");
+        assert!(tail.every_named_run_at(3));
+        append("a 3 2 0\nc 1 2 0\n");
+        assert!(!tail.every_named_run_at(3), "c appeared");
+        append("c 2 2 0\nc 3 2 0\n");
+        assert!(tail.every_named_run_at(3));
+    }
+
+    // Proves the CPU reading parses /proc/self/stat (a parse that failed would read 0 forever)
+    // and counts this process's own work: it grows while the test spins.
+    #[test]
+    fn process_cpu_time_grows_with_work() {
+        let before = process_cpu_s();
+        let mut spin = 0u64;
+        let mut now = before;
+        // Bounded: ten million rounds of hashing take far more than a 10 ms tick anywhere.
+        for round in 0..100u64 {
+            for i in 0..1_000_000u64 {
+                spin = std::hint::black_box(
+                    spin.wrapping_mul(6364136223846793005)
+                        .wrapping_add(i ^ round),
+                );
+            }
+            now = process_cpu_s();
+            if now > before {
+                break;
+            }
+        }
+        assert!(now > before, "CPU time stayed at {before} s while spinning");
     }
 }

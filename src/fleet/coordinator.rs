@@ -142,8 +142,10 @@ struct Observer {
     /// Recoveries seen declined (admitted, offered to nobody, `declined_by` set) last tick.
     declines: std::collections::BTreeSet<RecoveryId>,
     /// Recovery records as last read, by source run, with the index entry they were read for
-    /// and when: a record is read again when its entry changed, while it waits for a worker
-    /// (admitted), every [`RUNNING_REFRESH`] while it runs, and on every sweep.
+    /// and when: a record is read again when its entry changed, while it is offered and not
+    /// started, while it is a fresh admission forwarded to a worker, every
+    /// [`UNCLAIMED_REFRESH`] while it is any other fresh admission, every [`RUNNING_REFRESH`]
+    /// while it runs, after a tick acted on it, and on every sweep.
     records: BTreeMap<RunId, (IndexEntry, (RecoveryRecord, ETag), crate::clock::Stopwatch)>,
     /// The TTLs holders declared as of the last tick, by heartbeat key, for the watch.
     declared: Vec<(String, u64)>,
@@ -165,6 +167,15 @@ struct Observer {
     /// The recoveries `last_view` counts as a worker's only because they were forwarded to
     /// it to claim: no offer, so they are never written to an inbox. Cleared with the view.
     claims: std::collections::BTreeSet<RecoveryId>,
+    /// Every name this leader forwarded to a worker, with when: a worker may claim such a
+    /// fresh admission whenever a slot of its frees, long after the forward, behind this
+    /// leader's back, so its cached record is read again on every tick while it stays a
+    /// fresh admission. A fresh admission never forwarded can only be started through this
+    /// leader's assignment, and its record is cached like any other waiting one (re-reading
+    /// every waiting record on every tick cost a 1-worker bench 68 GETs per recovery). One
+    /// forwarded by an earlier leader is not here; a stale cache of it costs an assignment
+    /// whose swap fails (and rereads it), or lasts [`UNCLAIMED_REFRESH`].
+    forwarded: BTreeMap<RecoveryId, crate::clock::Stopwatch>,
     /// Workers that did not answer the wake-up of a named assignment, marked unreachable by
     /// the next full tick.
     unanswered: Vec<String>,
@@ -946,6 +957,7 @@ async fn assign_named(
     let forwarding = forward(&named, &mut forwards);
     let (checked, mut results, answered) =
         futures::join!(holder.check(leading), read(named), forwarding);
+    note_forwarded(&mut observer.forwarded, answered.sent);
     checked.map_err(TickError::NotLeading)?;
     let mut deaf: std::collections::BTreeSet<String> = answered.deaf.into_iter().collect();
     forwarded.extend(answered.claimed);
@@ -1015,6 +1027,7 @@ async fn assign_named(
         let forwarding = forward(&more, &mut forwards);
         let (read_now, answered) = futures::join!(read(more), forwarding);
         results = read_now;
+        note_forwarded(&mut observer.forwarded, answered.sent);
         deaf.extend(answered.deaf);
         forwarded.extend(answered.claimed);
     }
@@ -1195,6 +1208,7 @@ async fn forward_to(
             by_worker.entry(worker).or_default().push(id);
         }
     }
+    let mut sent = Vec::new();
     let wakes = by_worker.into_iter().filter_map(|(worker, ids)| {
         let url = workers
             .iter()
@@ -1202,6 +1216,7 @@ async fn forward_to(
             .registration
             .wake
             .clone()?;
+        sent.extend(crate::fleet::wake::sent(&ids));
         Some(async move {
             match crate::fleet::wake::forward(&url, &ids).await {
                 Ok(claimed) => Ok(claimed
@@ -1215,6 +1230,7 @@ async fn forward_to(
             }
         })
     });
+    let wakes: Vec<_> = wakes.collect();
     let mut claimed = Vec::new();
     let mut deaf = Vec::new();
     for answer in futures::future::join_all(wakes).await {
@@ -1223,14 +1239,21 @@ async fn forward_to(
             Err(worker) => deaf.push(worker),
         }
     }
-    Forwarded { claimed, deaf }
+    Forwarded {
+        claimed,
+        deaf,
+        sent,
+    }
 }
 
 /// What forwarding names did: each name a worker claims, with that worker; the workers that
-/// did not answer.
+/// did not answer; the names sent.
 struct Forwarded {
     claimed: Vec<(RecoveryId, String)>,
     deaf: Vec<String>,
+    /// Every name a wake-up carried to a worker, answered or not (a lost answer may follow a
+    /// delivered wake-up).
+    sent: Vec<RecoveryId>,
 }
 
 /// Puts the records as the landed offers left them into `runs`, so that the next named
@@ -1491,6 +1514,13 @@ const MAX_IMMEDIATE_TICKS: u32 = 64;
 /// again.)
 const RUNNING_REFRESH: Duration = Duration::from_secs(1);
 
+/// How stale a cached fresh admission this leader never forwarded may be. Only this leader's
+/// assignment starts one, except a claim by a worker an earlier leader forwarded it to: the
+/// view then counts it as waiting while it runs, until an assignment's swap fails on it, or
+/// this long. Read on every tick, a thousand admissions waiting for slots cost the 1-worker
+/// bench 68 GETs per recovery.
+const UNCLAIMED_REFRESH: Duration = Duration::from_secs(5);
+
 /// Actions (admissions, lifecycle events) executed at once per tick, and records read at once.
 /// After an outage every index entry changes at once; with S3's 20–30 ms per request, 16 at a
 /// time made a tick over 200 recoveries take over a second before the first worker was told.
@@ -1708,6 +1738,7 @@ async fn observe_runs(
 ) -> (Vec<RunView>, Option<Duration>) {
     let sweep = observer.ticks_since_registrations == 0;
     let cache = &observer.records;
+    let forwarded = &observer.forwarded;
     let mut recheck: Option<Duration> = None;
     let observed = futures::stream::iter(entries)
         .map(|entry| {
@@ -1722,11 +1753,13 @@ async fn observe_runs(
                         && !sweep
                         && match record.state {
                             // Only the coordinator offers it, and a worker starts an offered
-                            // one; but any worker may claim a fresh admission (see
-                            // `lifecycle::unclaimed`), so that is read again.
+                            // one; but a worker this leader forwarded a fresh admission to
+                            // may claim it (see `lifecycle::unclaimed`), so that is read again.
                             RecoveryState::Admitted => {
                                 record.assigned_to.is_none()
-                                    && !crate::core::lifecycle::unclaimed(record)
+                                    && (!crate::core::lifecycle::unclaimed(record)
+                                        || (!forwarded.contains_key(&record.recovery_id)
+                                            && read_at.elapsed() < UNCLAIMED_REFRESH))
                             }
                             RecoveryState::Running => read_at.elapsed() < RUNNING_REFRESH,
                             _ => true,
@@ -1755,9 +1788,41 @@ async fn observe_runs(
         }
         runs.push(run);
     }
+    // A forwarded name is forgotten once its record, just read, is no longer a fresh
+    // admission (claimed, assigned, ended), or once it was neither listed nor forwarded again
+    // for a while (a name whose admission never wrote its entry).
+    if !observer.forwarded.is_empty() {
+        let fresh: BTreeMap<&RecoveryId, bool> = records
+            .values()
+            .map(|(_, (record, _), _)| {
+                (
+                    &record.recovery_id,
+                    crate::core::lifecycle::unclaimed(record),
+                )
+            })
+            .collect();
+        observer.forwarded.retain(|id, at| match fresh.get(id) {
+            Some(fresh) => *fresh,
+            None => at.elapsed() < FORWARD_REMEMBERED,
+        });
+    }
     // Only runs still in the index are remembered.
     observer.records = records;
     (runs, recheck)
+}
+
+/// How long a forwarded name whose run the index does not list is remembered (its admission
+/// writes the entry after the record, a moment after the name was forwarded).
+const FORWARD_REMEMBERED: Duration = Duration::from_secs(60);
+
+/// Remembers names forwarded to workers (see `Observer::forwarded`).
+fn note_forwarded(
+    forwarded: &mut BTreeMap<RecoveryId, crate::clock::Stopwatch>,
+    sent: Vec<RecoveryId>,
+) {
+    for id in sent {
+        forwarded.insert(id, crate::clock::Stopwatch::start());
+    }
 }
 
 /// One run's view, and its record's version and when it was read; `None` if its record
