@@ -476,7 +476,11 @@ fn a_small_crash_recover_bench_reports_every_figure() {
         "--runs",
         "4",
         "--steps",
-        "4",
+        "6",
+        // Slow enough that the host cannot finish its runs between the bench's look at the
+        // ledger and the kill (a recovery must be left to measure).
+        "--step-ms",
+        "50",
         "--workers",
         "2",
         "--mode",

@@ -274,6 +274,48 @@ proptest! {
     }
 }
 
+// Reviewer's finding: an assignment decided on a cached record was re-applied to whatever
+// the record had become (a reread after the swap failed), so a decision on a stale view could
+// move an offer away from the worker about to start it, or give a recovery one more attempt
+// than its failures allow. Decided on a version, it now lands only on that version.
+#[tokio::test]
+async fn an_assignment_lands_only_on_the_version_it_was_decided_on() {
+    use rekindle::fleet::lifecycle::{transition, transition_as_observed};
+    let store = Store::memory(rekindle::clock::SystemClock::shared());
+    let fresh = fresh_record();
+    let id = fresh.recovery_id.clone();
+    let etag = store
+        .create(
+            &layout::recovery(id.as_str()),
+            layout::encode_object(&fresh),
+        )
+        .await
+        .unwrap();
+    let assign = |worker: &str| Event::Assign {
+        worker: worker.into(),
+    };
+    // Someone else's assignment lands first.
+    let (offered, offered_etag) = transition(&store, &id, None, assign("w1")).await.unwrap();
+    assert_eq!(offered.assigned_to.as_deref(), Some("w1"));
+    // The decision made on the fresh version is void now, and changes nothing.
+    let void = transition_as_observed(&store, &id, (fresh.clone(), etag), assign("w2"))
+        .await
+        .unwrap();
+    assert!(void.is_none(), "{void:?}");
+    let (now, now_etag) = rekindle::store::recovery::read(&store, &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(now.assigned_to.as_deref(), Some("w1"));
+    assert_eq!(now_etag, offered_etag);
+    // On the version it saw, it lands.
+    let (moved, _) = transition_as_observed(&store, &id, (now, now_etag), assign("w2"))
+        .await
+        .unwrap()
+        .expect("decided on the current version");
+    assert_eq!(moved.assigned_to.as_deref(), Some("w2"));
+}
+
 // Proves a fresh admission nobody was offered may be started by any worker and is then
 // that worker's, and that nothing else may be started without an offer: one offered to
 // another worker, one declined, one that ran and was handed back, one that failed.
@@ -2160,9 +2202,11 @@ async fn waiting_fresh_admissions_are_not_read_on_every_tick() {
     }
     let measured = harness.store();
     let stop = Arc::new(AtomicBool::new(false));
-    let coordinator = harness.spawn_coordinator(&measured, "c", TTL, 5, &stop);
+    // A cached waiting record is trusted for at most half the shortest TTL the coordinator
+    // judges by: a TTL long enough that the 5 s cap applies.
+    let coordinator = harness.spawn_coordinator(&measured, "c", Duration::from_secs(30), 5, &stop);
     harness
-        .until(Duration::from_secs(30), "every admission", || async {
+        .until(Duration::from_secs(120), "every admission", || async {
             for name in &names {
                 if harness.record(name).await.is_none() {
                     return false;

@@ -380,10 +380,9 @@ fn the_flags_reference_matches_the_binaries() {
     );
 }
 
-// Proves the first run on a new local directory says it created a store there (a typo in
-// --store would otherwise start a second, empty fleet silently), and a second run does not.
-#[test]
-fn a_new_local_store_is_reported() {
+/// A temporary directory holding a `rekindle.toml` whose scripted model answers "done" at
+/// once, and that file's path.
+fn scripted_config() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("script.json"), r#"[{"content": "done"}]"#).unwrap();
     let config = dir.path().join("rekindle.toml");
@@ -392,23 +391,62 @@ fn a_new_local_store_is_reported() {
         "[model]\nkind = \"scripted\"\nname = \"m\"\nscript = \"script.json\"\n",
     )
     .unwrap();
+    (dir, config)
+}
+
+/// `rekindle run` of the scripted configuration as run `id` on `store`, its state in `dir`.
+fn run_scripted(dir: &Path, config: &Path, store: &str, id: &str) -> Output {
+    rekindle(&[
+        "run",
+        "--store",
+        store,
+        "--config",
+        config.to_str().unwrap(),
+        "--state-dir",
+        dir.join("state").to_str().unwrap(),
+        "--run-id",
+        id,
+        "hello",
+    ])
+}
+
+// New-user pass: `run --store memory://` succeeded silently, and a killed run could never be
+// recovered. It still runs (a quick try needs no store), with a note saying so; a run on a
+// directory gets no such note.
+#[test]
+fn a_run_on_a_memory_store_says_nothing_outlives_it() {
+    let (dir, config) = scripted_config();
+    let run = |store: &str, id: &str| run_scripted(dir.path(), &config, store, id);
+    let note = "a memory store keeps nothing once this process exits";
+    let memory = run("memory://", "in-memory");
+    assert!(memory.status.success(), "{}", stderr(&memory));
+    assert!(stderr(&memory).contains(note), "{}", stderr(&memory));
+    assert!(stdout(&memory).contains("completed"), "{}", stdout(&memory));
+    let local = run(dir.path().join("store").to_str().unwrap(), "on-disk");
+    assert!(local.status.success(), "{}", stderr(&local));
+    assert!(!stderr(&local).contains(note), "{}", stderr(&local));
+}
+
+// Proves the first run on a new local directory says it created a store there (a typo in
+// --store would otherwise start a second, empty fleet silently), and a second run does not;
+// and gc's counts agree with their words ("1 run scanned", "2 runs scanned").
+#[test]
+fn a_new_local_store_is_reported() {
+    let (dir, config) = scripted_config();
     let store = dir.path().join("new-store");
-    let run = |id: &str| {
-        rekindle(&[
-            "run",
-            "--store",
-            store.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--state-dir",
-            dir.path().join("state").to_str().unwrap(),
-            "--run-id",
-            id,
-            "hello",
-        ])
+    let run = |id: &str| run_scripted(dir.path(), &config, store.to_str().unwrap(), id);
+    let gc = || {
+        let output = rekindle(&["gc", "--store", store.to_str().unwrap(), "--dry-run"]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output)
     };
     let first = run("first");
     assert!(first.status.success(), "{}", stderr(&first));
+    let said = gc();
+    assert!(
+        said.contains("1 run scanned, 0 superseded generations would be deleted"),
+        "{said}"
+    );
     assert!(
         stderr(&first).contains(&format!(
             "note: created a new Rekindle store at {}",
@@ -420,4 +458,6 @@ fn a_new_local_store_is_reported() {
     let second = run("second");
     assert!(second.status.success(), "{}", stderr(&second));
     assert!(!stderr(&second).contains("created"), "{}", stderr(&second));
+    let said = gc();
+    assert!(said.contains("2 runs scanned"), "{said}");
 }

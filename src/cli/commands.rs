@@ -44,7 +44,7 @@ pub(crate) async fn run(
     let stop = shared::stop_on_signals();
     let config = Config::load(&config).context("load the configuration")?;
     let agent = Agent::from_config(config).context("set up the model")?;
-    let store = store.open(false).await.context("open the store")?;
+    let store = store.open_for_runs().await.context("open the store")?;
     let logs = LogDir::open(shared::state_dir(state_dir)?).context("open the state directory")?;
     let holder = Holder::new(
         &store,
@@ -159,6 +159,8 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
     let mut since_progress = rekindle::clock::Stopwatch::start();
     let mut reported = Vec::new();
     let mut outage = Outage::default();
+    // The runs' own outcomes, by outcome: each with the recoveries that ended so.
+    let mut outcomes: std::collections::BTreeMap<String, Vec<&RecoveryId>> = Default::default();
     for (done, id) in ids.iter().enumerate() {
         loop {
             let found = match recovery::read(store, id).await {
@@ -172,7 +174,14 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
             let (record, _) =
                 found.with_context(|| format!("the record of recovery {id} vanished"))?;
             match record.state {
-                RecoveryState::Finished => break,
+                RecoveryState::Finished => {
+                    let outcome = record
+                        .result
+                        .as_ref()
+                        .map_or_else(|| "finished".to_owned(), |r| r.outcome.to_string());
+                    outcomes.entry(outcome).or_default().push(id);
+                    break;
+                }
                 RecoveryState::DeadLettered => {
                     dead.push(format!(
                         "{id} after {} failed attempts ({})",
@@ -233,7 +242,11 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
         {
             println!("recovery {id}: {} ({})", result.outcome, result.message);
         } else {
-            println!("{} finished", recoveries(ids.len()));
+            println!(
+                "{} finished: {}",
+                recoveries(ids.len()),
+                by_outcome(&outcomes)
+            );
         }
         return Ok(());
     }
@@ -255,6 +268,28 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
         ));
     }
     bail!("{}", problems.join("; "))
+}
+
+/// How many recoveries' runs ended with each outcome, naming those that did not complete (up
+/// to ten each): "3 completed, 1 failed (recovery-of-b)".
+fn by_outcome(outcomes: &std::collections::BTreeMap<String, Vec<&RecoveryId>>) -> String {
+    const NAMED: usize = 10;
+    let completed = rekindle::core::fact::Outcome::Completed.to_string();
+    let mut parts = Vec::new();
+    if let Some(ids) = outcomes.get(&completed) {
+        parts.push(format!("{} {completed}", ids.len()));
+    }
+    for (outcome, ids) in outcomes
+        .iter()
+        .filter(|(outcome, _)| **outcome != completed)
+    {
+        let mut named: Vec<String> = ids.iter().take(NAMED).map(|id| id.to_string()).collect();
+        if ids.len() > NAMED {
+            named.push(format!("and {} more", ids.len() - NAMED));
+        }
+        parts.push(format!("{} {outcome} ({})", ids.len(), named.join(", ")));
+    }
+    parts.join(", ")
 }
 
 /// A store that stops answering while `--wait` waits: the recoveries go on without this
@@ -1004,7 +1039,7 @@ pub(crate) async fn workflow_run(
         std::fs::read_to_string(&specs).with_context(|| format!("read {}", specs.display()))?;
     let steps: Vec<rekindle::fleet::workflow::StepSpec> =
         serde_json::from_str(&text).with_context(|| format!("parse {}", specs.display()))?;
-    let store = store.open(false).await.context("open the store")?;
+    let store = store.open_for_runs().await.context("open the store")?;
     let report =
         rekindle::fleet::workflow::run(&store, &agent, &id, &steps, Duration::from_millis(500))
             .await?;
@@ -1132,26 +1167,42 @@ pub(crate) async fn gc(
         let mut value = serde_json::to_value(&report)?;
         value["dry_run"] = dry_run.into();
         println!("{value}");
-    } else if dry_run {
-        println!(
-            "gc --dry-run (nothing changed): {} runs scanned, {} superseded generations would be deleted ({} kept within the grace period), {} finished runs would be retired, {} heartbeats of long-dead processes would be deleted, {} registrations or inboxes of dead or stopped workers would be deleted",
-            report.runs_scanned,
-            report.generations_deleted,
-            report.generations_in_grace,
-            report.runs_retired,
-            report.heartbeats_deleted,
-            report.workers_deleted
-        );
     } else {
-        println!(
-            "gc: {} runs scanned, {} superseded generations deleted ({} kept within the grace period), {} finished runs retired (tombstone, lease, claim and recovery records kept), {} heartbeats of long-dead processes deleted, {} registrations or inboxes of dead or stopped workers deleted",
-            report.runs_scanned,
+        // Counts in words that agree with them ("1 run scanned", "2 runs scanned").
+        let count = |n: u64, one: &str, many: &str| {
+            if n == 1 {
+                format!("1 {one}")
+            } else {
+                format!("{n} {many}")
+            }
+        };
+        let runs = count(report.runs_scanned, "run", "runs");
+        let generations = count(
             report.generations_deleted,
-            report.generations_in_grace,
-            report.runs_retired,
-            report.heartbeats_deleted,
-            report.workers_deleted
+            "superseded generation",
+            "superseded generations",
         );
+        let retired = count(report.runs_retired, "finished run", "finished runs");
+        let heartbeats = count(
+            report.heartbeats_deleted,
+            "heartbeat of a long-dead process",
+            "heartbeats of long-dead processes",
+        );
+        let workers = count(
+            report.workers_deleted,
+            "registration or inbox of a dead or stopped worker",
+            "registrations or inboxes of dead or stopped workers",
+        );
+        let in_grace = report.generations_in_grace;
+        if dry_run {
+            println!(
+                "gc --dry-run (nothing changed): {runs} scanned, {generations} would be deleted ({in_grace} kept within the grace period), {retired} would be retired, {heartbeats} would be deleted, {workers} would be deleted"
+            );
+        } else {
+            println!(
+                "gc: {runs} scanned, {generations} deleted ({in_grace} kept within the grace period), {retired} retired (tombstone, lease, claim and recovery records kept), {heartbeats} deleted, {workers} deleted"
+            );
+        }
     }
     if !json {
         for skipped in &report.skipped {
@@ -1241,4 +1292,32 @@ pub(crate) async fn bench_store(
         load.loads
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves `recover --wait`'s summary counts the runs' outcomes, completed first, and names
+    // the recoveries whose runs did not complete, ten at most per outcome.
+    #[test]
+    fn the_wait_summary_names_runs_that_did_not_complete() {
+        let ids: Vec<RecoveryId> = (0..14)
+            .map(|i| RecoveryId::new(format!("recovery-of-r{i:02}")))
+            .collect();
+        let mut outcomes: std::collections::BTreeMap<String, Vec<&RecoveryId>> = Default::default();
+        outcomes.insert("completed".into(), ids[..2].iter().collect());
+        outcomes.insert("failed".into(), ids[2..3].iter().collect());
+        outcomes.insert("budget".into(), ids[3..].iter().collect());
+        assert_eq!(
+            by_outcome(&outcomes),
+            "2 completed, 11 budget (recovery-of-r03, recovery-of-r04, recovery-of-r05, \
+             recovery-of-r06, recovery-of-r07, recovery-of-r08, recovery-of-r09, \
+             recovery-of-r10, recovery-of-r11, recovery-of-r12, and 1 more), \
+             1 failed (recovery-of-r02)"
+        );
+        outcomes.clear();
+        outcomes.insert("completed".into(), ids.iter().collect());
+        assert_eq!(by_outcome(&outcomes), "14 completed");
+    }
 }

@@ -42,6 +42,18 @@ impl StoreArgs {
         Ok(store)
     }
 
+    /// [`Self::open`] for a command that writes runs (`run`, `workflow run`): on `memory://`
+    /// it says first that nothing it writes outlives this process.
+    pub(crate) async fn open_for_runs(&self) -> anyhow::Result<Store> {
+        if self.store.is_memory() {
+            eprintln!(
+                "note: {}: a memory store keeps nothing once this process exits; an interrupted run cannot be recovered and no other command sees it (give a directory or s3://bucket/prefix to keep it)",
+                self.store
+            );
+        }
+        self.open(false).await
+    }
+
     /// Opens a store that must already exist (a command about runs in it): a location with no
     /// Rekindle store is an error naming it, not an empty store, and nothing is created
     /// there. Unless `read_only`, the capability probe runs after that check.

@@ -357,13 +357,18 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         futures::join!(waker.prepare(), admitting);
     }
     // Done when no run of this bench is left in the index (finished recoveries leave it).
-    // The index is listed only once every run the ledger names has recorded its last step:
-    // until then some run is certainly not done, and listing a thousand entries every 20 ms
-    // took a fifth of a core from the fleet being measured.
+    // The index is listed every 20 ms once every run the ledger names has recorded its last
+    // step (until then some run is certainly not done, and listing a thousand entries every
+    // 20 ms took a fifth of a core from the fleet being measured), and every second before
+    // that (a run can end without its last line: a ledger write that failed).
     let mut scan = IndexScan::default();
     let mut tail = LedgerTail::new(&ledger);
+    let mut listed = Stopwatch::start();
     loop {
-        if tail.every_named_run_at(workload.steps as u64) {
+        if tail.every_named_run_at(workload.steps as u64)
+            || listed.elapsed() >= Duration::from_secs(1)
+        {
+            listed = Stopwatch::start();
             let (entries, _) = scan.scan(&store).await?;
             if !entries
                 .iter()

@@ -144,7 +144,7 @@ struct Observer {
     /// Recovery records as last read, by source run, with the index entry they were read for
     /// and when: a record is read again when its entry changed, while it is offered and not
     /// started, while it is a fresh admission forwarded to a worker, every
-    /// [`UNCLAIMED_REFRESH`] while it is any other fresh admission, every [`RUNNING_REFRESH`]
+    /// [`unclaimed_refresh`] while it is any other fresh admission, every [`RUNNING_REFRESH`]
     /// while it runs, after a tick acted on it, and on every sweep.
     records: BTreeMap<RunId, (IndexEntry, (RecoveryRecord, ETag), crate::clock::Stopwatch)>,
     /// The TTLs holders declared as of the last tick, by heartbeat key, for the watch.
@@ -167,14 +167,16 @@ struct Observer {
     /// The recoveries `last_view` counts as a worker's only because they were forwarded to
     /// it to claim: no offer, so they are never written to an inbox. Cleared with the view.
     claims: std::collections::BTreeSet<RecoveryId>,
-    /// Every name this leader forwarded to a worker, with when: a worker may claim such a
-    /// fresh admission whenever a slot of its frees, long after the forward, behind this
-    /// leader's back, so its cached record is read again on every tick while it stays a
-    /// fresh admission. A fresh admission never forwarded can only be started through this
-    /// leader's assignment, and its record is cached like any other waiting one (re-reading
-    /// every waiting record on every tick cost a 1-worker bench 68 GETs per recovery). One
-    /// forwarded by an earlier leader is not here; a stale cache of it costs an assignment
-    /// whose swap fails (and rereads it), or lasts [`UNCLAIMED_REFRESH`].
+    /// Every recovery this leader named to a worker without a landed assignment (a forwarded
+    /// name; an inbox entry of an assignment whose swap did not land), with when it was last
+    /// named or seen still fresh: a worker may claim such a fresh admission whenever a slot
+    /// of its frees, long after, behind this leader's back, so its cached record is read
+    /// again on every tick while it stays a fresh admission. Any other fresh admission is
+    /// started only through this leader's assignment, and its record is cached up to
+    /// [`unclaimed_refresh`] (re-reading every waiting record on every tick cost a 1-worker
+    /// bench 68 GETs per recovery). One named by an earlier leader, or by a forged wake-up,
+    /// is not here: a stale cache of it lasts at most that long, and an assignment decided
+    /// on it fails its swap (an assignment is never re-applied to a record that changed).
     forwarded: BTreeMap<RecoveryId, crate::clock::Stopwatch>,
     /// Workers that did not answer the wake-up of a named assignment, marked unreachable by
     /// the next full tick.
@@ -674,7 +676,7 @@ async fn tick(
         }
     }
     // Records first: which workers run a recovery decides the TTL they are judged by.
-    let (runs, recheck) = observe_runs(store, observer, entries).await;
+    let (runs, recheck) = observe_runs(store, observer, entries, options.ttl).await;
     // A decline not seen before: its worker is stopping and has said so in its registration
     // (it writes that first), which is read now, so it is offered nothing more this tick.
     let declines: std::collections::BTreeSet<RecoveryId> = runs
@@ -1140,6 +1142,10 @@ async fn assign_named(
             moved.insert(recovery);
         }
     }
+    // The tick's cached copies of the records assigned here are stale now.
+    observer
+        .records
+        .retain(|_, (_, (record, _), _)| !moved.contains(&record.recovery_id));
     // The view the next named assignment places on.
     apply_offers(&mut runs, &offered);
     let assigned = Assigned {
@@ -1514,11 +1520,12 @@ const MAX_IMMEDIATE_TICKS: u32 = 64;
 /// again.)
 const RUNNING_REFRESH: Duration = Duration::from_secs(1);
 
-/// How stale a cached fresh admission this leader never forwarded may be. Only this leader's
-/// assignment starts one, except a claim by a worker an earlier leader forwarded it to: the
-/// view then counts it as waiting while it runs, until an assignment's swap fails on it, or
-/// this long. Read on every tick, a thousand admissions waiting for slots cost the 1-worker
-/// bench 68 GETs per recovery.
+/// How stale a cached fresh admission this leader never named to a worker may be (at most;
+/// see [`unclaimed_refresh`]). Only this leader's assignment starts one, except a claim by a
+/// worker an earlier leader (or a forged wake-up) named it to: the view then counts it as
+/// waiting while it runs, until an assignment's swap fails on it, or this long. Read on every
+/// tick, a thousand admissions waiting for slots cost the 1-worker bench 68 GETs per
+/// recovery.
 const UNCLAIMED_REFRESH: Duration = Duration::from_secs(5);
 
 /// Actions (admissions, lifecycle events) executed at once per tick, and records read at once.
@@ -1735,10 +1742,12 @@ async fn observe_runs(
     store: &Store,
     observer: &mut Observer,
     entries: Vec<IndexEntry>,
+    ttl: Duration,
 ) -> (Vec<RunView>, Option<Duration>) {
     let sweep = observer.ticks_since_registrations == 0;
     let cache = &observer.records;
     let forwarded = &observer.forwarded;
+    let refresh = unclaimed_refresh(observer, ttl);
     let mut recheck: Option<Duration> = None;
     let observed = futures::stream::iter(entries)
         .map(|entry| {
@@ -1759,7 +1768,7 @@ async fn observe_runs(
                                 record.assigned_to.is_none()
                                     && (!crate::core::lifecycle::unclaimed(record)
                                         || (!forwarded.contains_key(&record.recovery_id)
-                                            && read_at.elapsed() < UNCLAIMED_REFRESH))
+                                            && read_at.elapsed() < refresh))
                             }
                             RecoveryState::Running => read_at.elapsed() < RUNNING_REFRESH,
                             _ => true,
@@ -1788,9 +1797,10 @@ async fn observe_runs(
         }
         runs.push(run);
     }
-    // A forwarded name is forgotten once its record, just read, is no longer a fresh
-    // admission (claimed, assigned, ended), or once it was neither listed nor forwarded again
-    // for a while (a name whose admission never wrote its entry).
+    // A named recovery is forgotten once its record, just read, is no longer a fresh
+    // admission (claimed, assigned, ended); one still fresh is remembered anew; one not seen
+    // (not listed yet, or its read failed) is kept for a while after it was last named or
+    // seen (a name whose admission never wrote its entry is then forgotten).
     if !observer.forwarded.is_empty() {
         let fresh: BTreeMap<&RecoveryId, bool> = records
             .values()
@@ -1802,7 +1812,11 @@ async fn observe_runs(
             })
             .collect();
         observer.forwarded.retain(|id, at| match fresh.get(id) {
-            Some(fresh) => *fresh,
+            Some(true) => {
+                *at = crate::clock::Stopwatch::start();
+                true
+            }
+            Some(false) => false,
             None => at.elapsed() < FORWARD_REMEMBERED,
         });
     }
@@ -1811,18 +1825,43 @@ async fn observe_runs(
     (runs, recheck)
 }
 
-/// How long a forwarded name whose run the index does not list is remembered (its admission
-/// writes the entry after the record, a moment after the name was forwarded).
+/// How long a named recovery not seen since is remembered (its admission writes the index
+/// entry after the record, a moment after the name went out; a record read can fail).
 const FORWARD_REMEMBERED: Duration = Duration::from_secs(60);
 
-/// Remembers names forwarded to workers (see `Observer::forwarded`).
+/// The most named recoveries remembered: forged wake-ups name what they like, and names are
+/// forwarded before they are read. Past it the longest unseen are forgotten, which costs only
+/// a cache that may be [`unclaimed_refresh`] stale.
+const FORWARDED_MAX: usize = 8192;
+
+/// Remembers recoveries named to workers (see `Observer::forwarded`).
 fn note_forwarded(
     forwarded: &mut BTreeMap<RecoveryId, crate::clock::Stopwatch>,
-    sent: Vec<RecoveryId>,
+    named: impl IntoIterator<Item = RecoveryId>,
 ) {
-    for id in sent {
+    for id in named {
         forwarded.insert(id, crate::clock::Stopwatch::start());
     }
+    if forwarded.len() > FORWARDED_MAX {
+        let mut ages: Vec<Duration> = forwarded.values().map(|at| at.elapsed()).collect();
+        ages.sort_unstable();
+        let keep_under = ages[FORWARDED_MAX - 1];
+        forwarded.retain(|_, at| at.elapsed() <= keep_under);
+    }
+}
+
+/// How long a cached fresh admission nobody was named may be trusted: [`UNCLAIMED_REFRESH`],
+/// or half the shortest TTL this leader judges a holder by if that is shorter (an offer's
+/// clock and a worker's liveness are judged on the view this cache feeds).
+fn unclaimed_refresh(observer: &Observer, ttl: Duration) -> Duration {
+    observer
+        .registrations
+        .values()
+        .filter_map(|(_, registration)| registration.ttl_ms)
+        .map(Duration::from_millis)
+        .chain(std::iter::once(ttl))
+        .map(|ttl| ttl / 2)
+        .fold(UNCLAIMED_REFRESH, Duration::min)
 }
 
 /// One run's view, and its record's version and when it was read; `None` if its record
@@ -1914,6 +1953,16 @@ async fn write_inboxes(
             list.push(recovery.clone());
         }
     }
+    // An assignment that did not land (its swap failed or its outcome is unknown) is still
+    // written to the inbox below, and a worker that reads it there may claim a fresh
+    // admission: its record is read again on every tick while it stays fresh.
+    note_forwarded(
+        &mut observer.forwarded,
+        actions.iter().filter_map(|action| match action {
+            Action::Assign { recovery, .. } if !landed.contains(recovery) => Some(recovery.clone()),
+            _ => None,
+        }),
+    );
     for action in actions {
         if let Action::Assign { recovery, worker } = action {
             // A recovery moved from one worker to another leaves the first one's inbox once
@@ -2145,13 +2194,31 @@ async fn execute(
             }
         }
         Action::Assign { recovery, worker } => {
-            let assigned = event(
-                recovery,
-                Event::Assign {
-                    worker: worker.clone(),
-                },
-            )
-            .await?;
+            // Decided on the record as observed: if it changed since (a worker claimed it, an
+            // attempt failed, another assignment landed), the decision is void and the next
+            // tick decides again, rather than re-applying it to a record it never saw.
+            let assign = Event::Assign {
+                worker: worker.clone(),
+            };
+            let assigned = match known.get(recovery) {
+                Some(&observed) => {
+                    match lifecycle::transition_as_observed(
+                        store,
+                        recovery,
+                        observed.clone(),
+                        assign,
+                    )
+                    .await
+                    {
+                        Err(LifecycleError::Refused(refused)) => {
+                            tracing::debug!(%refused, "stale decision");
+                            None
+                        }
+                        other => other?,
+                    }
+                }
+                None => event(recovery, assign).await?,
+            };
             if assigned.is_some() {
                 crate::metrics::count(crate::metrics::RECOVERIES_ASSIGNED);
             }

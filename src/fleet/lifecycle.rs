@@ -92,7 +92,7 @@ pub async fn transition(
 ) -> Result<(RecoveryRecord, ETag), LifecycleError> {
     let mut current = known;
     for _ in 0..CAS_ATTEMPTS {
-        let (record, etag) = match current.take() {
+        let observed = match current.take() {
             Some(known) => known,
             None => recovery::read(store, id)
                 .await?
@@ -100,30 +100,45 @@ pub async fn transition(
                     recovery_id: id.clone(),
                 })?,
         };
-        let next = apply(&record, &event, store.clock().wall_ms())?;
-        match recovery::swap(store, &next, &etag).await {
-            Ok(etag) => {
-                tracing::info!(
-                    recovery_id = %id,
-                    event = event.name(),
-                    from = record.state.describe(),
-                    to = next.state.describe(),
-                    worker_id = next.assigned_to.as_deref().unwrap_or("-"),
-                    "recovery changed"
-                );
-                if index_phase(record.state) != index_phase(next.state) {
-                    sync_index(store, &next).await?;
-                }
-                return Ok((next, etag));
-            }
-            Err(RecoveryError::Changed { .. }) => continue,
-            Err(other) => return Err(other.into()),
+        if let Some(changed) = transition_as_observed(store, id, observed, event.clone()).await? {
+            return Ok(changed);
         }
     }
     Err(LifecycleError::Contended {
         recovery_id: id.clone(),
     })
 }
+/// [`transition`] for a decision made on `observed`: one compare-and-swap on that version.
+/// `None` if the record changed since (the decision is void: the caller decides again on a
+/// fresh read), never re-applied to a version the decision did not see.
+pub async fn transition_as_observed(
+    store: &Store,
+    id: &RecoveryId,
+    observed: (RecoveryRecord, ETag),
+    event: Event,
+) -> Result<Option<(RecoveryRecord, ETag)>, LifecycleError> {
+    let (record, etag) = observed;
+    let next = apply(&record, &event, store.clock().wall_ms())?;
+    match recovery::swap(store, &next, &etag).await {
+        Ok(etag) => {
+            tracing::info!(
+                recovery_id = %id,
+                event = event.name(),
+                from = record.state.describe(),
+                to = next.state.describe(),
+                worker_id = next.assigned_to.as_deref().unwrap_or("-"),
+                "recovery changed"
+            );
+            if index_phase(record.state) != index_phase(next.state) {
+                sync_index(store, &next).await?;
+            }
+            Ok(Some((next, etag)))
+        }
+        Err(RecoveryError::Changed { .. }) => Ok(None),
+        Err(other) => Err(other.into()),
+    }
+}
+
 /// The index entry of a host's own run when it starts (before its first commit, so a host
 /// that dies right after is found by the coordinator). Returns the entry's version, which
 /// the host's later index changes are conditional on.
