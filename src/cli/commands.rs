@@ -175,10 +175,10 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
                 found.with_context(|| format!("the record of recovery {id} vanished"))?;
             match record.state {
                 RecoveryState::Finished => {
-                    let outcome = record
-                        .result
-                        .as_ref()
-                        .map_or_else(|| "finished".to_owned(), |r| r.outcome.to_string());
+                    let outcome = record.result.as_ref().map_or_else(
+                        || "ended without a result".to_owned(),
+                        |r| r.outcome.to_string(),
+                    );
                     outcomes.entry(outcome).or_default().push(id);
                     break;
                 }
@@ -249,6 +249,14 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
             );
         }
         return Ok(());
+    }
+    let finished: usize = outcomes.values().map(Vec::len).sum();
+    if finished > 0 {
+        println!(
+            "{} finished: {}",
+            recoveries(finished),
+            by_outcome(&outcomes)
+        );
     }
     let mut problems = Vec::new();
     if !dead.is_empty() {

@@ -234,9 +234,10 @@ pub async fn run(
                 Ok(Attempt::Held(held)) => {
                     tracing::info!(coordinator = %options.id, epoch = %held.epoch, "leading");
                     // Another leader may have written the inboxes since this one last did,
-                    // and changed the fleet since this one last looked.
+                    // and changed the fleet (and the records) since this one last looked.
                     observer.inboxes.clear();
                     observer.last_view = None;
+                    observer.records.clear();
                     leading = Some(held);
                     standing_by = None;
                     set_leading(&options, true);
@@ -796,6 +797,14 @@ async fn tick(
             moved.insert(recovery);
         }
     }
+    // A record this tick acted on is read afresh next tick (dropped before the inboxes are
+    // written: a failed inbox write ends the tick, and must not leave a landed assignment's
+    // record cached as it was before).
+    for action in &actions {
+        if let Some(source) = action_source(action, &runs) {
+            observer.records.remove(source);
+        }
+    }
     let assigned = Assigned {
         decided: &actions,
         landed: &moved,
@@ -818,12 +827,6 @@ async fn tick(
     // Another tick at once only after progress (an admission, a hand-back, an answer that
     // made a recovery assignable; a worker to offer around): a failing action cannot spin.
     let again = newly_unreachable || progressed || stale;
-    // A record this tick acted on is read afresh next tick.
-    for action in &actions {
-        if let Some(source) = action_source(action, &runs) {
-            observer.records.remove(source);
-        }
-    }
     judge_offered_busy(observer, &offered);
     // The heartbeats whose silence would need action: hosts of running runs and workers
     // running (or offered) a recovery, while they live.
@@ -1843,10 +1846,16 @@ fn note_forwarded(
         forwarded.insert(id, crate::clock::Stopwatch::start());
     }
     if forwarded.len() > FORWARDED_MAX {
-        let mut ages: Vec<Duration> = forwarded.values().map(|at| at.elapsed()).collect();
-        ages.sort_unstable();
-        let keep_under = ages[FORWARDED_MAX - 1];
-        forwarded.retain(|_, at| at.elapsed() <= keep_under);
+        // The longest unseen first; exactly the excess goes.
+        let mut by_age: Vec<(Duration, RecoveryId)> = forwarded
+            .iter()
+            .map(|(id, at)| (at.elapsed(), id.clone()))
+            .collect();
+        by_age.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        let excess = forwarded.len() - FORWARDED_MAX;
+        for (_, id) in by_age.into_iter().take(excess) {
+            forwarded.remove(&id);
+        }
     }
 }
 
@@ -2200,15 +2209,15 @@ async fn execute(
             let assign = Event::Assign {
                 worker: worker.clone(),
             };
-            let assigned = match known.get(recovery) {
-                Some(&observed) => {
-                    match lifecycle::transition_as_observed(
-                        store,
-                        recovery,
-                        observed.clone(),
-                        assign,
-                    )
-                    .await
+            // No version observed (no caller decides so today): decided on a fresh read, still
+            // one swap.
+            let observed = match known.get(recovery) {
+                Some(&observed) => Some(observed.clone()),
+                None => recovery::read(store, recovery).await?,
+            };
+            let assigned = match observed {
+                Some(observed) => {
+                    match lifecycle::transition_as_observed(store, recovery, observed, assign).await
                     {
                         Err(LifecycleError::Refused(refused)) => {
                             tracing::debug!(%refused, "stale decision");
@@ -2217,7 +2226,7 @@ async fn execute(
                         other => other?,
                     }
                 }
-                None => event(recovery, assign).await?,
+                None => None,
             };
             if assigned.is_some() {
                 crate::metrics::count(crate::metrics::RECOVERIES_ASSIGNED);
@@ -2285,6 +2294,28 @@ async fn execute(
 mod tests {
     use super::*;
     use crate::clock::SystemClock;
+
+    /// Reviewer's finding: the cap on remembered names measured each entry's age twice, so
+    /// it kept more than its bound (all of them when ages tie). Exactly the excess goes, the
+    /// longest unseen first, and a name named again is kept.
+    #[test]
+    fn remembered_names_stay_within_their_cap() {
+        let mut forwarded = BTreeMap::new();
+        let names = |range: std::ops::Range<usize>| {
+            range
+                .map(|i| RecoveryId::new(format!("named-{i:05}")))
+                .collect::<Vec<_>>()
+        };
+        note_forwarded(&mut forwarded, names(0..FORWARDED_MAX));
+        assert_eq!(forwarded.len(), FORWARDED_MAX);
+        let again = RecoveryId::new(format!("named-{:05}", 0));
+        note_forwarded(
+            &mut forwarded,
+            std::iter::once(again.clone()).chain(names(FORWARDED_MAX..FORWARDED_MAX + 10)),
+        );
+        assert_eq!(forwarded.len(), FORWARDED_MAX);
+        assert!(forwarded.contains_key(&again));
+    }
 
     /// A worker whose heartbeat this leader removed, and that beats and registers again
     /// under the same ID, changes no heartbeat key: the registrations are listed again on
