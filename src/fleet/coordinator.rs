@@ -1851,7 +1851,7 @@ fn note_forwarded(
             .iter()
             .map(|(id, at)| (at.elapsed(), id.clone()))
             .collect();
-        by_age.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        by_age.sort_unstable_by_key(|(age, _)| std::cmp::Reverse(*age));
         let excess = forwarded.len() - FORWARDED_MAX;
         for (_, id) in by_age.into_iter().take(excess) {
             forwarded.remove(&id);
