@@ -143,7 +143,7 @@ struct Observer {
     declines: std::collections::BTreeSet<RecoveryId>,
     /// Recovery records as last read, by source run, with the index entry they were read for
     /// and when: a record is read again when its entry changed, while it is offered and not
-    /// started, while it is a fresh admission forwarded to a worker, every
+    /// started, while it is a fresh admission named to a worker (`forwarded`), every
     /// [`unclaimed_refresh`] while it is any other fresh admission, every [`RUNNING_REFRESH`]
     /// while it runs, after a tick acted on it, and on every sweep.
     records: BTreeMap<RunId, (IndexEntry, (RecoveryRecord, ETag), crate::clock::Stopwatch)>,
@@ -1765,8 +1765,9 @@ async fn observe_runs(
                         && !sweep
                         && match record.state {
                             // Only the coordinator offers it, and a worker starts an offered
-                            // one; but a worker this leader forwarded a fresh admission to
-                            // may claim it (see `lifecycle::unclaimed`), so that is read again.
+                            // one; but a worker this leader named a fresh admission to (see
+                            // `Observer::forwarded`) may claim it (`lifecycle::unclaimed`), so
+                            // that is read again; any other after `unclaimed_refresh`.
                             RecoveryState::Admitted => {
                                 record.assigned_to.is_none()
                                     && (!crate::core::lifecycle::unclaimed(record)
