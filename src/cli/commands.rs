@@ -233,21 +233,15 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
         }
         since_progress = rekindle::clock::Stopwatch::start();
     }
-    if dead.is_empty() && parked.is_empty() {
-        // Only to print the outcome: a store that stopped answering by now does not turn a
-        // finished wait into a failed one.
-        if let [id] = ids
-            && let Ok(Some((record, _))) = recovery::read(store, id).await
-            && let Some(result) = record.result
-        {
-            println!("recovery {id}: {} ({})", result.outcome, result.message);
-        } else {
-            println!(
-                "{} finished: {}",
-                recoveries(ids.len()),
-                by_outcome(&outcomes)
-            );
-        }
+    let all_finished = dead.is_empty() && parked.is_empty();
+    // One recovery that finished: its outcome and message. Read again only to print them: a
+    // store that stopped answering by now does not turn a finished wait into a failed one.
+    if all_finished
+        && let [id] = ids
+        && let Ok(Some((record, _))) = recovery::read(store, id).await
+        && let Some(result) = record.result
+    {
+        println!("recovery {id}: {} ({})", result.outcome, result.message);
         return Ok(());
     }
     let finished: usize = outcomes.values().map(Vec::len).sum();
@@ -257,6 +251,9 @@ async fn wait_all(store: &Store, ids: &[RecoveryId]) -> anyhow::Result<()> {
             recoveries(finished),
             by_outcome(&outcomes)
         );
+    }
+    if all_finished {
+        return Ok(());
     }
     let mut problems = Vec::new();
     if !dead.is_empty() {

@@ -108,6 +108,7 @@ pub async fn transition(
         recovery_id: id.clone(),
     })
 }
+
 /// [`transition`] for a decision made on `observed`: one compare-and-swap on that version.
 /// `None` if the record changed since (the decision is void: the caller decides again on a
 /// fresh read), never re-applied to a version the decision did not see.
