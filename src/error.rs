@@ -203,6 +203,7 @@ fn store_kind(error: &StoreError) -> ErrorKind {
         | StoreError::NoStore { .. }
         | StoreError::ProbeFailed { .. } => ErrorKind::InvalidInput,
         StoreError::Failed { .. } => ErrorKind::Internal,
+        StoreError::Object(_) => ErrorKind::Corrupt,
     }
 }
 
@@ -233,8 +234,11 @@ fn lease_kind(error: &LeaseError) -> ErrorKind {
         LeaseError::Store(error) => store_kind(error),
         LeaseError::HeldByOther { .. }
         | LeaseError::Contended { .. }
-        | LeaseError::StillAlive { .. } => ErrorKind::Conflict,
-        LeaseError::Exists { .. } | LeaseError::IdentityInUse { .. } => ErrorKind::Refused,
+        | LeaseError::StillAlive { .. }
+        | LeaseError::ChangedSinceJudged { .. } => ErrorKind::Conflict,
+        LeaseError::Exists { .. }
+        | LeaseError::IdentityInUse { .. }
+        | LeaseError::Retired { .. } => ErrorKind::Refused,
         LeaseError::Lost { .. } => ErrorKind::Fenced,
         LeaseError::Object(_) => ErrorKind::Corrupt,
     }
@@ -282,6 +286,7 @@ fn gc_kind(error: &GcError) -> ErrorKind {
     match error {
         GcError::Store(error) => store_kind(error),
         GcError::Tombstone(error) => tombstone_kind(error),
+        GcError::Lease(error) => lease_kind(error),
         GcError::Retire { error, .. } => generation_kind(error),
     }
 }
@@ -465,6 +470,7 @@ impl From<GcError> for Error {
         match error {
             GcError::Store(error) => error.into(),
             GcError::Tombstone(error) => error.into(),
+            GcError::Lease(error) => error.into(),
             error => Error::Gc(error),
         }
     }
@@ -680,6 +686,25 @@ mod tests {
                 "lease: run exists",
                 LeaseError::Exists { run: run() }.into(),
                 ErrorKind::Refused,
+            ),
+            (
+                "lease: run retired",
+                LeaseError::Retired {
+                    run: run(),
+                    epoch: Epoch(4),
+                }
+                .into(),
+                ErrorKind::Refused,
+            ),
+            (
+                "lease: changed since judged",
+                LeaseError::ChangedSinceJudged {
+                    run: run(),
+                    holder: "h".into(),
+                    epoch: Epoch(2),
+                }
+                .into(),
+                ErrorKind::Conflict,
             ),
             (
                 "recovery: already recovered",

@@ -1357,9 +1357,16 @@ async fn a_late_commit_of_an_earlier_attempt_is_fenced_by_the_same_workers_next_
         .await
         .unwrap();
     let facts = fleet::opening_facts(&run, None, &harness.agent, "go", 0);
-    RunWriter::create_as(&store, run.clone(), facts, first.epoch, policy)
-        .await
-        .unwrap();
+    // The worker writes as itself, as `Node` does: resuming at its own epoch is its holding.
+    RunWriter::create_as(
+        &store.writing_as("w1"),
+        run.clone(),
+        facts,
+        first.epoch,
+        policy,
+    )
+    .await
+    .unwrap();
     // Its next commit goes over a slow link and lands 2 s after it was sent.
     let slow = FaultyStore::new(
         harness.bucket.clone(),
@@ -1369,9 +1376,14 @@ async fn a_late_commit_of_an_earlier_attempt_is_fenced_by_the_same_workers_next_
         },
         1,
     );
-    let mut late = RunWriter::resume(&harness.store_over(slow), &run, first.epoch, policy)
-        .await
-        .unwrap();
+    let mut late = RunWriter::resume(
+        &harness.store_over(slow).writing_as("w1"),
+        &run,
+        first.epoch,
+        policy,
+    )
+    .await
+    .unwrap();
     let turn = Fact {
         seq: Seq(3),
         at_ms: 1,

@@ -383,7 +383,9 @@ async fn a_run_retired_before_it_ended_stays_retired() {
     let mut zombie = RunWriter::create(&store, facts[..8].to_vec(), Epoch(1), POLICY)
         .await
         .unwrap();
-    gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
+    gc::retire(&store, &run, RetiredBy::Removal, None)
+        .await
+        .unwrap();
     assert!(matches!(
         generation::load(&store, &run, None).await,
         Err(GenerationError::Retired { outcome: None, .. })
@@ -424,7 +426,9 @@ async fn fencing_a_retired_run_is_a_no_op() {
     RunWriter::create(&store, facts.clone(), Epoch(1), POLICY)
         .await
         .unwrap();
-    gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
+    gc::retire(&store, &run, RetiredBy::Removal, None)
+        .await
+        .unwrap();
     let holder = Arc::new(Holder::new(&store, "coordinator", Duration::from_secs(60)));
     rekindle::fleet::admission::fence_source(&store, &holder, &run)
         .await
@@ -598,7 +602,9 @@ async fn a_damaged_run_can_be_retired() {
         .await
         .unwrap();
     assert!(generation::load(&store, &run, None).await.is_err());
-    gc::retire(&store, &run, RetiredBy::Removal).await.unwrap();
+    gc::retire(&store, &run, RetiredBy::Removal, None)
+        .await
+        .unwrap();
     assert!(matches!(
         generation::load(&store, &run, None).await,
         Err(GenerationError::Retired { outcome: None, .. })

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::fleet::lifecycle::{LifecycleError, sync_index};
 use crate::fleet::wake::CoordinatorWaker;
 use crate::store::generation::{GenerationError, Loaded, RunWriter, SnapshotPolicy};
-use crate::store::lease::{self, Held, Holder};
+use crate::store::lease::{self, Held, Holder, LeaseError};
 use crate::store::recovery::{self, RecoveryError};
 use crate::store::{ETag, Store};
 
@@ -320,6 +320,11 @@ async fn give_back_claim(
 /// slot, so a slow host's first commit fails too), the run does not exist, or it was retired
 /// (`runs rm`). Its index entry is stale: the coordinator and `recover --all` remove it.
 pub fn nothing_to_continue(error: &Error) -> bool {
+    if let Error::Lifecycle(LifecycleError::Fence { error, .. }) = error
+        && matches!(**error, LifecycleError::Lease(LeaseError::Retired { .. }))
+    {
+        return true;
+    }
     matches!(
         error,
         Error::Recovery(
@@ -422,9 +427,12 @@ pub async fn fence_source(
     let lease_now = lease::read_lease(store, source)
         .await
         .map_err(LifecycleError::from)?;
-    let (_, held) = fence(store, holder, source, lease_now, None, None).await?;
-    holder.release(&held).await?;
-    Ok(())
+    match fence(store, holder, source, lease_now, None, None).await {
+        Ok((_, held)) => Ok(holder.release(&held).await?),
+        // Its retirement fenced it at the epoch it reserved; nothing can hold it again.
+        Err(LifecycleError::Lease(LeaseError::Retired { .. })) => Ok(()),
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// [`fence_source`] from `lease_now`, the source's lease as read (after the claim, or beside
@@ -445,6 +453,14 @@ async fn fence(
     loaded: Option<(Loaded, crate::clock::Stopwatch)>,
 ) -> Result<(Option<RunWriter>, Held), LifecycleError> {
     let held = match lease_now {
+        // Retired: its retirement holds the last epoch there will ever be (see `gc::retire`).
+        Some(view) if view.lease.retired => {
+            return Err(LeaseError::Retired {
+                run: source.clone(),
+                epoch: view.lease.epoch,
+            }
+            .into());
+        }
         Some(view) if !view.lease.released => {
             if let Some(judged) = judged
                 && judged.as_ref() != Some(&view.etag)

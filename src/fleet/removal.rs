@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use crate::core::liveness::Sighting;
 use crate::fleet::liveness;
+use crate::store::ETag;
 use crate::store::Store;
 use crate::store::gc;
+use crate::store::gc::GcError;
 use crate::store::index;
-use crate::store::lease::{self, Lease};
+use crate::store::lease::{self, Lease, LeaseError};
 use crate::store::recovery;
 use crate::store::tombstone::RetiredBy;
 
@@ -77,6 +79,9 @@ pub enum RemovalError {
 pub struct Facts {
     /// The run's lease: every run that ever started took one, and retirement keeps it.
     pub lease: Option<Lease>,
+    /// The version of `lease` as read: the retirement reserves the lease only while it is
+    /// still this version, so the decision holds when it acts.
+    pub lease_version: Option<ETag>,
     /// The recovery that claimed the run, and that recovery's state (`None` while its
     /// admission has not written the record yet).
     pub recovery: Option<(RecoveryId, Option<RecoveryState>)>,
@@ -87,6 +92,11 @@ pub fn decide(run: &RunId, facts: &Facts, force: bool) -> Result<(), RemovalErro
     let Some(lease) = &facts.lease else {
         return Err(RemovalError::NoSuchRun { run: run.clone() });
     };
+    // A retirement reserved the lease and did not finish (it crashed): finishing it is
+    // always right, and nothing can hold the run any more.
+    if lease.retired {
+        return Ok(());
+    }
     if !lease.released && !force {
         return Err(RemovalError::Leased {
             run: run.clone(),
@@ -110,10 +120,14 @@ pub fn decide(run: &RunId, facts: &Facts, force: bool) -> Result<(), RemovalErro
 /// Reads what [`decide`] needs about `run`. `force` skips the recovery, which a forced
 /// removal ignores: a damaged claim or record must not stand in the way of `--force`.
 pub async fn facts(store: &Store, run: &RunId, force: bool) -> crate::Result<Facts> {
-    let lease = lease::read_lease(store, run).await?.map(|view| view.lease);
+    let (lease, lease_version) = match lease::read_lease(store, run).await? {
+        Some(view) => (Some(view.lease), Some(view.etag)),
+        None => (None, None),
+    };
     if force {
         return Ok(Facts {
             lease,
+            lease_version,
             recovery: None,
         });
     }
@@ -126,7 +140,11 @@ pub async fn facts(store: &Store, run: &RunId, force: bool) -> crate::Result<Fac
             Some((id, state))
         }
     };
-    Ok(Facts { lease, recovery })
+    Ok(Facts {
+        lease,
+        lease_version,
+        recovery,
+    })
 }
 
 /// Retires `run` now if [`decide`] allows it: its tombstone, then its generations (but each
@@ -134,18 +152,39 @@ pub async fn facts(store: &Store, run: &RunId, force: bool) -> crate::Result<Fac
 /// deleted. Forced past a held lease, it first watches the holder's heartbeat for the holder's
 /// TTL (as `recover` does) and refuses if it changes: `--force` is the operator's word that
 /// the holder is gone, and a heartbeat that beats says otherwise.
+///
+/// The retirement reserves the lease only at the version decided on: a holder that took the
+/// lease meanwhile (an answer racing the removal) makes it decide again on what is there now,
+/// at most [`DECIDE_ATTEMPTS`] times.
 pub async fn remove(store: &Store, run: &RunId, force: bool) -> crate::Result<u64> {
-    let facts = facts(store, run, force).await?;
-    decide(run, &facts, force)?;
-    if let Some(lease) = &facts.lease
-        && !lease.released
-    {
-        refuse_if_beating(store, run, lease).await?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let facts = facts(store, run, force).await?;
+        decide(run, &facts, force)?;
+        if let Some(lease) = &facts.lease
+            && !lease.released
+            && !lease.retired
+        {
+            refuse_if_beating(store, run, lease).await?;
+        }
+        match gc::retire(store, run, RetiredBy::Removal, facts.lease_version.as_ref()).await {
+            Ok(deleted) => {
+                index::remove(store, run).await?;
+                return Ok(deleted);
+            }
+            Err(GcError::Lease(LeaseError::ChangedSinceJudged { .. }))
+                if attempt < DECIDE_ATTEMPTS =>
+            {
+                tracing::info!(run_id = %run, "the lease changed while retiring; deciding again");
+            }
+            Err(error) => return Err(error.into()),
+        }
     }
-    let deleted = gc::retire(store, run, RetiredBy::Removal).await?;
-    index::remove(store, run).await?;
-    Ok(deleted)
 }
+
+/// How often `remove` decides again when the lease changes under it.
+const DECIDE_ATTEMPTS: usize = 3;
 
 /// Watches the heartbeat of a held lease's holder for its TTL; a change means it is alive.
 async fn refuse_if_beating(store: &Store, run: &RunId, lease: &Lease) -> crate::Result<()> {
@@ -183,6 +222,7 @@ mod tests {
             ttl_ms: 1000,
             released,
             at_ms: 0,
+            retired: false,
         }
     }
 
@@ -194,6 +234,7 @@ mod tests {
         let run = RunId::new("r");
         let missing = Facts {
             lease: None,
+            lease_version: None,
             recovery: None,
         };
         assert!(matches!(
@@ -202,6 +243,7 @@ mod tests {
         ));
         let held = Facts {
             lease: Some(lease(false)),
+            lease_version: None,
             recovery: None,
         };
         let refused = decide(&run, &held, false).unwrap_err();
@@ -212,6 +254,7 @@ mod tests {
         assert!(decide(&run, &held, true).is_ok());
         let recovering = |state| Facts {
             lease: Some(lease(true)),
+            lease_version: None,
             recovery: Some((RecoveryId::new("rec"), state)),
         };
         let admitting = decide(&run, &recovering(None), false).unwrap_err();

@@ -36,8 +36,9 @@ use crate::core::epoch::Epoch;
 use crate::core::fact::RunId;
 use crate::core::layout;
 use crate::store::generation::{self, Chain, GenerationError, RunWriter, SnapshotPolicy};
+use crate::store::lease::LeaseError;
 use crate::store::tombstone::{self, RetiredBy, Tombstone, TombstoneError};
-use crate::store::{Store, StoreError};
+use crate::store::{ETag, Store, StoreError};
 
 /// How long things stay.
 #[derive(Clone, Copy, Debug)]
@@ -107,6 +108,10 @@ pub enum GcError {
     /// A run's tombstone could not be written or read; the run was left as it was.
     #[error(transparent)]
     Tombstone(#[from] TombstoneError),
+    /// A run's lease could not be read or reserved for its retirement (it changed since it
+    /// was judged, or does not decode); the run was left as it was.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
     /// A run could not be retired: it is already marked retired, or the fence that stops its
     /// last writer could not be written; the run keeps its generations. `error` names the run
     /// already, and is part of the message rather than its `source`.
@@ -123,32 +128,42 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A run that ended (terminal fact), is not leased, not in the index, and whose newest
-/// generation is older than both the retention and the grace period.
-async fn finished_long_ago(
+/// Whether gc retires `run` now, and on which lease version (see [`retire`]): a run whose
+/// lease a retirement already reserved (one that crashed before its tombstone), or one that
+/// ended (terminal fact), is not leased, not in the index, and whose newest generation is
+/// older than both the retention and the grace period. A lease that does not read keeps the
+/// run as it is.
+async fn retirement_due(
     store: &Store,
     run: &RunId,
     policy: &GcPolicy,
     now_ms: u64,
-) -> Result<bool, StoreError> {
+) -> Result<Option<Option<ETag>>, StoreError> {
+    let lease = match crate::store::lease::read_lease(store, run).await {
+        Ok(lease) => lease,
+        Err(_) => return Ok(None),
+    };
+    if let Some(view) = &lease
+        && view.lease.retired
+    {
+        return Ok(Some(Some(view.etag.clone())));
+    }
+    if lease.as_ref().is_some_and(|view| !view.lease.released) {
+        return Ok(None);
+    }
     let Ok(loaded) = generation::load(store, run, None).await else {
-        return Ok(false);
+        return Ok(None);
     };
     if loaded.state.terminal().is_none() {
-        return Ok(false);
+        return Ok(None);
     }
     if store
         .head(&layout::index_entry(run.as_str()))
         .await?
         .is_some()
     {
-        return Ok(false);
+        return Ok(None);
     }
-    let released = match crate::store::lease::read_lease(store, run).await {
-        Ok(Some(view)) => view.lease.released,
-        Ok(None) => true,
-        Err(_) => false,
-    };
     let newest = Chain::new(store, layout::run_base(run.as_str()));
     let at_ms = match store.read(&newest.key(loaded.generation)).await? {
         Some(object) => generation::decode_with(
@@ -161,7 +176,7 @@ async fn finished_long_ago(
         None => u64::MAX,
     };
     let keep_ms = millis(policy.retention.max(policy.grace));
-    Ok(released && at_ms.saturating_add(keep_ms) < now_ms)
+    Ok((at_ms.saturating_add(keep_ms) < now_ms).then(|| lease.map(|view| view.etag)))
 }
 
 /// Every key under `prefix`.
@@ -218,75 +233,129 @@ async fn retire_chain(
     Ok(doomed.len() as u64)
 }
 
-/// The tombstone to retire `run` with: the existing one, or a new one written now (step 1).
+/// The writer a retirement's fence names (`<this>/<nonce>`): whoever finishes a retirement
+/// at its reserved epoch, gc or `runs rm`, holds the same holding, so a retirement that
+/// crashed after its fence is finished on the fence it wrote.
+pub const RETIREMENT_WRITER: &str = "(retirement)";
+
+/// The tombstone to retire `run` with: the existing one, or a new one written now, after the
+/// lease is reserved and the run fenced at the reserved epoch (see [`retire`]).
 async fn tombstone_for(
     store: &Store,
     run: &RunId,
     retired_by: RetiredBy,
+    judged: Option<&ETag>,
     keys: &[String],
 ) -> Result<Tombstone, GcError> {
     if let Some(existing) = tombstone::read(store, run).await? {
         return Ok(existing);
     }
-    let base = layout::run_base(run.as_str());
-    let mut loadable = true;
-    let (outcome, mut last_epoch, mut final_generation, mut epoch_starts) =
-        match generation::load(store, run, None).await {
-            Ok(loaded) => (
-                loaded.state.terminal().map(|terminal| terminal.outcome),
-                loaded.epoch,
-                loaded.generation,
-                loaded.epoch_starts,
-            ),
-            Err(GenerationError::NotFound { .. }) => (None, Epoch::ZERO, 0, Vec::new()),
-            Err(error @ GenerationError::Retired { .. }) => {
-                return Err(GcError::Retire {
-                    run: run.clone(),
-                    error,
-                });
-            }
-            // A damaged chain can still be retired (that is what `runs rm` is for), keeping
-            // every generation whose epoch starts cannot be read from the others.
-            Err(error) => {
-                tracing::warn!(run_id = %run, %error, "retiring a chain that does not load");
-                loadable = false;
-                damaged_chain_starts(store, run, &base, keys).await?
-            }
-        };
-    if let Ok(Some(view)) = crate::store::lease::read_lease(store, run).await {
-        last_epoch = last_epoch.max(view.lease.epoch);
-    }
-    if outcome.is_none() && final_generation > 0 && loadable {
-        // Retired before it ended (`runs rm --force` on a holder believed gone): its last
-        // writer may still be alive and would aim at the free slot after the final
-        // generation. A fence at a higher epoch there stops it, and is kept as an epoch's
-        // first slot. A chain that does not load cannot be fenced this way: there, only the
-        // lease check of `runs rm` (overridden by --force, the operator's word that the
-        // holder is gone) stands between a live writer and its next slot.
-        last_epoch = last_epoch.next();
-        match RunWriter::resume(store, run, last_epoch, SnapshotPolicy::default()).await {
-            Ok(fence) => {
-                final_generation = fence.generation();
-                epoch_starts.push((last_epoch, final_generation));
-            }
-            Err(error) => {
-                return Err(GcError::Retire {
-                    run: run.clone(),
-                    error,
-                });
+    let retire_error = |error| GcError::Retire {
+        run: run.clone(),
+        error,
+    };
+    // What the chain holds decides where the fence goes and the lowest epoch it may take.
+    let found = match generation::load(store, run, None).await {
+        Ok(loaded) => Found::Loaded(Box::new(loaded)),
+        Err(GenerationError::NotFound { .. }) => Found::Empty,
+        Err(error @ GenerationError::Retired { .. }) => {
+            // Another retirement wrote the tombstone meanwhile: finish from it.
+            return match tombstone::read(store, run).await? {
+                Some(existing) => Ok(existing),
+                None => Err(retire_error(error)),
+            };
+        }
+        // A damaged chain can still be retired (that is what `runs rm` is for), keeping every
+        // generation whose epoch starts cannot be read from the others.
+        Err(error) if error.is_damage() => {
+            tracing::warn!(run_id = %run, %error, "retiring a chain that does not load");
+            let base = layout::run_base(run.as_str());
+            let (_, last_epoch, final_generation, epoch_starts) =
+                damaged_chain_starts(store, run, &base, keys).await?;
+            Found::Damaged {
+                last_epoch,
+                final_generation,
+                epoch_starts,
             }
         }
-    }
+        Err(error) => return Err(retire_error(error)),
+    };
+    let floor = match &found {
+        Found::Loaded(loaded) => loaded.epoch.next(),
+        Found::Empty => Epoch(1),
+        Found::Damaged { last_epoch, .. } => last_epoch.next(),
+    };
+    // The lease next: one compare-and-swap on the version the caller judged takes the epoch
+    // after it (at least `floor`) and marks the lease retired, so no holder takes the run from
+    // here on, and the fence below is the only holding at that epoch.
+    let epoch = crate::store::lease::reserve_for_retirement(store, run, judged, floor).await?;
+    let fencing = store.writing_as(RETIREMENT_WRITER);
+    let policy = SnapshotPolicy::default();
+    let fenced = |fence: RunWriter| {
+        (
+            fence.state().terminal().map(|terminal| terminal.outcome),
+            fence.generation(),
+            fence.epoch_starts().to_vec(),
+        )
+    };
+    let (outcome, final_generation, epoch_starts) = match found {
+        // A run that ended has no writer left: its last holder stopped at the terminal fact,
+        // and every earlier one aims at a slot a later epoch's fence already holds.
+        Found::Loaded(loaded) if loaded.state.terminal().is_some() => (
+            loaded.state.terminal().map(|terminal| terminal.outcome),
+            loaded.generation,
+            loaded.epoch_starts,
+        ),
+        // The fence goes into the slot after the newest generation, at the reserved epoch: a
+        // holder that only seemed gone aims at that slot and finds it taken.
+        Found::Loaded(loaded) => fenced(
+            RunWriter::resume_from(&fencing, run, epoch, policy, Some(*loaded))
+                .await
+                .map_err(retire_error)?,
+        ),
+        // No generation yet: a host that took the lease may still write generation 1 and
+        // everything after. An empty fence there makes its first commit fail.
+        Found::Empty => {
+            match RunWriter::create_as(&fencing, run.clone(), Vec::new(), epoch, policy).await {
+                Ok(fence) => fenced(fence),
+                Err(GenerationError::AlreadyExists { .. }) => fenced(
+                    RunWriter::resume(&fencing, run, epoch, policy)
+                        .await
+                        .map_err(retire_error)?,
+                ),
+                Err(error) => return Err(retire_error(error)),
+            }
+        }
+        // Its next slot is not known, so it cannot be fenced: the reserved lease stops every
+        // new holder, and only the lease check of `runs rm` (overridden by --force, the
+        // operator's word that the holder is gone) stands between an old live writer and it.
+        Found::Damaged {
+            final_generation,
+            epoch_starts,
+            ..
+        } => (None, final_generation, epoch_starts),
+    };
     let fresh = Tombstone::new(
         run,
         outcome,
-        last_epoch,
+        epoch,
         final_generation,
         epoch_starts,
         retired_by,
         store.clock().wall_ms(),
     );
     Ok(tombstone::write(store, &fresh).await?)
+}
+
+/// What a retirement found in the chain it is about to fence.
+enum Found {
+    Loaded(Box<generation::Loaded>),
+    Empty,
+    Damaged {
+        last_epoch: Epoch,
+        final_generation: u64,
+        epoch_starts: Vec<(Epoch, u64)>,
+    },
 }
 
 /// For a chain that does not load: the union of the epoch starts recorded in every
@@ -336,15 +405,27 @@ async fn damaged_chain_starts(
     ))
 }
 
-/// Retires `run` now: writes its tombstone (unless it has one), marks its hint retired and
-/// deletes its generations and loop checkpoints except each epoch's first generation. The
-/// lease, the recovery claim, recovery records and the tombstone stay, so the run cannot be
-/// resumed, created again or recovered again, and its stale writers stay fenced. Returns
-/// the number of objects deleted. Used by gc and by `rekindle runs rm` ("retire now").
-pub async fn retire(store: &Store, run: &RunId, retired_by: RetiredBy) -> Result<u64, GcError> {
+/// Retires `run` now, in an order a crash between any two steps leaves finishable:
+/// (1) reserves the lease (`lease::reserve_for_retirement`: the next epoch, marked retired,
+/// by compare-and-swap on `judged`, the lease version the caller decided on; `None` when it
+/// found no lease); (2) fences the run at that epoch in the slot after its newest generation,
+/// or with an empty generation 1 if it has none; (3) writes its tombstone; (4) marks its hint
+/// retired; (5) deletes its generations and loop checkpoints except each epoch's first. A
+/// retirement already reserved or tombstoned is finished whatever `judged` says. The lease,
+/// the recovery claim, recovery records and the tombstone stay, so the run cannot be resumed,
+/// created again or recovered again, and its stale writers stay fenced. Returns the number of
+/// objects deleted. Used by gc and by `rekindle runs rm` ("retire now").
+pub async fn retire(
+    store: &Store,
+    run: &RunId,
+    retired_by: RetiredBy,
+    judged: Option<&ETag>,
+) -> Result<u64, GcError> {
     let base = layout::run_base(run.as_str());
     let keys = list_all(store, &format!("{base}/")).await?;
-    let tombstone = tombstone_for(store, run, retired_by, &keys).await?;
+    let tombstone = tombstone_for(store, run, retired_by, judged, &keys).await?;
+    // The fence is not in this listing, and is an epoch's first slot anyway; a generation
+    // that landed after the listing, before the fence, is left for the next gc to delete.
     retire_chain(store, &base, &tombstone, &keys).await
 }
 
@@ -548,9 +629,17 @@ async fn collect_or_count(
                     continue;
                 }
             };
-        if finished_long_ago(store, &run_id, policy, now_ms).await? {
+        if let Some(judged) = retirement_due(store, &run_id, policy, now_ms).await? {
             if !dry_run {
-                retire(store, &run_id, RetiredBy::Retention).await?;
+                match retire(store, &run_id, RetiredBy::Retention, judged.as_ref()).await {
+                    Ok(_) => {}
+                    // Taken meanwhile (an answer, a recovery): not finished long ago after all.
+                    Err(GcError::Lease(error @ LeaseError::ChangedSinceJudged { .. })) => {
+                        report.skipped.push(error.to_string());
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                }
             }
             report.runs_retired += 1;
             continue;

@@ -59,7 +59,14 @@ pub struct Lease {
     /// Wall-clock time of the last lease change, in milliseconds since the Unix epoch; for
     /// people, never compared across machines.
     pub at_ms: u64,
+    /// The run was retired (`gc::retire`): its retirement took this epoch for the fence that
+    /// ends the run, and no holder may ever take the lease again. Set once, never cleared.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retired: bool,
 }
+
+/// The holder named on a retired run's lease.
+pub const RETIRED_HOLDER: &str = "(retired)";
 
 /// The stored heartbeat of one process, rewritten every third of its TTL while it lives.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,6 +180,30 @@ pub enum LeaseError {
         /// The run whose lease kept changing.
         run: RunId,
     },
+    /// The run was retired: its lease is reserved at its retirement's epoch, and no holder
+    /// may take it again.
+    #[error(
+        "run \"{run}\" was retired (its lease is reserved at epoch {epoch}); it can never be written again"
+    )]
+    Retired {
+        /// The retired run.
+        run: RunId,
+        /// The epoch its retirement reserved.
+        epoch: Epoch,
+    },
+    /// A retirement found the lease changed since the caller judged it (taken, released or
+    /// taken over meanwhile): the judgement no longer holds, so decide again.
+    #[error(
+        "the lease of run \"{run}\" changed since it was judged ('{holder}' at epoch {epoch} now); decide again"
+    )]
+    ChangedSinceJudged {
+        /// The run whose lease changed.
+        run: RunId,
+        /// Who holds the lease now.
+        holder: String,
+        /// The epoch the lease is at now.
+        epoch: Epoch,
+    },
     /// The holder stayed alive for the whole wait; the run is not interrupted, so leave it to
     /// its holder or wait longer.
     #[error(
@@ -221,6 +252,89 @@ pub async fn read_heartbeat(
             let beat: Heartbeat = layout::decode_object(key, HEARTBEAT_KIND, &object.bytes)?;
             Ok(Some((beat, object.etag)))
         }
+    }
+}
+
+/// Reserves a run's lease for its retirement, in one conditional write: the epoch after the
+/// lease's, or `floor` if higher (the caller passes one above every epoch in the chain; it is
+/// the epoch for a run that has no lease), marked retired, so no later acquisition or takeover
+/// succeeds and the retirement's fence at that epoch is the only holding there ever is.
+///
+/// `judged` is the lease version the caller decided to retire on (`None`: it found no
+/// lease); a lease that moved since is [`LeaseError::ChangedSinceJudged`] and nothing is
+/// written, so a holder that took the lease after the judgement is never retired from under.
+/// A lease already retired returns its epoch whatever `judged` says: an earlier retirement
+/// (perhaps crashed before its tombstone) reserved it, and finishing it is always right. A
+/// failed read fails the reservation.
+pub async fn reserve_for_retirement(
+    store: &Store,
+    run: &RunId,
+    judged: Option<&ETag>,
+    floor: Epoch,
+) -> Result<Epoch, LeaseError> {
+    let key = layout::lease(run.as_str());
+    let retired = |epoch: Epoch, ttl_ms: u64| {
+        layout::encode_object(&Lease {
+            format: FORMAT_VERSION,
+            kind: LEASE_KIND.into(),
+            run_id: run.clone(),
+            holder: RETIRED_HOLDER.into(),
+            holder_nonce: store.clock().nonce(),
+            heartbeat: layout::heartbeat(RETIRED_HOLDER),
+            epoch,
+            ttl_ms,
+            released: false,
+            at_ms: store.clock().wall_ms(),
+            retired: true,
+        })
+    };
+    // Two turns: a write of ours whose response was lost reads back as retired on the second.
+    for _ in 0..2 {
+        let written = match read_lease(store, run).await? {
+            Some(view) if view.lease.retired => return Ok(view.lease.epoch),
+            Some(view) if judged != Some(&view.etag) => {
+                return Err(LeaseError::ChangedSinceJudged {
+                    run: run.clone(),
+                    holder: view.lease.holder,
+                    epoch: view.lease.epoch,
+                });
+            }
+            Some(view) => {
+                let epoch = view.lease.epoch.next().max(floor);
+                store
+                    .swap(&key, retired(epoch, view.lease.ttl_ms), &view.etag)
+                    .await
+                    .map(|_| epoch)
+            }
+            None if judged.is_some() => {
+                return Err(LeaseError::ChangedSinceJudged {
+                    run: run.clone(),
+                    holder: "(nobody)".into(),
+                    epoch: Epoch::ZERO,
+                });
+            }
+            None => {
+                let epoch = floor.max(Epoch(1));
+                store.create(&key, retired(epoch, 0)).await.map(|_| epoch)
+            }
+        };
+        match written {
+            Ok(epoch) => {
+                tracing::info!(run_id = %run, epoch = %epoch, "lease reserved for retirement");
+                return Ok(epoch);
+            }
+            Err(StoreError::Changed { .. } | StoreError::AlreadyExists { .. }) => continue,
+            Err(other) => return Err(other.into()),
+        }
+    }
+    match read_lease(store, run).await? {
+        Some(view) if view.lease.retired => Ok(view.lease.epoch),
+        Some(view) => Err(LeaseError::ChangedSinceJudged {
+            run: run.clone(),
+            holder: view.lease.holder,
+            epoch: view.lease.epoch,
+        }),
+        None => Err(LeaseError::Contended { run: run.clone() }),
     }
 }
 
@@ -506,6 +620,7 @@ impl Holder {
             ttl_ms: self.ttl.as_millis() as u64,
             released,
             at_ms: self.store.clock().wall_ms(),
+            retired: false,
         };
         layout::encode_object(&lease)
     }
@@ -563,6 +678,12 @@ impl Holder {
                 }
                 Some(view) => {
                     let lease = &view.lease;
+                    if lease.retired {
+                        return Err(LeaseError::Retired {
+                            run: run.clone(),
+                            epoch: lease.epoch,
+                        });
+                    }
                     let mine_already = lease.holder == self.id && lease.holder_nonce == self.nonce;
                     if mine_already && !lease.released && wrote {
                         return Ok(Held {
@@ -612,6 +733,12 @@ impl Holder {
 
     async fn take_over_from(&self, observed: &LeaseView, floor: Epoch) -> Result<Held, LeaseError> {
         let run = &observed.lease.run_id;
+        if observed.lease.retired {
+            return Err(LeaseError::Retired {
+                run: run.clone(),
+                epoch: observed.lease.epoch,
+            });
+        }
         let key = layout::lease(run.as_str());
         let epoch = observed.lease.epoch.next().max(floor);
         match self
@@ -784,6 +911,12 @@ impl Holder {
                     }
                     Err(other) => return Err(other.into()),
                 }
+            }
+            Some(view) if view.lease.retired => {
+                return Err(LeaseError::Retired {
+                    run: run.clone(),
+                    epoch: view.lease.epoch,
+                });
             }
             Some(view) if view.lease.released || view.lease.holder == self.id => {
                 return self.acquire_from(run, floor).await.map(Attempt::Held);

@@ -139,6 +139,11 @@ pub enum StoreError {
         /// The backend's explanation of the refusal.
         message: String,
     },
+    /// An object the store layer reads for itself (a chain's hint) is not what Rekindle
+    /// wrote: corrupt, foreign or from a newer format. Retrying will not help; the error names
+    /// the object.
+    #[error(transparent)]
+    Object(#[from] crate::core::layout::ObjectError),
     /// Any other failure that retrying will not fix (a malformed response, an unsupported
     /// operation, a bucket with a newer layout); report it and stop.
     #[error("{op} of '{key}' failed: {message}")]
@@ -571,6 +576,18 @@ impl Store {
             writer: Some(Arc::from(holder_id)),
             ..self.clone()
         }
+    }
+
+    /// Whether `writer` (a generation's writer field) was written through a handle naming the
+    /// same holder as this one (`writing_as`): the test a writer resuming at a generation of
+    /// its own epoch makes before taking it for its own holding. A handle that names no holder
+    /// owns nothing.
+    pub fn writes_as(&self, writer: &str) -> bool {
+        self.writer.as_deref().is_some_and(|holder| {
+            writer
+                .strip_prefix(holder)
+                .is_some_and(|rest| rest.starts_with('/'))
+        })
     }
 
     /// A nonce for a new generation writer: unique, and prefixed by the writing process's

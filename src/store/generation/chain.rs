@@ -27,6 +27,9 @@ struct Hint {
     retired: bool,
 }
 
+/// The envelope kind of a chain's hint object.
+const HINT_KIND: &str = "chain.head";
+
 /// The hint as read: the generation it points at, its version, and whether the run is retired.
 #[derive(Clone, Debug)]
 pub struct HintView {
@@ -113,17 +116,20 @@ impl Chain {
             .map(|hint| (hint.generation, hint.etag)))
     }
 
-    /// Reads the hint with its retirement mark.
+    /// Reads the hint with its retirement mark. A hint that does not decode (corrupt, foreign,
+    /// or from a newer format) is an error naming it, never "no hint": without the hint a
+    /// load probes from 1 and, after gc, could fold a stale prefix; a takeover could fence
+    /// into a free low slot.
     pub async fn read_hint(&self) -> Result<Option<HintView>, StoreError> {
         let key = layout::head(&self.base);
-        Ok(self.store.read(&key).await?.and_then(|object| {
-            serde_json::from_slice::<Hint>(&object.bytes)
-                .ok()
-                .map(|hint| HintView {
-                    generation: hint.generation,
-                    etag: object.etag,
-                    retired: hint.retired,
-                })
+        let Some(object) = self.store.read(&key).await? else {
+            return Ok(None);
+        };
+        let hint: Hint = layout::decode_object(&key, HINT_KIND, &object.bytes)?;
+        Ok(Some(HintView {
+            generation: hint.generation,
+            etag: object.etag,
+            retired: hint.retired,
         }))
     }
 
@@ -137,7 +143,7 @@ impl Chain {
             let current = self.read_hint().await?;
             let hint = Hint {
                 format: FORMAT_VERSION,
-                kind: "chain.head".into(),
+                kind: HINT_KIND.into(),
                 generation: current.as_ref().map_or(final_generation, |hint| {
                     hint.generation.max(final_generation)
                 }),
@@ -190,7 +196,7 @@ impl Chain {
         let key = layout::head(&self.base);
         let hint = Hint {
             format: FORMAT_VERSION,
-            kind: "chain.head".into(),
+            kind: HINT_KIND.into(),
             generation: n,
             retired: false,
         };

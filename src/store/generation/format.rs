@@ -202,6 +202,24 @@ pub enum GenerationError {
     },
 }
 
+impl GenerationError {
+    /// Whether the chain itself is damaged (an object that does not decode, belongs to another
+    /// run, breaks continuity or the fold, or cannot be unsealed): waiting or retrying cannot
+    /// make it load. A store failure, a missing or retired run and a lost race are not damage.
+    pub fn is_damage(&self) -> bool {
+        !matches!(
+            self,
+            GenerationError::Store(_)
+                | GenerationError::NotFound { .. }
+                | GenerationError::Retired { .. }
+                | GenerationError::Interrupted { .. }
+                | GenerationError::AlreadyExists { .. }
+                | GenerationError::Fenced { .. }
+                | GenerationError::Conflict { .. }
+        )
+    }
+}
+
 fn retired_outcome(outcome: &Option<crate::core::fact::Outcome>) -> String {
     match outcome {
         Some(outcome) => format!("after it ended ({outcome})"),

@@ -27,6 +27,10 @@ pub struct Loaded {
     pub generation: u64,
     /// The epoch of the newest generation.
     pub epoch: Epoch,
+    /// Who wrote the newest generation (`<holder>/<nonce>` for a process writing as a
+    /// holder, see `Store::writing_as`): a writer resuming at that generation's epoch checks
+    /// that the holding is its own.
+    pub writer: String,
     /// SHA-256 of the newest generation object's bytes, for pinning a recovery to it.
     pub digest: String,
     /// The snapshot the chain was read from.
@@ -259,6 +263,7 @@ async fn load_chain(
         state,
         generation: newest,
         epoch: newest_generation.epoch,
+        writer: newest_generation.writer,
         digest,
         base,
         epoch_starts: newest_generation.epoch_starts,

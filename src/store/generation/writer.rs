@@ -175,8 +175,20 @@ impl RunWriter {
                 unsure: None,
             };
             if loaded.epoch == epoch {
-                // Our own epoch already fenced this run (a restart of the same holding).
-                return Ok(writer);
+                // Our own epoch already fenced this run (a restart of the same holding) — if
+                // the generation at it is ours. Every holding of a lease has its own epoch, so
+                // another writer at this epoch means the epoch was never ours to hold (a
+                // lease that did not reserve it): stop rather than write beside it.
+                if store.writes_as(&loaded.writer) {
+                    return Ok(writer);
+                }
+                tracing::warn!(run_id = %run, epoch = %epoch, writer = %loaded.writer, generation = loaded.generation, "another writer holds this epoch; not resuming");
+                return Err(GenerationError::Fenced {
+                    run: run.clone(),
+                    generation: loaded.generation,
+                    epoch,
+                    by_epoch: loaded.epoch,
+                });
             }
             match writer.commit_facts(Vec::new(), false).await {
                 Ok(()) => {
@@ -229,6 +241,12 @@ impl RunWriter {
     /// writer wrote or loaded that generation itself.
     pub fn newest_digest(&self) -> Option<&str> {
         self.newest_digest.as_deref()
+    }
+
+    /// The first generation of every epoch of the chain, as the newest generation records
+    /// them.
+    pub fn epoch_starts(&self) -> &[(Epoch, u64)] {
+        &self.epoch_starts
     }
 
     /// The snapshot generation the newest generation builds on (equal to it for a snapshot).
@@ -341,10 +359,15 @@ impl RunWriter {
         // Each payload is encoded once: the lines give its size, its digest and, when
         // sealing, the plaintext.
         let (new_lines, new_digest) = encode(&new_facts)?;
+        // A fence (a commit of no new facts) is never a snapshot: only snapshots move the
+        // hint, and a fence written after a recovery pinned the run (a second admission) must
+        // not move it past the pin, or gc would delete the pinned chain (see the retention
+        // contract). The next commit with facts snapshots as the policy says.
         let snapshot = first
-            || self.delta_count + 1 >= self.policy.max_deltas
-            || (self.delta_count + 1 >= self.policy.min_deltas
-                && self.delta_bytes + new_lines.len() as u64 >= 2 * self.snapshot_bytes);
+            || (!new_facts.is_empty()
+                && (self.delta_count + 1 >= self.policy.max_deltas
+                    || (self.delta_count + 1 >= self.policy.min_deltas
+                        && self.delta_bytes + new_lines.len() as u64 >= 2 * self.snapshot_bytes)));
         let mut epoch_starts = self.epoch_starts.clone();
         if epoch_starts
             .last()
