@@ -753,6 +753,8 @@ async fn gc_removes_finished_runs_but_keeps_fences(store: Store) {
             layout::generation(&base, 1),
             layout::generation(&base, fence),
             layout::head(&base),
+            // This run was written without a lease; its retirement created one, reserved.
+            layout::lease("old-run"),
             layout::tombstone("old-run"),
         ]
     );

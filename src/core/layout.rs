@@ -15,6 +15,7 @@
 //! sessions/<shard>/<session>/gen/<n:020>           session snapshot envelopes (immutable)
 //! workflows/<shard>/<workflow>/gen/<n:020>         workflow checkpoints (immutable)
 //! probe/<nonce>/...                                capability probe scratch keys (deleted after)
+//! gc/clock                                         rewritten by each gc pass to read the store's clock
 //! ```
 //!
 //! `<shard>` is the first two hex digits of the SHA-256 of the ID, so a large fleet's writes
@@ -64,6 +65,11 @@ fn spread(kind: &str, id: &str) -> String {
 /// The key of the format marker, which says the bucket's layout version.
 pub fn format_marker() -> &'static str {
     "rekindle-format"
+}
+
+/// The object each gc pass rewrites to read the store's own clock (see `gc::StoreClock`).
+pub fn gc_clock() -> &'static str {
+    "gc/clock"
 }
 
 /// The base of everything a run owns; its generation chain lives here.

@@ -27,7 +27,7 @@
 //! retired; (3) deletion of its other generations and loop checkpoints. The next gc sees the
 //! tombstone and redoes (2) and (3); `load` refuses the run as retired from (2) on.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -128,6 +128,69 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// How gc tells an object's age: on the store's own clock where the store reports
+/// modification times, so a writer whose clock lags cannot make what it wrote look old.
+///
+/// Each pass rewrites `gc/clock` and lists it back: its modification time is the store's
+/// "now" at that moment, and `now_ms` (gc's own clock, which a caller may set ahead to ask
+/// what a later pass would do) moves it on by gc's own elapsed time, so no two machines'
+/// clocks are ever compared. An object's age is then that "now" minus the modification time
+/// the store listed for it. Where either time is missing (a store that reports none, or a dry
+/// run, which writes nothing), the age falls back to gc's clock against the `at_ms` the writer
+/// recorded, as before.
+#[derive(Clone, Copy, Debug)]
+struct StoreClock {
+    /// gc's clock for this pass.
+    now_ms: u64,
+    /// The store's clock for this pass: the marker's modification time, moved on by what gc's
+    /// clock says passed since it was written.
+    store_now_ms: Option<u64>,
+}
+
+impl StoreClock {
+    /// Reads the store's clock by rewriting the marker (nothing, in a dry run).
+    async fn read(store: &Store, now_ms: u64, dry_run: bool) -> Result<StoreClock, StoreError> {
+        if dry_run {
+            return Ok(StoreClock {
+                now_ms,
+                store_now_ms: None,
+            });
+        }
+        let key = layout::gc_clock();
+        let written_at_ms = store.clock().wall_ms();
+        store
+            .put(
+                key,
+                layout::encode_object(&serde_json::json!({
+                    "format": layout::FORMAT_VERSION,
+                    "kind": "gc.clock",
+                    "at_ms": written_at_ms,
+                })),
+            )
+            .await?;
+        let marker = store
+            .list("gc/", None, 16)
+            .await?
+            .into_iter()
+            .find(|listed| listed.key == key)
+            .and_then(|listed| listed.modified_ms);
+        Ok(StoreClock {
+            now_ms,
+            store_now_ms: marker
+                .map(|marker| marker.saturating_add(now_ms.saturating_sub(written_at_ms))),
+        })
+    }
+
+    /// How old an object is: on the store's clock if the listing gave its modification time,
+    /// else by `at_ms`, the time its writer recorded.
+    fn age_ms(&self, modified_ms: Option<u64>, at_ms: u64) -> u64 {
+        match (self.store_now_ms, modified_ms) {
+            (Some(now), Some(modified)) => now.saturating_sub(modified),
+            _ => self.now_ms.saturating_sub(at_ms),
+        }
+    }
+}
+
 /// Whether gc retires `run` now, and on which lease version (see [`retire`]): a run whose
 /// lease a retirement already reserved (one that crashed before its tombstone), or one that
 /// ended (terminal fact), is not leased, not in the index, and whose newest generation is
@@ -137,7 +200,8 @@ async fn retirement_due(
     store: &Store,
     run: &RunId,
     policy: &GcPolicy,
-    now_ms: u64,
+    clock: &StoreClock,
+    modified: &BTreeMap<String, Option<u64>>,
 ) -> Result<Option<Option<ETag>>, StoreError> {
     let lease = match crate::store::lease::read_lease(store, run).await {
         Ok(lease) => lease,
@@ -176,7 +240,14 @@ async fn retirement_due(
         None => u64::MAX,
     };
     let keep_ms = millis(policy.retention.max(policy.grace));
-    Ok((at_ms.saturating_add(keep_ms) < now_ms).then(|| lease.map(|view| view.etag)))
+    let age_ms = clock.age_ms(
+        modified
+            .get(&newest.key(loaded.generation))
+            .copied()
+            .flatten(),
+        at_ms,
+    );
+    Ok((at_ms != u64::MAX && age_ms > keep_ms).then(|| lease.map(|view| view.etag)))
 }
 
 /// Every key under `prefix`.
@@ -429,15 +500,15 @@ pub async fn retire(
     retire_chain(store, &base, &tombstone, &keys).await
 }
 
-/// Runs one gc pass at `now_ms` (the gc process's wall clock).
+/// Runs one gc pass at `now_ms` (the gc process's wall clock; later to ask what a later pass
+/// would do).
 ///
-/// Ages compare `now_ms` with `at_ms` recorded in a generation by the writer that committed
-/// it (its wall clock): the store's own timestamps are not in a bounded listing. Skew between
-/// those two clocks within the grace period is harmless: it shifts when a deletion happens
-/// by at most the skew, and the grace period is chosen far longer than skew plus any request
-/// deadline, so no request that started before the snapshot existed is still in flight when
-/// gc acts. Even then correctness does not depend on it: a probe rereads the hint, a load
-/// restarts from it.
+/// Ages are judged on the store's own clock where the store reports modification times (see
+/// `StoreClock`): the pass rewrites `gc/clock`, reads the store's "now" from its listing, and
+/// compares it with the modification times the store listed, so neither gc's clock nor a
+/// writer's enters. Without them it falls back to `at_ms` recorded by the writer, whose skew
+/// against gc shifts a deletion by the skew. Correctness never rests on the grace period: a
+/// probe rereads the hint, a load restarts from it.
 pub async fn collect(store: &Store, policy: &GcPolicy, now_ms: u64) -> Result<GcReport, GcError> {
     collect_or_count(store, policy, now_ms, false).await
 }
@@ -458,7 +529,7 @@ pub async fn dry_run(store: &Store, policy: &GcPolicy, now_ms: u64) -> Result<Gc
 async fn sweep_dead_processes(
     store: &Store,
     policy: &GcPolicy,
-    now_ms: u64,
+    clock: &StoreClock,
     dry_run: bool,
     report: &mut GcReport,
 ) -> Result<(), GcError> {
@@ -477,20 +548,23 @@ async fn sweep_dead_processes(
     // and an inbox its registration.
     let inboxes = list_all(store, layout::inbox_prefix()).await?;
     let registrations = list_all(store, layout::workers_prefix()).await?;
-    let heartbeats: BTreeSet<String> = list_all(store, layout::heartbeats_prefix())
+    let heartbeats: BTreeMap<String, Option<u64>> = store
+        .list_all(layout::heartbeats_prefix())
         .await?
         .into_iter()
+        .map(|listed| (listed.key, listed.modified_ms))
         .collect();
     let grace = millis(policy.grace);
     // Judged on gc's clock against the writer's: the margin (the grace period, and never less
     // than ten TTLs) must dwarf the clock skew between machines, as for everything gc deletes.
     let dead_after = |ttl_ms: u64| ttl_ms.saturating_add(grace.max(ttl_ms.saturating_mul(10)));
     let mut dead = BTreeSet::new();
-    for key in heartbeats.iter().cloned() {
+    for (key, modified_ms) in heartbeats.iter() {
+        let key = key.clone();
         match crate::store::lease::read_heartbeat(store, &key).await {
             Ok(Some((beat, _)))
                 if !named.contains(&key)
-                    && beat.at_ms.saturating_add(dead_after(beat.ttl_ms)) < now_ms =>
+                    && clock.age_ms(*modified_ms, beat.at_ms) > dead_after(beat.ttl_ms) =>
             {
                 if !dry_run {
                     store.delete(&key).await?;
@@ -520,7 +594,9 @@ async fn sweep_dead_processes(
         };
         // Dead now, or gone already (removed by the coordinator, whose crash or a stopping
         // worker's left the registration behind).
-        if dead.contains(&registration.heartbeat) || !heartbeats.contains(&registration.heartbeat) {
+        if dead.contains(&registration.heartbeat)
+            || !heartbeats.contains_key(&registration.heartbeat)
+        {
             if !dry_run {
                 store.delete(&layout::inbox(&registration.worker)).await?;
                 store.delete(&key).await?;
@@ -551,8 +627,14 @@ async fn collect_or_count(
     dry_run: bool,
 ) -> Result<GcReport, GcError> {
     let mut report = GcReport::default();
-    sweep_dead_processes(store, policy, now_ms, dry_run, &mut report).await?;
-    let keys = list_all(store, layout::runs_prefix()).await?;
+    let clock = StoreClock::read(store, now_ms, dry_run).await?;
+    sweep_dead_processes(store, policy, &clock, dry_run, &mut report).await?;
+    let listed = store.list_all(layout::runs_prefix()).await?;
+    let modified: BTreeMap<String, Option<u64>> = listed
+        .iter()
+        .map(|listed| (listed.key.clone(), listed.modified_ms))
+        .collect();
+    let keys: Vec<String> = listed.into_iter().map(|listed| listed.key).collect();
     // Group keys by the run they belong to ("runs/<shard>/<run>"): runs with generations,
     // and retired runs (tombstone), whose retirement a crash may have left unfinished.
     let mut runs: BTreeSet<String> = BTreeSet::new();
@@ -629,7 +711,7 @@ async fn collect_or_count(
                     continue;
                 }
             };
-        if let Some(judged) = retirement_due(store, &run_id, policy, now_ms).await? {
+        if let Some(judged) = retirement_due(store, &run_id, policy, &clock, &modified).await? {
             if !dry_run {
                 match retire(store, &run_id, RetiredBy::Retention, judged.as_ref()).await {
                     Ok(_) => {}
@@ -658,12 +740,13 @@ async fn collect_or_count(
             .collect();
         // Every superseded generation was created before its snapshot (slots are created in
         // order), so once the snapshot is older than the grace period, so are they: one age
-        // check, on an object gc has read anyway.
-        if snapshot_generation
-            .at_ms
-            .saturating_add(millis(policy.grace))
-            >= now_ms
-        {
+        // check, on an object gc has read anyway (its age on the store's clock, see
+        // `StoreClock`).
+        let snapshot_age = clock.age_ms(
+            modified.get(&snapshot_key).copied().flatten(),
+            snapshot_generation.at_ms,
+        );
+        if snapshot_age <= millis(policy.grace) {
             report.generations_in_grace += superseded.len() as u64;
             continue;
         }

@@ -83,6 +83,10 @@ pub struct Listed {
     pub etag: Option<ETag>,
     /// Size of the object in bytes.
     pub size: u64,
+    /// When the store last wrote the object, on the store's own clock (milliseconds since the
+    /// Unix epoch), if it reports a plausible one. Compared only with other times the same
+    /// store reported (see `gc::StoreClock`), never with a process's clock.
+    pub modified_ms: Option<u64>,
 }
 
 /// Why a store operation failed, sorted by what the caller should do next.
@@ -1122,6 +1126,10 @@ impl Store {
             };
             // The local backend lists in directory order: read it whole, then sort and cut.
             let local = matches!(self.backend, Backend::Local { .. });
+            // A memory bucket lives inside one process and has no clock of its own: its
+            // timestamps are that process's system clock, which tests and the simulation
+            // replace with an injected one. Only a store with its own clock reports times.
+            let timed = !matches!(self.backend, Backend::Memory);
             let mut listed = Vec::new();
             while local || listed.len() < limit {
                 match stream.next().await {
@@ -1134,6 +1142,9 @@ impl Store {
                             key: self.relative(&meta.location),
                             etag: meta.e_tag.map(ETag),
                             size: meta.size,
+                            modified_ms: u64::try_from(meta.last_modified.timestamp_millis())
+                                .ok()
+                                .filter(|&ms| timed && ms > 0),
                         });
                     }
                     Some(Err(object_store::Error::NotFound { .. })) | None => break,
