@@ -995,3 +995,288 @@ async fn a_pinned_load_with_a_wrong_base_is_still_exact() {
         assert_eq!(loaded.state, exact.state, "hint {hint:?}");
     }
 }
+
+// Regression (retirement before generation 1): a host took its lease and was paused before
+// its first commit; `runs rm --force` found no generation, so it fenced nothing and the host's
+// later commits were acknowledged into a retired run that gc then deleted. The retirement now
+// takes generation 1 with an empty fence at the epoch it reserved.
+#[tokio::test]
+async fn retiring_a_run_before_its_first_generation_fences_its_first_slot() {
+    use rekindle::store::lease::Holder;
+    use rekindle::store::tombstone;
+
+    let store = common::memory();
+    let run = RunId::new("paused-before-gen-1");
+    let host = Holder::new(&store, "host", Duration::from_millis(200));
+    host.beat().await.unwrap();
+    let held = host.acquire_new(&run).await.unwrap();
+    // The host is paused now: it never beats again, so the forced removal judges it gone.
+    rekindle::fleet::removal::remove(&store, &run, true)
+        .await
+        .unwrap();
+    let facts = sample::run(run.as_str(), 20, 41);
+    let woke = RunWriter::create(
+        &store.writing_as("host"),
+        facts[..3].to_vec(),
+        held.epoch,
+        POLICY,
+    )
+    .await;
+    assert!(
+        matches!(
+            woke,
+            Err(GenerationError::Retired { .. } | GenerationError::Fenced { .. })
+        ),
+        "the paused host's first commit landed in a retired run: {woke:?}"
+    );
+    let retired = tombstone::read(&store, &run).await.unwrap().unwrap();
+    assert!(retired.last_epoch > held.epoch, "{retired:?}");
+    assert_eq!(retired.epoch_starts, vec![(retired.last_epoch, 1)]);
+    // gc keeps the fence (an epoch's first slot): the host stays refused after it.
+    collect_later(&store).await;
+    assert!(
+        RunWriter::create(&store, facts[..3].to_vec(), held.epoch, POLICY)
+            .await
+            .is_err()
+    );
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { outcome: None, .. })
+    ));
+}
+
+// Regression (an epoch retirement never reserved): retirement read the lease and fenced at
+// epoch + 1 without writing that epoch to the lease, so a holder taking the lease meanwhile
+// (an answer to a parked run) got the same epoch, took the retirement's fence for its own
+// holding and committed after it. Now the retirement reserves the epoch by compare-and-swap on
+// the lease version it judged: a holder that took the lease first makes it decide again, and
+// one that comes after is refused.
+#[tokio::test]
+async fn retirement_reserves_its_epoch_against_a_racing_holder() {
+    use rekindle::store::gc::GcError;
+    use rekindle::store::lease::{self, Holder, LeaseError};
+    use rekindle::store::tombstone::RetiredBy;
+
+    let store = common::memory();
+    let run = RunId::new("parked-run");
+    let facts = sample::run(run.as_str(), 20, 42);
+    let host = Holder::new(&store, "host", Duration::from_secs(5));
+    let held = host.acquire_new(&run).await.unwrap();
+    RunWriter::create(
+        &store.writing_as("host"),
+        facts[..4].to_vec(),
+        held.epoch,
+        POLICY,
+    )
+    .await
+    .unwrap();
+    host.release(&held).await.unwrap();
+    // The remover judges the released lease; an answerer takes it before the retirement acts.
+    let judged = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    let answerer = Holder::new(&store, "answerer", Duration::from_secs(5));
+    let answering = answerer.acquire(&run).await.unwrap();
+    let refused = gc::retire(&store, &run, RetiredBy::Removal, Some(&judged.etag)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(GcError::Lease(LeaseError::ChangedSinceJudged { .. }))
+        ),
+        "{refused:?}"
+    );
+    // Nothing was retired: the answer commits and is kept.
+    let mut writer = RunWriter::resume(
+        &store.writing_as("answerer"),
+        &run,
+        answering.epoch,
+        POLICY,
+    )
+    .await
+    .unwrap();
+    writer.commit(facts[4..5].to_vec()).await.unwrap();
+    answerer.release(&answering).await.unwrap();
+    // The other order: the retirement reserves first, and the answerer is refused.
+    let judged = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    gc::retire(&store, &run, RetiredBy::Removal, Some(&judged.etag))
+        .await
+        .unwrap();
+    let late = answerer.acquire(&run).await;
+    assert!(
+        matches!(late, Err(LeaseError::Retired { .. })),
+        "a holder took a retired run's lease: {late:?}"
+    );
+    let tombstone = rekindle::store::tombstone::read(&store, &run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(tombstone.last_epoch > answering.epoch, "{tombstone:?}");
+}
+
+// Proves the "same epoch, so this is my holding" shortcut of a resuming writer checks that the
+// generation at its epoch is its own: a writer handed an epoch another writer already fenced
+// at is refused, not let to commit beside it.
+#[tokio::test]
+async fn a_writer_takes_only_its_own_generation_for_its_holding() {
+    let store = common::memory();
+    let run = RunId::new("shared-epoch");
+    let facts = sample::run(run.as_str(), 20, 43);
+    RunWriter::create(&store, facts[..3].to_vec(), Epoch(1), POLICY)
+        .await
+        .unwrap();
+    RunWriter::resume(&store.writing_as("first"), &run, Epoch(2), POLICY)
+        .await
+        .unwrap();
+    let other = RunWriter::resume(&store.writing_as("second"), &run, Epoch(2), POLICY).await;
+    assert!(
+        matches!(other, Err(GenerationError::Fenced { .. })),
+        "{other:?}"
+    );
+    // The holding's own writer (a restart of the same holding) goes on without a new fence.
+    let mine = RunWriter::resume(&store.writing_as("first"), &run, Epoch(2), POLICY)
+        .await
+        .unwrap();
+    assert_eq!(mine.generation(), 2);
+}
+
+// Regression (a late fence cost a recovery its pinned chain): two admissions of one recovery
+// both passed the claim; the second fenced the source after the first pinned it, and when that
+// fence came out a snapshot it moved the hint past the pin, so gc deleted the pinned deltas
+// and the recovery could never seed. Fences are never snapshots now: the pin survives gc.
+#[tokio::test]
+async fn a_late_fence_after_a_pin_leaves_the_pinned_chain_to_gc() {
+    use rekindle::core::fact::RecoveryId;
+    use rekindle::fleet::admission::{self, Takeover};
+    use rekindle::store::lease::Holder;
+
+    let store = common::memory();
+    let source = RunId::new("pinned-source");
+    let facts = sample::run(source.as_str(), 120, 44);
+    let host = Holder::new(&store, "host", Duration::from_secs(5));
+    let held = host.acquire_new(&source).await.unwrap();
+    // Deltas only, so the admissions' fences count on from the default policy's limit: the
+    // first fence lands as the 63rd delta, the second would have been the snapshot.
+    let wide = SnapshotPolicy {
+        max_deltas: 1000,
+        min_deltas: 1000,
+    };
+    let default = SnapshotPolicy::default();
+    let mut writer = RunWriter::create(
+        &store.writing_as("host"),
+        facts[..2].to_vec(),
+        held.epoch,
+        wide,
+    )
+    .await
+    .unwrap();
+    for fact in &facts[2..2 + default.max_deltas as usize - 2] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let coordinator = Arc::new(Holder::new(&store, "coordinator", Duration::from_secs(5)));
+    let recovery_id = RecoveryId::new("pinned-recovery");
+    let admitted = admission::admit(
+        &store,
+        &coordinator,
+        &source,
+        &recovery_id,
+        false,
+        Takeover::Now,
+    )
+    .await
+    .unwrap();
+    let pin = admitted.record;
+    // The second admission's fence, after the pin (a paused old leader waking up).
+    let late = Arc::new(Holder::new(&store, "old-leader", Duration::from_secs(5)));
+    admission::fence_source(&store, &late, &source)
+        .await
+        .unwrap();
+    let hint = rekindle::store::generation::Chain::new(&store, layout::run_base(source.as_str()))
+        .hint()
+        .await
+        .unwrap()
+        .map(|(generation, _)| generation);
+    assert!(
+        hint.is_none_or(|hint| hint <= pin.source_base.unwrap_or(1)),
+        "the late fence moved the hint past the pin: hint {hint:?}, pin base {:?}",
+        pin.source_base
+    );
+    collect_later(&store).await;
+    let seeded = generation::load_pinned(&store, &source, pin.source_generation, pin.source_base)
+        .await
+        .unwrap();
+    assert_eq!(seeded.digest, pin.source_digest);
+    assert_eq!(seeded.state.facts(), writer.state().facts());
+}
+
+// Hardening: an undecodable hint was read as "no hint", so after gc a load probed from 1 and
+// could fold a stale prefix from the epochs' first slots. It is an error naming the hint now.
+#[tokio::test]
+async fn an_undecodable_hint_is_an_error_naming_it() {
+    let store = common::memory();
+    let run = RunId::new("bad-hint");
+    let facts = sample::run(run.as_str(), 40, 45);
+    let mut writer = RunWriter::create(&store, facts[..2].to_vec(), Epoch(1), POLICY)
+        .await
+        .unwrap();
+    for fact in &facts[2..20] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    collect_later(&store).await;
+    let head = layout::head(&layout::run_base(run.as_str()));
+    store
+        .put(&head, bytes::Bytes::from_static(b"{\"generation\": 1"))
+        .await
+        .unwrap();
+    let error = generation::load(&store, &run, None).await.unwrap_err();
+    assert!(
+        error.to_string().contains(&head) && error.to_string().contains("corrupt"),
+        "{error}"
+    );
+    let error: rekindle::Error = error.into();
+    assert_eq!(error.kind(), rekindle::ErrorKind::Corrupt);
+}
+
+// Hardening: gc judged the grace period on the writer's clock (`at_ms`), so a writer whose
+// clock lagged by more than the grace got none. On a store that reports modification times
+// (a local directory here, S3 alike) ages are judged on the store's clock.
+#[tokio::test]
+async fn a_writer_with_a_lagging_clock_still_gets_its_grace() {
+    use rekindle::clock::ManualClock;
+    use rekindle::store::StoreUrl;
+
+    let dir = tempfile::tempdir().unwrap();
+    let gc_store = common::local(dir.path()).await;
+    let two_hours = 2 * 3600 * 1000;
+    let lagging = ManualClock::new(gc_store.clock().wall_ms() - two_hours);
+    let writer_store = Store::open(
+        &StoreUrl::Local {
+            root: dir.path().to_owned(),
+        },
+        &common::settings(),
+        lagging,
+    )
+    .await
+    .unwrap();
+    let run = RunId::new("lagging-writer");
+    let facts = sample::run(run.as_str(), 40, 46);
+    let mut writer = RunWriter::create(&writer_store, facts[..2].to_vec(), Epoch(1), POLICY)
+        .await
+        .unwrap();
+    for fact in &facts[2..20] {
+        writer.commit(vec![fact.clone()]).await.unwrap();
+    }
+    let policy = gc::GcPolicy {
+        retention: Duration::from_secs(7 * 24 * 3600),
+        grace: Duration::from_secs(3600),
+    };
+    let now = gc_store.clock().wall_ms();
+    let report = gc::collect(&gc_store, &policy, now).await.unwrap();
+    assert_eq!(
+        report.generations_deleted, 0,
+        "gc took the lagging writer's clock for the age: {report:?}"
+    );
+    assert!(report.generations_in_grace > 0, "{report:?}");
+    // Past the grace on gc's own clock, they go.
+    let later = gc::collect(&gc_store, &policy, now + 2 * 3600 * 1000)
+        .await
+        .unwrap();
+    assert!(later.generations_deleted > 0, "{later:?}");
+}
