@@ -1084,14 +1084,10 @@ async fn retirement_reserves_its_epoch_against_a_racing_holder() {
         "{refused:?}"
     );
     // Nothing was retired: the answer commits and is kept.
-    let mut writer = RunWriter::resume(
-        &store.writing_as("answerer"),
-        &run,
-        answering.epoch,
-        POLICY,
-    )
-    .await
-    .unwrap();
+    let mut writer =
+        RunWriter::resume(&store.writing_as("answerer"), &run, answering.epoch, POLICY)
+            .await
+            .unwrap();
     writer.commit(facts[4..5].to_vec()).await.unwrap();
     answerer.release(&answering).await.unwrap();
     // The other order: the retirement reserves first, and the answerer is refused.
@@ -1149,11 +1145,12 @@ async fn a_late_fence_after_a_pin_leaves_the_pinned_chain_to_gc() {
 
     let store = common::memory();
     let source = RunId::new("pinned-source");
-    let facts = sample::run(source.as_str(), 120, 44);
+    let facts = sample::run(source.as_str(), 200, 44);
     let host = Holder::new(&store, "host", Duration::from_secs(5));
     let held = host.acquire_new(&source).await.unwrap();
-    // Deltas only, so the admissions' fences count on from the default policy's limit: the
-    // first fence lands as the 63rd delta, the second would have been the snapshot.
+    // A large snapshot, then small deltas only, so the admissions' fences count on to the
+    // default policy's limit: the first fence lands as the 63rd delta, the second would have
+    // been the 64th, a snapshot.
     let wide = SnapshotPolicy {
         max_deltas: 1000,
         min_deltas: 1000,
@@ -1161,13 +1158,13 @@ async fn a_late_fence_after_a_pin_leaves_the_pinned_chain_to_gc() {
     let default = SnapshotPolicy::default();
     let mut writer = RunWriter::create(
         &store.writing_as("host"),
-        facts[..2].to_vec(),
+        facts[..100].to_vec(),
         held.epoch,
         wide,
     )
     .await
     .unwrap();
-    for fact in &facts[2..2 + default.max_deltas as usize - 2] {
+    for fact in &facts[100..100 + default.max_deltas as usize - 2] {
         writer.commit(vec![fact.clone()]).await.unwrap();
     }
     let coordinator = Arc::new(Holder::new(&store, "coordinator", Duration::from_secs(5)));
