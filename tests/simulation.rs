@@ -130,6 +130,8 @@ struct World {
     answers: Mutex<BTreeMap<String, u32>>,
     hosts: Mutex<BTreeMap<String, HostOutcome>>,
     injected: Mutex<BTreeMap<&'static str, u64>>,
+    /// Runs an operator retired (`runs rm`), by run.
+    retired: Mutex<BTreeSet<String>>,
 }
 
 impl World {
@@ -144,6 +146,7 @@ impl World {
             answers: Mutex::new(BTreeMap::new()),
             hosts: Mutex::new(BTreeMap::new()),
             injected: Mutex::new(BTreeMap::new()),
+            retired: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -673,6 +676,11 @@ struct Scenario {
     slots: (u32, u32),
     /// (retention, interval) of a gc process.
     gc: Option<(u64, u64)>,
+    /// An operator's `runs rm` of one host's run: (host, at ms, --force).
+    removal: Option<(usize, u64, bool)>,
+    /// When an operator runs `rekindle recover --all` (without --takeover) beside the
+    /// coordinators: admissions of the same recovery IDs racing theirs.
+    recover_all: Vec<u64>,
 }
 
 fn pick(random: &mut SplitMix, per_mille: u32) -> bool {
@@ -733,7 +741,7 @@ impl Scenario {
         let park_at = pick(random, 300).then(|| random.below(turns as u32) as usize);
         let approve = pick(random, 800);
         let answer_delay_ms = u64::from(random.below(6_000));
-        let hosts = (0..2 + random.below(2))
+        let hosts: Vec<HostPlan> = (0..2 + random.below(2))
             .map(|_| {
                 let calm = pick(random, 250);
                 // Some hosts declare a longer TTL than the coordinator's.
@@ -819,6 +827,22 @@ impl Scenario {
         } else {
             (4, 2)
         };
+        // The operator's retirements and `recover --all` runs, drawn apart too.
+        let mut operator = SplitMix::new(seed ^ 0x2E71_2E00_0000_0003);
+        let removal = pick(&mut operator, 200).then(|| {
+            (
+                operator.below(hosts.len() as u32) as usize,
+                u64::from(operator.below(8_000)),
+                pick(&mut operator, 500),
+            )
+        });
+        let recover_all = if pick(&mut operator, 200) {
+            (0..1 + operator.below(2))
+                .map(|_| u64::from(operator.below(8_000)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Scenario {
             seed,
             ttl_ms,
@@ -832,6 +856,8 @@ impl Scenario {
             workers,
             slots,
             gc,
+            removal,
+            recover_all,
         }
     }
 
@@ -887,6 +913,8 @@ impl Scenario {
             }],
             workers: vec![if role == Role::Worker { dies } else { calm }, calm],
             gc: None,
+            removal: None,
+            recover_all: Vec::new(),
         }
     }
 
@@ -1111,6 +1139,63 @@ async fn operator(world: Arc<World>, store: Store, scenario: Scenario) {
                 first_seen.remove(&entry.run_id);
             }
         }
+    }
+}
+
+/// The operator retires one run (`rekindle runs rm`, maybe `--force`), whatever it is doing:
+/// running, paused, parked with an answer on the way, or being recovered.
+async fn remover(world: Arc<World>, store: Store, run: RunId, at_ms: u64, force: bool) {
+    rekindle::clock::sleep(Duration::from_millis(at_ms)).await;
+    world.trace("remover", format!("runs rm {run} (force: {force})"));
+    match rekindle::fleet::removal::remove(&store, &run, force).await {
+        Ok(deleted) => {
+            world.count("runs retired by runs rm");
+            world.retired.lock().unwrap().insert(run.to_string());
+            world.trace("remover", format!("retired {run} ({deleted} objects deleted)"));
+        }
+        Err(error) => {
+            world.count("runs rm refused");
+            world.trace("remover", format!("runs rm {run} refused: {error}"));
+        }
+    }
+}
+
+/// The operator runs `rekindle recover --all` (without `--takeover`) at each of `at_ms`: it
+/// watches every running run's holder for a TTL and admits those that stayed silent, racing
+/// the coordinators' admissions of the same recovery IDs.
+async fn recover_all(world: Arc<World>, store: Store, at_ms: Vec<u64>) {
+    let holder = Holder::new(&store, "recover-all", Duration::from_secs(5));
+    let waker = rekindle::fleet::wake::CoordinatorWaker::new(&store);
+    let started = Instant::now();
+    for at in at_ms {
+        let due = started + Duration::from_millis(at);
+        tokio::time::sleep_until(due.max(Instant::now())).await;
+        let Ok((entries, _)) = IndexScan::default().scan(&store).await else {
+            continue;
+        };
+        let judged = match rekindle::fleet::liveness::Watch::begin(&store, entries).await {
+            Ok(watch) => watch.finish(&store).await,
+            Err(error) => Err(error.into()),
+        };
+        let Ok(judged) = judged else {
+            continue;
+        };
+        let interrupted = judged
+            .into_iter()
+            .filter(|(_, found)| *found == rekindle::fleet::liveness::Watched::Interrupted);
+        let admissions = interrupted.map(|(entry, _)| {
+            let (store, holder, waker, world) = (&store, &holder, &waker, &world);
+            async move {
+                let admitted =
+                    fleet::recover_interrupted(store, holder, &entry.run_id, false, waker).await;
+                world.count("recover --all admissions");
+                world.trace(
+                    "recover-all",
+                    format!("admit {}: {:?}", entry.run_id, admitted.map(|r| r.state)),
+                );
+            }
+        });
+        futures::future::join_all(admissions).await;
     }
 }
 
@@ -1360,6 +1445,25 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
             every,
         ))
     });
+    let mut operator_tasks = Vec::new();
+    if let Some((host, at, force)) = scenario.removal {
+        let proc = Proc::new(&world, "remover".into(), calm, next_seed());
+        operator_tasks.push(tokio::spawn(remover(
+            Arc::clone(&world),
+            process_store(&proc, &bucket, next_seed()),
+            scenario.run_id(host),
+            at,
+            force,
+        )));
+    }
+    if !scenario.recover_all.is_empty() {
+        let proc = Proc::new(&world, "recover-all".into(), calm, next_seed());
+        operator_tasks.push(tokio::spawn(recover_all(
+            Arc::clone(&world),
+            process_store(&proc, &bucket, next_seed()),
+            scenario.recover_all.clone(),
+        )));
+    }
     let pause_tasks: Vec<JoinHandle<()>> = pauses
         .into_iter()
         .map(|(proc, at, length)| {
@@ -1431,7 +1535,11 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
             .collect();
         // Settled: every host is done and no run is left, or only dead-lettered ones.
         if hosts_done && ours.iter().all(|e| e.phase == Phase::Dead) {
-            for entry in ours {
+            let retired = world.retired.lock().unwrap().clone();
+            for entry in ours
+                .into_iter()
+                .filter(|e| !retired.contains(e.run_id.as_str()))
+            {
                 violations.push(format!(
                     "{}: left in the index as {:?} (recovery {:?})",
                     entry.run_id, entry.phase, entry.recovery_id
@@ -1454,6 +1562,9 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
     world.trace("sim", "settled; stopping the fleet");
     stop.store(true, Ordering::SeqCst);
     operator_task.abort();
+    for task in operator_tasks {
+        task.abort();
+    }
     if let Some(task) = gc_task {
         task.abort();
     }
@@ -1606,6 +1717,7 @@ async fn audit(world: &World, store: &Store, scenario: &Scenario) -> (Vec<String
         }
     }
     let ledger = world.ledger.lock().unwrap().clone();
+    let retired = world.retired.lock().unwrap().clone();
     let answers = world.answers.lock().unwrap().clone();
     let hosts = world.hosts.lock().unwrap().clone();
     let empty: Vec<LandedGeneration> = Vec::new();
@@ -1615,6 +1727,39 @@ async fn audit(world: &World, store: &Store, scenario: &Scenario) -> (Vec<String
         let source = by_run.get(run.as_str()).unwrap_or(&empty);
         let recovered = by_run.get(recovery.as_str()).unwrap_or(&empty);
         let executions: Vec<&Execution> = ledger.iter().filter(|e| e.run == run.as_str()).collect();
+        // Nothing acknowledged is lost to a retirement (by `runs rm` or gc): no generation
+        // lands after the one its tombstone names final (readers answer "retired" from there
+        // on, and gc deletes what is left), and no writer but the retirement's own fence
+        // holds the epoch the retirement reserved, or a later one.
+        for (chain_run, chain) in [(&run, source), (&recovery, recovered)] {
+            let Ok(Some(tombstone)) = rekindle::store::tombstone::read(store, chain_run).await
+            else {
+                continue;
+            };
+            for g in chain {
+                let after = g.slot > tombstone.final_generation;
+                let shared = g.generation.epoch >= tombstone.last_epoch
+                    && !g
+                        .generation
+                        .writer
+                        .starts_with(&format!("{}/", rekindle::store::gc::RETIREMENT_WRITER));
+                if after || shared {
+                    violation(format!(
+                        "{chain_run}: generation {} (epoch {}, seqs {}..={}, writer {}) landed {} the retirement (final generation {}, reserved epoch {}): acknowledged, then lost",
+                        g.slot,
+                        g.generation.epoch,
+                        g.generation.first_seq,
+                        g.generation.last_seq,
+                        g.generation.writer,
+                        if after { "after" } else { "at the epoch of" },
+                        tombstone.final_generation,
+                        tombstone.last_epoch
+                    ));
+                }
+            }
+        }
+        // A run the operator retired need not end: it was taken out of the fleet's hands.
+        let removed = retired.contains(run.as_str());
         // Died before its first commit: nothing was acknowledged. (A fence may have taken the
         // first slot with an empty generation, so a slow host's first commit fails.)
         let never_started = source
@@ -1642,7 +1787,7 @@ async fn audit(world: &World, store: &Store, scenario: &Scenario) -> (Vec<String
             .next_back()
             .is_some_and(|(_, _, f)| matches!(f.body, FactBody::Terminal(_)));
         completed += usize::from(terminal);
-        if !terminal {
+        if !terminal && !removed {
             let record = recovery::read(store, &recovery_id_for(&run))
                 .await
                 .ok()
@@ -1802,7 +1947,7 @@ async fn audit(world: &World, store: &Store, scenario: &Scenario) -> (Vec<String
             ));
         }
         // A live host is judged by the TTL it declared: a calm host's run is never taken.
-        if plan.calm {
+        if plan.calm && !removed {
             let claimed = creates.contains_key(layout::recovered_by(run.as_str()).as_str());
             match hosts.get(run.as_str()) {
                 Some(HostOutcome::Failed(error)) => violation(format!(
@@ -1837,6 +1982,7 @@ async fn audit(world: &World, store: &Store, scenario: &Scenario) -> (Vec<String
         };
         if record.recovery_id.as_str().starts_with(&prefix)
             && record.state != RecoveryState::Finished
+            && !retired.contains(record.source_run.as_str())
         {
             violation(format!(
                 "recovery {} left {:?} after {} attempts (last error: {})",

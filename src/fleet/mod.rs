@@ -756,20 +756,35 @@ impl Node {
             self.holder.ttl() / 4,
             self.holder.ttl() * 3,
         );
-        let held = match self.take_from_abandoned(&run, record).await? {
-            Some(held) => held,
-            // The first attempt (the lifecycle counts every start) finds no lease: create it
-            // without looking first.
-            None if record.attempts <= 1 => {
-                self.holder
+        let taken = async {
+            match self.take_from_abandoned(&run, record).await? {
+                Some(held) => Ok(held),
+                // The first attempt (the lifecycle counts every start) finds no lease: create
+                // it without looking first.
+                None if record.attempts <= 1 => Ok(self
+                    .holder
                     .create_or_wait_from(&run, floor, poll, max_wait)
-                    .await?
-            }
-            None => {
-                self.holder
+                    .await?),
+                None => Ok(self
+                    .holder
                     .acquire_or_wait_from(&run, floor, poll, max_wait)
-                    .await?
+                    .await?),
             }
+        };
+        let held = match taken.await {
+            Ok(held) => held,
+            // An earlier attempt ended the run and died before recording it, and gc has since
+            // retired the run, reserving its lease. It ended: report that, do not fail.
+            Err(error @ Error::Lease(LeaseError::Retired { .. })) => {
+                return match crate::store::tombstone::read(&self.store, &run).await? {
+                    Some(tombstone) => match tombstone.outcome {
+                        Some(outcome) => Ok(ended_earlier(outcome, tombstone.final_generation)),
+                        None => Err(error),
+                    },
+                    None => Err(error),
+                };
+            }
+            Err(error) => return Err(error),
         };
         tracing::Span::current().record("epoch", held.epoch.0);
         let attempt = async {
@@ -792,13 +807,7 @@ impl Node {
                     outcome: Some(outcome),
                     final_generation,
                     ..
-                }) => {
-                    let terminal = crate::core::fact::Terminal {
-                        outcome,
-                        message: "ended in an earlier attempt (checkpoint since retired)".into(),
-                    };
-                    return Ok((Stopped::Finished(terminal), final_generation));
-                }
+                }) => return Ok(ended_earlier(outcome, final_generation)),
                 Err(GenerationError::NotFound { .. }) => {
                     let source = match seed {
                         Some(seeded) => seeded?,
@@ -1041,6 +1050,16 @@ pub async fn recover_interrupted(
         }
         Err(other) => Err(other),
     }
+}
+
+/// How a recovery attempt reports a run an earlier attempt ended, whose checkpoint gc has
+/// retired since: finished, with the outcome and final generation its tombstone recorded.
+fn ended_earlier(outcome: crate::core::fact::Outcome, final_generation: u64) -> (Stopped, u64) {
+    let terminal = crate::core::fact::Terminal {
+        outcome,
+        message: "ended in an earlier attempt (checkpoint since retired)".into(),
+    };
+    (Stopped::Finished(terminal), final_generation)
 }
 
 /// Answers a parked run as a short-lived process does (`rekindle answer`): [`answer_run`]
