@@ -220,6 +220,9 @@ struct Proc {
     writes: AtomicU64,
     dead: AtomicBool,
     paused_until: Mutex<Option<Instant>>,
+    /// Pause this long right after the first lease this process writes lands (a host frozen
+    /// between taking its run's lease and its first commit).
+    freeze_after_lease: Mutex<Option<u64>>,
 }
 
 impl Proc {
@@ -232,6 +235,7 @@ impl Proc {
             writes: AtomicU64::new(0),
             dead: AtomicBool::new(false),
             paused_until: Mutex::new(None),
+            freeze_after_lease: Mutex::new(None),
         })
     }
 
@@ -453,6 +457,12 @@ impl ObjectStore for SimStore {
         if boundary == Some(true) {
             self.proc.kill(format!("after writing {key}"));
             return hang().await;
+        }
+        if result.is_ok()
+            && key.ends_with("/lease")
+            && let Some(for_ms) = self.proc.freeze_after_lease.lock().unwrap().take()
+        {
+            self.proc.pause(for_ms);
         }
         if lose && result.is_ok() {
             self.proc.world.count("lost responses");
@@ -676,11 +686,30 @@ struct Scenario {
     slots: (u32, u32),
     /// (retention, interval) of a gc process.
     gc: Option<(u64, u64)>,
-    /// An operator's `runs rm` of one host's run: (host, at ms, --force).
-    removal: Option<(usize, u64, bool)>,
+    /// An operator's `runs rm` of one host's run.
+    removal: Option<Removal>,
     /// When an operator runs `rekindle recover --all` (without --takeover) beside the
     /// coordinators: admissions of the same recovery IDs racing theirs.
     recover_all: Vec<u64>,
+}
+
+/// An operator's `rekindle runs rm` of one host's run.
+#[derive(Clone, Copy, Debug)]
+struct Removal {
+    host: usize,
+    force: bool,
+    when: RemoveWhen,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum RemoveWhen {
+    /// At this many ms.
+    At(u64),
+    /// While the host is frozen for this many ms right after taking its run's lease, before
+    /// its first commit (`--force`: the operator takes the silent host for gone).
+    WhileFrozen(u64),
+    /// This many ms after the run is first seen parked, racing the operator's answer.
+    AfterPark(u64),
 }
 
 fn pick(random: &mut SplitMix, per_mille: u32) -> bool {
@@ -829,12 +858,20 @@ impl Scenario {
         };
         // The operator's retirements and `recover --all` runs, drawn apart too.
         let mut operator = SplitMix::new(seed ^ 0x2E71_2E00_0000_0003);
-        let removal = pick(&mut operator, 200).then(|| {
-            (
-                operator.below(hosts.len() as u32) as usize,
-                u64::from(operator.below(8_000)),
-                pick(&mut operator, 500),
-            )
+        let removal = pick(&mut operator, 250).then(|| {
+            let host = operator.below(hosts.len() as u32) as usize;
+            let force = pick(&mut operator, 500);
+            let when = match operator.below(3) {
+                0 => RemoveWhen::At(u64::from(operator.below(8_000))),
+                1 => {
+                    RemoveWhen::WhileFrozen(hosts[host].ttl_ms * (3 + u64::from(operator.below(3))))
+                }
+                _ => {
+                    RemoveWhen::AfterPark(u64::from(operator.below(answer_delay_ms as u32 + 1_000)))
+                }
+            };
+            let force = force || matches!(when, RemoveWhen::WhileFrozen(_));
+            Removal { host, force, when }
         });
         let recover_all = if pick(&mut operator, 200) {
             (0..1 + operator.below(2))
@@ -1144,14 +1181,41 @@ async fn operator(world: Arc<World>, store: Store, scenario: Scenario) {
 
 /// The operator retires one run (`rekindle runs rm`, maybe `--force`), whatever it is doing:
 /// running, paused, parked with an answer on the way, or being recovered.
-async fn remover(world: Arc<World>, store: Store, run: RunId, at_ms: u64, force: bool) {
-    rekindle::clock::sleep(Duration::from_millis(at_ms)).await;
+async fn remover(world: Arc<World>, store: Store, run: RunId, removal: Removal) {
+    let force = removal.force;
+    match removal.when {
+        RemoveWhen::At(at_ms) => rekindle::clock::sleep(Duration::from_millis(at_ms)).await,
+        RemoveWhen::WhileFrozen(for_ms) => {
+            // Once the lease is there (the host froze as it landed), a little into the freeze.
+            while !matches!(
+                rekindle::store::lease::read_lease(&store, &run).await,
+                Ok(Some(_))
+            ) {
+                rekindle::clock::sleep(Duration::from_millis(50)).await;
+            }
+            rekindle::clock::sleep(Duration::from_millis(for_ms / 4)).await;
+        }
+        RemoveWhen::AfterPark(delay_ms) => {
+            loop {
+                rekindle::clock::sleep(Duration::from_millis(100)).await;
+                if let Ok(Some(entry)) = rekindle::store::index::read(&store, &run).await
+                    && entry.phase == Phase::Parked
+                {
+                    break;
+                }
+            }
+            rekindle::clock::sleep(Duration::from_millis(delay_ms)).await;
+        }
+    }
     world.trace("remover", format!("runs rm {run} (force: {force})"));
     match rekindle::fleet::removal::remove(&store, &run, force).await {
         Ok(deleted) => {
             world.count("runs retired by runs rm");
             world.retired.lock().unwrap().insert(run.to_string());
-            world.trace("remover", format!("retired {run} ({deleted} objects deleted)"));
+            world.trace(
+                "remover",
+                format!("retired {run} ({deleted} objects deleted)"),
+            );
         }
         Err(error) => {
             world.count("runs rm refused");
@@ -1399,6 +1463,15 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
     let mut hosts = Vec::new();
     for (i, plan) in scenario.hosts.iter().enumerate() {
         let proc = Proc::new(&world, format!("h{i}"), plan.plan, next_seed());
+        if let Some(Removal {
+            host,
+            when: RemoveWhen::WhileFrozen(for_ms),
+            ..
+        }) = scenario.removal
+            && host == i
+        {
+            *proc.freeze_after_lease.lock().unwrap() = Some(for_ms);
+        }
         let store = process_store(&proc, &bucket, next_seed());
         let logs = LogDir::open(temp.path().join(&proc.name)).expect("host log dir");
         let task = tokio::spawn(host(
@@ -1446,14 +1519,13 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
         ))
     });
     let mut operator_tasks = Vec::new();
-    if let Some((host, at, force)) = scenario.removal {
+    if let Some(removal) = scenario.removal {
         let proc = Proc::new(&world, "remover".into(), calm, next_seed());
         operator_tasks.push(tokio::spawn(remover(
             Arc::clone(&world),
             process_store(&proc, &bucket, next_seed()),
-            scenario.run_id(host),
-            at,
-            force,
+            scenario.run_id(removal.host),
+            removal,
         )));
     }
     if !scenario.recover_all.is_empty() {
