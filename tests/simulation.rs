@@ -866,9 +866,10 @@ impl Scenario {
                 1 => {
                     RemoveWhen::WhileFrozen(hosts[host].ttl_ms * (3 + u64::from(operator.below(3))))
                 }
-                _ => {
-                    RemoveWhen::AfterPark(u64::from(operator.below(answer_delay_ms as u32 + 1_000)))
-                }
+                // Around when the operator answers, so the two race.
+                _ => RemoveWhen::AfterPark(
+                    answer_delay_ms.saturating_sub(300) + u64::from(operator.below(600)),
+                ),
             };
             let force = force || matches!(when, RemoveWhen::WhileFrozen(_));
             Removal { host, force, when }
