@@ -894,6 +894,25 @@ async fn runs_rm_retires_a_finished_run_for_good() {
     for key in [format!("{base}/lease"), format!("{base}/tombstone")] {
         assert!(store.head(&key).await.unwrap().is_some(), "{key} is gone");
     }
+    // The retirement reserved the lease: nobody holds the run again, and an answer says why.
+    let taken = holder.acquire(&RunId::new("e2e-rm")).await;
+    assert!(
+        matches!(
+            taken,
+            Err(rekindle::store::lease::LeaseError::Retired { .. })
+        ),
+        "a retired run's lease was taken: {taken:?}"
+    );
+    let answered = fleet.cli(&["answer", "e2e-rm", "--question", "q1", "--text", "late"]);
+    assert_eq!(answered.status.code(), Some(1), "{answered:?}");
+    let answered = String::from_utf8_lossy(&answered.stderr).into_owned();
+    assert!(
+        answered.contains("e2e-rm") && answered.contains("retired"),
+        "{answered}"
+    );
+    // Retiring it again finishes nothing new and says so.
+    let again = stdout(&fleet.cli(&["runs", "rm", "e2e-rm"]));
+    assert!(again.contains("0 objects deleted"), "{again}");
     let calls = std::fs::read_to_string(&fleet.ledger).unwrap();
     let again = fleet
         .host("e2e-rm")
