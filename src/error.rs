@@ -361,6 +361,7 @@ fn workflow_kind(error: &WorkflowError) -> ErrorKind {
 fn removal_kind(error: &RemovalError) -> ErrorKind {
     match error {
         RemovalError::NoSuchRun { .. } => ErrorKind::NotFound,
+        RemovalError::NotARun { .. } => ErrorKind::InvalidInput,
         RemovalError::Leased { .. }
         | RemovalError::HolderAlive { .. }
         | RemovalError::BeingRecovered { .. } => ErrorKind::Refused,

@@ -1229,6 +1229,84 @@ async fn an_undecodable_hint_is_an_error_naming_it() {
     );
     let error: rekindle::Error = error.into();
     assert_eq!(error.kind(), rekindle::ErrorKind::Corrupt);
+    // gc names it and goes on with the other runs; `runs rm --force` retires the damaged chain.
+    let report = collect_later(&store).await;
+    assert!(
+        report.skipped.iter().any(|skipped| skipped.contains(&head)),
+        "{report:?}"
+    );
+    let lease = rekindle::store::lease::Holder::new(&store, "host", Duration::from_secs(1));
+    lease.acquire(&run).await.unwrap();
+    rekindle::fleet::removal::remove(&store, &run, true)
+        .await
+        .unwrap();
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { .. })
+    ));
+}
+
+// Reviewer's finding: a chain written before anyone leased it (a workflow step) was admitted
+// at epoch 1, the epoch its first generation already had, and the fence refused itself; every
+// step's first admission failed. The fence's lease now starts above the chain's epochs.
+#[tokio::test]
+async fn a_chain_nobody_leased_is_admitted_at_the_first_try() {
+    use rekindle::core::fact::RecoveryId;
+    use rekindle::fleet::admission::{self, Takeover};
+    use rekindle::store::lease::Holder;
+
+    let store = common::memory();
+    let run = RunId::new("workflow-step");
+    let facts = sample::run(run.as_str(), 20, 47);
+    RunWriter::create(&store, facts[..3].to_vec(), Epoch(1), POLICY)
+        .await
+        .unwrap();
+    let coordinator = Arc::new(Holder::new(&store, "coordinator", Duration::from_secs(5)));
+    let admitted = admission::admit(
+        &store,
+        &coordinator,
+        &run,
+        &RecoveryId::new("recovery-of-workflow-step"),
+        false,
+        Takeover::Now,
+    )
+    .await
+    .unwrap();
+    assert!(admitted.created);
+    assert_eq!(admitted.record.source_epoch, Epoch(2));
+}
+
+// Reviewer's finding: a retirement that crashed after reserving the lease of a run with no
+// generation yet left nothing gc scanned for, and a paused host could still write generation
+// 1 later. gc now finishes a reserved lease it finds alone: the fence takes slot 1.
+#[tokio::test]
+async fn gc_finishes_a_retirement_that_stopped_after_reserving_the_lease() {
+    use rekindle::store::lease::{self, Holder};
+
+    let store = common::memory();
+    let run = RunId::new("reserved-only");
+    let host = Holder::new(&store, "host", Duration::from_secs(5));
+    let held = host.acquire_new(&run).await.unwrap();
+    let judged = lease::read_lease(&store, &run).await.unwrap().unwrap();
+    // The retirement's first write lands; it crashes before the fence.
+    lease::reserve_for_retirement(&store, &run, Some(&judged.etag), Epoch(1))
+        .await
+        .unwrap();
+    let report = collect_later(&store).await;
+    assert_eq!(report.runs_retired, 1, "{report:?}");
+    let facts = sample::run(run.as_str(), 10, 48);
+    let woke = RunWriter::create(
+        &store.writing_as("host"),
+        facts[..3].to_vec(),
+        held.epoch,
+        POLICY,
+    )
+    .await;
+    assert!(woke.is_err(), "the host's first commit landed: {woke:?}");
+    assert!(matches!(
+        generation::load(&store, &run, None).await,
+        Err(GenerationError::Retired { outcome: None, .. })
+    ));
 }
 
 // Hardening: gc judged the grace period on the writer's clock (`at_ms`), so a writer whose

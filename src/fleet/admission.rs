@@ -50,7 +50,10 @@ pub async fn lease_to_watch(
     let Some(view) = lease::read_lease(store, source).await? else {
         return Ok(None);
     };
-    if view.lease.released || recovery::read(store, recovery_id).await?.is_some() {
+    if view.lease.released
+        || view.lease.retired
+        || recovery::read(store, recovery_id).await?.is_some()
+    {
         return Ok(None);
     }
     let as_run = RunId::new(recovery_id.as_str());
@@ -474,7 +477,16 @@ async fn fence(
             }
             holder.take_over(&view).await?
         }
-        _ => holder.acquire(source).await?,
+        // Free, or never leased (a workflow step is written before anyone holds it): above
+        // every epoch the chain holds, so the fence is this holding's alone.
+        _ => {
+            let floor = loaded
+                .as_ref()
+                .map_or(crate::core::epoch::Epoch::ZERO, |(loaded, _)| {
+                    loaded.epoch.next()
+                });
+            holder.acquire_from(source, floor).await?
+        }
     };
     let loaded = loaded
         .filter(|(_, at)| at.elapsed() < FRESH_LOAD)

@@ -775,12 +775,29 @@ impl Node {
             Ok(held) => held,
             // An earlier attempt ended the run and died before recording it, and gc has since
             // retired the run, reserving its lease. It ended: report that, do not fail.
+            // (A retirement that has not written its tombstone yet leaves the chain to say so.)
             Err(error @ Error::Lease(LeaseError::Retired { .. })) => {
-                return match crate::store::tombstone::read(&self.store, &run).await? {
-                    Some(tombstone) => match tombstone.outcome {
-                        Some(outcome) => Ok(ended_earlier(outcome, tombstone.final_generation)),
-                        None => Err(error),
+                let ended = match crate::store::tombstone::read(&self.store, &run).await? {
+                    Some(tombstone) => tombstone
+                        .outcome
+                        .map(|outcome| (outcome, tombstone.final_generation)),
+                    None => match generation::load(&self.store, &run, None).await {
+                        Ok(loaded) => loaded
+                            .state
+                            .terminal()
+                            .map(|terminal| (terminal.outcome, loaded.generation)),
+                        Err(GenerationError::Retired {
+                            outcome,
+                            final_generation,
+                            ..
+                        }) => outcome.map(|outcome| (outcome, final_generation)),
+                        Err(_) => None,
                     },
+                };
+                return match ended {
+                    Some((outcome, final_generation)) => {
+                        Ok(ended_earlier(outcome, final_generation))
+                    }
                     None => Err(error),
                 };
             }

@@ -29,6 +29,12 @@ use crate::store::tombstone::RetiredBy;
 /// the public [`crate::Error`] of their own module.
 #[derive(Debug, thiserror::Error)]
 pub enum RemovalError {
+    /// The ID names the coordinators' leadership lease, not a run.
+    #[error("\"{run}\" is the coordinators' leadership lease, not a run; it is never retired")]
+    NotARun {
+        /// The ID asked to be retired.
+        run: RunId,
+    },
     /// The run never took a lease, so it never existed (retiring it would reserve a typo).
     #[error("run \"{run}\" does not exist (it has no lease); nothing to retire")]
     NoSuchRun {
@@ -89,6 +95,11 @@ pub struct Facts {
 
 /// Whether `run` may be retired now. Pure.
 pub fn decide(run: &RunId, facts: &Facts, force: bool) -> Result<(), RemovalError> {
+    // The coordinators' leadership lease lives where a run's would; retiring it would end
+    // leadership for good.
+    if run.as_str() == crate::core::layout::COORDINATOR_LEASE_RUN {
+        return Err(RemovalError::NotARun { run: run.clone() });
+    }
     let Some(lease) = &facts.lease else {
         return Err(RemovalError::NoSuchRun { run: run.clone() });
     };
@@ -265,5 +276,19 @@ mod tests {
         assert!(decide(&run, &recovering(Some(RecoveryState::Running)), false).is_err());
         assert!(decide(&run, &recovering(Some(RecoveryState::Running)), true).is_ok());
         assert!(decide(&run, &recovering(Some(RecoveryState::Finished)), false).is_ok());
+        // The leadership lease is refused even forced; a retired lease is finished unforced.
+        let leadership = RunId::new(crate::core::layout::COORDINATOR_LEASE_RUN);
+        assert!(matches!(
+            decide(&leadership, &recovering(None), true),
+            Err(RemovalError::NotARun { .. })
+        ));
+        let mut reserved = lease(false);
+        reserved.retired = true;
+        let interrupted = Facts {
+            lease: Some(reserved),
+            lease_version: None,
+            recovery: Some((RecoveryId::new("rec"), Some(RecoveryState::Running))),
+        };
+        assert!(decide(&run, &interrupted, false).is_ok());
     }
 }

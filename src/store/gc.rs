@@ -20,12 +20,16 @@
 //! makes `Chain::locate`'s second hint read sufficient (see there) and lets `load` restart
 //! from the new hint when a generation vanishes under it.
 //!
-//! Architecture invariant: retention never resurrects a run. A run that ended longer ago than
-//! the retention period (terminal, lease released, not in the index) is retired in an order
-//! that a crash between any two steps leaves finishable: (1) its tombstone, create-if-absent,
-//! recording outcome, last epoch, final generation and epoch starts; (2) the hint marked
-//! retired; (3) deletion of its other generations and loop checkpoints. The next gc sees the
-//! tombstone and redoes (2) and (3); `load` refuses the run as retired from (2) on.
+//! Architecture invariant: retention never resurrects a run, and nothing is acknowledged into
+//! a retired one. A run that ended longer ago than the retention period (terminal, lease
+//! released, not in the index), or one an operator retires (`runs rm`), is retired in an order
+//! that a crash between any two steps leaves finishable ([`retire`]): (0) its lease reserved
+//! at a new epoch and marked retired, by compare-and-swap on the version judged, so no holder
+//! takes it again; (1) a run that has not ended fenced at that epoch (generation 1 if it has
+//! none); (2) its tombstone, create-if-absent, recording outcome, that epoch, final generation
+//! and epoch starts; (3) the hint marked retired; (4) deletion of its other generations and
+//! loop checkpoints. The next gc finishes from a reserved lease or a tombstone; `load`
+//! refuses the run as retired from (3) on.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -158,16 +162,23 @@ impl StoreClock {
         }
         let key = layout::gc_clock();
         let written_at_ms = store.clock().wall_ms();
-        store
-            .put(
-                key,
-                layout::encode_object(&serde_json::json!({
-                    "format": layout::FORMAT_VERSION,
-                    "kind": "gc.clock",
-                    "at_ms": written_at_ms,
-                })),
-            )
-            .await?;
+        let marker = layout::encode_object(&serde_json::json!({
+            "format": layout::FORMAT_VERSION,
+            "kind": "gc.clock",
+            "at_ms": written_at_ms,
+        }));
+        match store.put(key, marker).await {
+            Ok(_) => {}
+            // Credentials that may delete but not write this one key: ages as before.
+            Err(error @ StoreError::Denied { .. }) => {
+                tracing::warn!(%error, "cannot write the gc clock marker; judging ages by the writers' clocks");
+                return Ok(StoreClock {
+                    now_ms,
+                    store_now_ms: None,
+                });
+            }
+            Err(error) => return Err(error),
+        }
         let marker = store
             .list("gc/", None, 16)
             .await?
@@ -183,10 +194,13 @@ impl StoreClock {
 
     /// How old an object is: on the store's clock if the listing gave its modification time,
     /// else by `at_ms`, the time its writer recorded.
+    /// An object the listing did not hold, on a store that reports times, was written after
+    /// the listing: it is new.
     fn age_ms(&self, modified_ms: Option<u64>, at_ms: u64) -> u64 {
         match (self.store_now_ms, modified_ms) {
             (Some(now), Some(modified)) => now.saturating_sub(modified),
-            _ => self.now_ms.saturating_sub(at_ms),
+            (Some(_), None) => 0,
+            (None, _) => self.now_ms.saturating_sub(at_ms),
         }
     }
 }
@@ -284,7 +298,7 @@ fn retirable<'a>(
         .collect()
 }
 
-/// Steps (2) and (3) of a retirement: marks the hint retired, then deletes what
+/// Steps (3) and (4) of a retirement: marks the hint retired, then deletes what
 /// [`retirable`] names. Safe to repeat.
 async fn retire_chain(
     store: &Store,
@@ -555,8 +569,9 @@ async fn sweep_dead_processes(
         .map(|listed| (listed.key, listed.modified_ms))
         .collect();
     let grace = millis(policy.grace);
-    // Judged on gc's clock against the writer's: the margin (the grace period, and never less
-    // than ten TTLs) must dwarf the clock skew between machines, as for everything gc deletes.
+    // Judged on the store's clock where it reports times (`StoreClock`), else on gc's against
+    // the writer's: the margin (the grace period, and never less than ten TTLs) must then
+    // dwarf the clock skew between machines.
     let dead_after = |ttl_ms: u64| ttl_ms.saturating_add(grace.max(ttl_ms.saturating_mul(10)));
     let mut dead = BTreeSet::new();
     for (key, modified_ms) in heartbeats.iter() {
@@ -638,6 +653,7 @@ async fn collect_or_count(
     // Group keys by the run they belong to ("runs/<shard>/<run>"): runs with generations,
     // and retired runs (tombstone), whose retirement a crash may have left unfinished.
     let mut runs: BTreeSet<String> = BTreeSet::new();
+    let mut leased: BTreeSet<String> = BTreeSet::new();
     for key in &keys {
         if let Some((base, _)) = key.split_once("/gen/")
             && !base.ends_with("/loop")
@@ -645,6 +661,33 @@ async fn collect_or_count(
             runs.insert(base.to_owned());
         } else if let Some(base) = key.strip_suffix("/tombstone") {
             runs.insert(base.to_owned());
+        } else if let Some(base) = key.strip_suffix("/lease") {
+            leased.insert(base.to_owned());
+        }
+    }
+    // A run with a lease and nothing else: it never committed, or a retirement reserved its
+    // lease and stopped before its fence (a crash). That one is finished here; the lease names
+    // the run, which its key does not.
+    for base in leased.difference(&runs) {
+        let key = format!("{base}/lease");
+        let Some(object) = store.read(&key).await? else {
+            continue;
+        };
+        match layout::decode_object::<crate::store::lease::Lease>(
+            &key,
+            crate::store::lease::LEASE_KIND,
+            &object.bytes,
+        ) {
+            Ok(lease)
+                if lease.retired && lease.run_id.as_str() != layout::COORDINATOR_LEASE_RUN =>
+            {
+                if !dry_run {
+                    retire(store, &lease.run_id, RetiredBy::Removal, None).await?;
+                }
+                report.runs_retired += 1;
+            }
+            Ok(_) => {}
+            Err(error) => report.skipped.push(error.to_string()),
         }
     }
     for base in runs {
@@ -665,20 +708,29 @@ async fn collect_or_count(
                 continue;
             };
             match tombstone::decode(&tombstone_key, &object.bytes) {
-                Ok(tombstone) => {
-                    report.generations_deleted +=
-                        retire_chain(store, &base, &tombstone, &run_keys).await?;
-                }
+                Ok(tombstone) => match retire_chain(store, &base, &tombstone, &run_keys).await {
+                    Ok(deleted) => report.generations_deleted += deleted,
+                    Err(GcError::Store(StoreError::Object(error))) => {
+                        report.skipped.push(error.to_string());
+                    }
+                    Err(error) => return Err(error),
+                },
                 Err(error) => report.skipped.push(error.to_string()),
             }
             continue;
         }
         let chain = Chain::new(store, base.clone());
         // No hint: the run never snapshotted past its first generation (a hint at 1 is never
-        // written), which is then its snapshot.
-        let snapshot = match chain.hint().await? {
-            Some((snapshot, _)) => snapshot,
-            None => 1,
+        // written), which is then its snapshot. A hint that does not decode stops this run,
+        // not the pass (`runs rm --force` retires such a chain).
+        let snapshot = match chain.hint().await {
+            Ok(Some((snapshot, _))) => snapshot,
+            Ok(None) => 1,
+            Err(StoreError::Object(error)) => {
+                report.skipped.push(error.to_string());
+                continue;
+            }
+            Err(error) => return Err(error.into()),
         };
         let snapshot_key = chain.key(snapshot);
         let Some(object) = store.read(&snapshot_key).await? else {
@@ -758,4 +810,26 @@ async fn collect_or_count(
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreClock;
+
+    // Proves ages: on the store's clock when it reports one (an object the listing did not
+    // hold is new), on the writer's `at_ms` against gc's clock otherwise.
+    #[test]
+    fn ages_on_the_store_clock() {
+        let timed = StoreClock {
+            now_ms: 10_000,
+            store_now_ms: Some(50_000),
+        };
+        assert_eq!(timed.age_ms(Some(20_000), 1), 30_000);
+        assert_eq!(timed.age_ms(None, 1), 0);
+        let untimed = StoreClock {
+            now_ms: 10_000,
+            store_now_ms: None,
+        };
+        assert_eq!(untimed.age_ms(Some(20_000), 4_000), 6_000);
+    }
 }

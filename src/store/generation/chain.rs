@@ -140,7 +140,19 @@ impl Chain {
     pub async fn retire_hint(&self, final_generation: u64) -> Result<(), StoreError> {
         let key = layout::head(&self.base);
         for _ in 0..PROBE_ROUNDS {
-            let current = self.read_hint().await?;
+            let current = match self.read_hint().await {
+                // Retiring a damaged chain replaces a hint that does not decode (on its
+                // version): nothing reads it as a live chain's again.
+                Err(StoreError::Object(_)) => match self.store.read(&key).await? {
+                    Some(object) => Some(HintView {
+                        generation: 0,
+                        etag: object.etag,
+                        retired: false,
+                    }),
+                    None => None,
+                },
+                other => other?,
+            };
             let hint = Hint {
                 format: FORMAT_VERSION,
                 kind: HINT_KIND.into(),

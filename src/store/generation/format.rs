@@ -203,10 +203,14 @@ pub enum GenerationError {
 }
 
 impl GenerationError {
-    /// Whether the chain itself is damaged (an object that does not decode, belongs to another
-    /// run, breaks continuity or the fold, or cannot be unsealed): waiting or retrying cannot
-    /// make it load. A store failure, a missing or retired run and a lost race are not damage.
+    /// Whether the chain itself is damaged (an object that does not decode, its hint
+    /// included, belongs to another run, breaks continuity or the fold, or cannot be
+    /// unsealed): waiting or retrying cannot make it load. A store failure, a missing or
+    /// retired run and a lost race are not damage.
     pub fn is_damage(&self) -> bool {
+        if let GenerationError::Store(StoreError::Object(_)) = self {
+            return true;
+        }
         !matches!(
             self,
             GenerationError::Store(_)

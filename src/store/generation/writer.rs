@@ -359,15 +359,14 @@ impl RunWriter {
         // Each payload is encoded once: the lines give its size, its digest and, when
         // sealing, the plaintext.
         let (new_lines, new_digest) = encode(&new_facts)?;
-        // A fence (a commit of no new facts) is never a snapshot: only snapshots move the
-        // hint, and a fence written after a recovery pinned the run (a second admission) must
-        // not move it past the pin, or gc would delete the pinned chain (see the retention
-        // contract). The next commit with facts snapshots as the policy says.
         let snapshot = first
-            || (!new_facts.is_empty()
-                && (self.delta_count + 1 >= self.policy.max_deltas
-                    || (self.delta_count + 1 >= self.policy.min_deltas
-                        && self.delta_bytes + new_lines.len() as u64 >= 2 * self.snapshot_bytes)));
+            || self.delta_count + 1 >= self.policy.max_deltas
+            || (self.delta_count + 1 >= self.policy.min_deltas
+                && self.delta_bytes + new_lines.len() as u64 >= 2 * self.snapshot_bytes);
+        // A fence (a commit of no new facts) never moves the hint, even as a snapshot: a
+        // fence written after a recovery pinned the run (a second admission) must not move it
+        // past the pin, or gc would delete the pinned chain (see the retention contract).
+        let moves_hint = snapshot && !new_facts.is_empty();
         let mut epoch_starts = self.epoch_starts.clone();
         if epoch_starts
             .last()
@@ -444,14 +443,23 @@ impl RunWriter {
             }
         }
         self.newest_digest = Some(object_digest);
-        self.landed(n, snapshot, size, epoch_starts).await;
+        self.landed(n, snapshot, moves_hint, size, epoch_starts)
+            .await;
         Ok(None)
     }
 
     /// Bookkeeping after generation `n` (of `size` bytes) is known to be in the chain, written
     /// by this writer or adopted after a lost response: the committed prefix, the epoch
-    /// starts, the snapshot counters, and the head hint for a snapshot (best effort).
-    async fn landed(&mut self, n: u64, snapshot: bool, size: u64, epoch_starts: Vec<(Epoch, u64)>) {
+    /// starts, the snapshot counters, and the head hint for a snapshot that `moves_hint` (one
+    /// that committed new facts; best effort).
+    async fn landed(
+        &mut self,
+        n: u64,
+        snapshot: bool,
+        moves_hint: bool,
+        size: u64,
+        epoch_starts: Vec<(Epoch, u64)>,
+    ) {
         self.generation = n;
         self.unsure = None;
         self.committed = self.state.last_seq();
@@ -461,11 +469,13 @@ impl RunWriter {
             self.snapshot_bytes = size;
             self.delta_count = 0;
             self.delta_bytes = 0;
-            match self.chain.advance_hint_from(n, &self.hint).await {
-                Ok(known) => self.hint = known,
-                Err(error) => {
-                    self.hint = HintState::Unknown;
-                    tracing::warn!(run_id = %self.run, generation = n, %error, "could not advance the head hint");
+            if moves_hint {
+                match self.chain.advance_hint_from(n, &self.hint).await {
+                    Ok(known) => self.hint = known,
+                    Err(error) => {
+                        self.hint = HintState::Unknown;
+                        tracing::warn!(run_id = %self.run, generation = n, %error, "could not advance the head hint");
+                    }
                 }
             }
         } else {
@@ -573,6 +583,8 @@ impl RunWriter {
             )));
         }
         tracing::info!(run_id = %self.run, epoch = %self.epoch, generation = n, "adopted our own generation after a lost acknowledgement");
+        // A fence of ours (no facts past the committed prefix) does not move the hint.
+        let moves_hint = ours.snapshot && ours.last_seq > self.committed.0;
         // The facts of this commit, already folded: set aside, then folded again after the
         // adopted generation's (which may hold fewer, more, or the same).
         let pending = self
@@ -591,7 +603,8 @@ impl RunWriter {
                     error,
                 })?;
         }
-        self.landed(n, ours.snapshot, size, ours.epoch_starts).await;
+        self.landed(n, ours.snapshot, moves_hint, size, ours.epoch_starts)
+            .await;
         let mut remaining = Vec::new();
         for fact in pending {
             match self.state.apply(fact.clone()) {
