@@ -184,7 +184,9 @@ enum Command {
     /// recovery ID is ever reused. Also deletes what dead processes left: heartbeats silent
     /// for their TTL plus the grace period (at least eleven TTLs) that no run names, with a
     /// dead worker's registration and inbox, registrations whose heartbeat is gone and inboxes
-    /// of unregistered workers (a leading coordinator removes most of these sooner).
+    /// of unregistered workers (a leading coordinator removes most of these sooner). Ages are
+    /// judged on the store's clock (each pass rewrites `gc/clock` to read it), so a node whose
+    /// clock is behind cannot make its checkpoints look old.
     Gc {
         #[command(flatten)]
         store: StoreArgs,
@@ -192,11 +194,11 @@ enum Command {
         #[arg(long, default_value_t = 168)]
         retention_hours: u64,
         /// Delete nothing superseded by a snapshot younger than this, and retire no run
-        /// sooner: far longer than any request deadline plus clock skew between nodes (at
-        /// least 1).
+        /// sooner: far longer than any request deadline with its retries (at least 1).
         #[arg(long, default_value_t = 60, value_parser = cli::shared::at_least_one::<u64>)]
         grace_minutes: u64,
-        /// Report what would be deleted and retired, and change nothing.
+        /// Report what would be deleted and retired, and change nothing (not even the clock
+        /// marker: ages are then judged by the writers' clocks).
         #[arg(long)]
         dry_run: bool,
         /// Print JSON instead of text.
@@ -428,9 +430,11 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Retire a run now: write its tombstone, delete its generations (but each epoch's first)
-    /// and loop checkpoints and its index entry. Its lease, recovery claim and recovery
-    /// records stay, so the run cannot be resumed, recreated or recovered again.
+    /// Retire a run now: reserve its lease (no process can hold the run again), fence a run
+    /// that has not ended so a holder that only seemed gone cannot commit, write its
+    /// tombstone, delete its generations (but each epoch's first) and loop checkpoints and its
+    /// index entry. Its lease, recovery claim and recovery records stay, so the run cannot be
+    /// resumed, recreated or recovered again. Running it again finishes an interrupted one.
     Rm {
         #[command(flatten)]
         store: StoreArgs,
