@@ -57,6 +57,15 @@ async fn collect_later(store: &Store) -> gc::GcReport {
     .unwrap()
 }
 
+/// Asserts `run` loads as retired before it ended (by `runs rm`), never as a live run.
+async fn assert_retired_before_it_ended(store: &Store, run: &RunId) {
+    let loaded = generation::load(store, run, None).await;
+    assert!(
+        matches!(loaded, Err(GenerationError::Retired { outcome: None, .. })),
+        "{run} does not load as retired: {loaded:?}"
+    );
+}
+
 const POLICY: SnapshotPolicy = SnapshotPolicy {
     max_deltas: 5,
     min_deltas: 5,
@@ -386,10 +395,7 @@ async fn a_run_retired_before_it_ended_stays_retired() {
     gc::retire(&store, &run, RetiredBy::Removal, None)
         .await
         .unwrap();
-    assert!(matches!(
-        generation::load(&store, &run, None).await,
-        Err(GenerationError::Retired { outcome: None, .. })
-    ));
+    assert_retired_before_it_ended(&store, &run).await;
     assert!(matches!(
         recovery::admit(&store, &run, &RecoveryId::new("late"), false).await,
         Err(RecoveryError::Source {
@@ -605,10 +611,7 @@ async fn a_damaged_run_can_be_retired() {
     gc::retire(&store, &run, RetiredBy::Removal, None)
         .await
         .unwrap();
-    assert!(matches!(
-        generation::load(&store, &run, None).await,
-        Err(GenerationError::Retired { outcome: None, .. })
-    ));
+    assert_retired_before_it_ended(&store, &run).await;
     assert!(
         store
             .head(&layout::generation(&base, 3))
@@ -649,10 +652,7 @@ async fn a_forced_removal_is_not_blocked_by_a_damaged_recovery_claim() {
         "a damaged claim was ignored without --force"
     );
     removal::remove(&store, &run, true).await.unwrap();
-    assert!(matches!(
-        generation::load(&store, &run, None).await,
-        Err(GenerationError::Retired { outcome: None, .. })
-    ));
+    assert_retired_before_it_ended(&store, &run).await;
 }
 
 // New-user finding: `runs rm --force` retired a run whose host was alive and heartbeating
@@ -1039,10 +1039,7 @@ async fn retiring_a_run_before_its_first_generation_fences_its_first_slot() {
             .await
             .is_err()
     );
-    assert!(matches!(
-        generation::load(&store, &run, None).await,
-        Err(GenerationError::Retired { outcome: None, .. })
-    ));
+    assert_retired_before_it_ended(&store, &run).await;
 }
 
 // Regression (an epoch retirement never reserved): retirement read the lease and fenced at
@@ -1303,10 +1300,7 @@ async fn gc_finishes_a_retirement_that_stopped_after_reserving_the_lease() {
     )
     .await;
     assert!(woke.is_err(), "the host's first commit landed: {woke:?}");
-    assert!(matches!(
-        generation::load(&store, &run, None).await,
-        Err(GenerationError::Retired { outcome: None, .. })
-    ));
+    assert_retired_before_it_ended(&store, &run).await;
 }
 
 // Hardening: gc judged the grace period on the writer's clock (`at_ms`), so a writer whose
