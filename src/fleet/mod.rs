@@ -1110,21 +1110,23 @@ pub async fn answer_run(
         now: String::new(),
     };
     let Some(entry) = index::read(store, source).await? else {
-        // Not in the index: ended, or never existed (every run that started took a lease).
-        if crate::store::lease::read_lease(store, source)
-            .await?
-            .is_none()
-        {
-            return Err(FleetError::NoSuchRun {
-                run: source.clone(),
-                what: answer.describe(),
+        // Not in the index: ended, retired, or never existed (every run that started took a
+        // lease, and retirement keeps it, reserved).
+        let now = match crate::store::lease::read_lease(store, source).await? {
+            None => {
+                return Err(FleetError::NoSuchRun {
+                    run: source.clone(),
+                    what: answer.describe(),
+                }
+                .into());
             }
-            .into());
-        }
+            Some(view) if view.lease.retired => ": it was retired (rekindle runs rm, or gc)",
+            Some(_) => ": it is not running, parked or recovering",
+        };
         return Err(FleetError::NotWaiting {
             run: source.clone(),
             what: answer.describe(),
-            now: ": it is not running, parked or recovering".into(),
+            now: now.into(),
         }
         .into());
     };
