@@ -807,3 +807,62 @@ fn without_retries(url: &str, seed: u64) -> (Arc<FaultyStore>, Arc<ManualClock>,
     );
     (faulty, clock, store)
 }
+
+// Regression (stale evidence, issue 30's first scenario, in the takeover): a contender judged
+// each reading as seen when its request returned, so one slow response made a holder that
+// keeps beating look silent for the whole delay, and its lease was taken over. Silence now
+// runs from the return of the request that first saw a version to the issue of the one that
+// saw it again.
+#[tokio::test]
+async fn a_slow_response_does_not_make_a_beating_holder_look_gone() {
+    use rekindle::core::liveness::ExpiryWatch;
+    use rekindle::store::lease::Attempt;
+
+    let bucket = Arc::new(InMemory::new());
+    let faulty = FaultyStore::new(bucket.clone(), FaultPlan::default(), 0);
+    let open = |inner: Arc<dyn object_store::ObjectStore>, url: &str| {
+        Store::from_parts(
+            inner,
+            Backend::Memory,
+            url,
+            "",
+            common::fast_retry(),
+            SystemClock::shared(),
+        )
+    };
+    let direct = open(bucket, "memory://holder");
+    let slow = open(faulty.clone(), "memory://contender");
+    let ttl = Duration::from_millis(300);
+    let run = RunId::new("slow-look");
+    let holder = Holder::new(&direct, "holder", ttl);
+    holder.beat().await.unwrap();
+    let held = holder.acquire(&run).await.unwrap();
+    let contender = Holder::new(&slow, "contender", ttl);
+    let mut watch = ExpiryWatch::default();
+    let first = contender
+        .try_acquire(&run, Epoch::ZERO, &mut watch)
+        .await
+        .unwrap();
+    assert!(matches!(first, Attempt::Alive { .. }), "{first:?}");
+    // The next look reads the same heartbeat version at once; its answer takes three TTLs
+    // to come back, while the holder beats all along.
+    let gate = faulty.pause_after_read(&holder.heartbeat_key());
+    let looking = tokio::spawn(async move {
+        let attempt = contender.try_acquire(&run, Epoch::ZERO, &mut watch).await;
+        (attempt, contender)
+    });
+    gate.reached().await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beating = holder.spawn_heartbeat(Arc::clone(&stop));
+    tokio::time::sleep(ttl * 3).await;
+    gate.release();
+    let (second, _) = looking.await.unwrap();
+    let second = second.unwrap();
+    assert!(
+        matches!(second, Attempt::Alive { .. }),
+        "a holder that kept beating was taken over after one slow response: {second:?}"
+    );
+    holder.check(&held).await.unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    beating.await.unwrap();
+}

@@ -10,6 +10,29 @@ use std::time::Duration;
 
 use crate::core::layout::ETag;
 
+/// When a reading was taken, on the observer's monotonic clock: when the request that saw it
+/// was issued and when it returned. A version it saw existed at some moment between the two,
+/// so a version is known unchanged only from the *return* of the request that first saw it
+/// to the *issue* of the request that saw it again; anything else overstates silence by the
+/// requests' latency (a slow response, a pause of the observer, the rest of a long tick).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// When the request that saw the reading was issued.
+    pub issued: Duration,
+    /// When it returned.
+    pub returned: Duration,
+}
+
+impl Seen {
+    /// A reading taken in no time at `at` (a test's, or one already in hand).
+    pub fn at(at: Duration) -> Seen {
+        Seen {
+            issued: at,
+            returned: at,
+        }
+    }
+}
+
 /// Whether a watched lease is still alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -37,14 +60,16 @@ pub struct ExpiryWatch {
 }
 
 impl ExpiryWatch {
-    /// Records one reading of the lease watched under `key` at `now`, and judges it by `ttl`.
+    /// Records one reading of the lease watched under `key`, `seen` then, and judges it by
+    /// `ttl`: a new version counts from when its request returned, an unchanged one is
+    /// judged at when its request was issued (see [`Seen`]).
     pub fn observe(
         &mut self,
         key: &str,
         lease: &ETag,
         heartbeat: Option<&ETag>,
         ttl: Duration,
-        now: Duration,
+        seen: Seen,
     ) -> Verdict {
         let entry = self
             .observed
@@ -52,19 +77,19 @@ impl ExpiryWatch {
             .or_insert_with(|| Observation {
                 lease: lease.clone(),
                 heartbeat: heartbeat.cloned(),
-                since: now,
+                since: seen.returned,
                 ttl,
             });
         if entry.lease != *lease || entry.heartbeat.as_ref() != heartbeat {
             *entry = Observation {
                 lease: lease.clone(),
                 heartbeat: heartbeat.cloned(),
-                since: now,
+                since: seen.returned,
                 ttl,
             };
         }
         entry.ttl = ttl;
-        if now.saturating_sub(entry.since) >= ttl {
+        if seen.issued.saturating_sub(entry.since) >= ttl {
             Verdict::Expired
         } else {
             Verdict::Alive
@@ -159,14 +184,16 @@ impl Judge {
     }
 
     /// Judges `sighting` of what `key` names (a run, or a heartbeat key shared by a holder's
-    /// runs), seen at `now` on this process's monotonic clock. A beating holder is interrupted
-    /// only once this judge has seen its heartbeat at the same version for its whole TTL.
-    pub fn judge(&mut self, key: &str, sighting: &Sighting, now: Duration) -> Liveness {
+    /// runs), `seen` then on this process's monotonic clock. A beating holder is interrupted
+    /// only once this judge has seen its heartbeat at the same version for its whole TTL,
+    /// measured from the return of the request that first saw it to the issue of the one that
+    /// saw it again.
+    pub fn judge(&mut self, key: &str, sighting: &Sighting, seen: Seen) -> Liveness {
         match sighting {
             Sighting::NoHolder | Sighting::Gone => Liveness::Interrupted,
             Sighting::Beating { etag, ttl } => {
                 // The heartbeat is the one object watched here, so it stands in the lease slot.
-                match self.watch.observe(key, etag, None, *ttl, now) {
+                match self.watch.observe(key, etag, None, *ttl, seen) {
                     Verdict::Alive => Liveness::Running,
                     Verdict::Expired => Liveness::Interrupted,
                 }
@@ -185,7 +212,7 @@ pub fn judge_heartbeats<'a>(
     own_ttl: Duration,
     declared: impl IntoIterator<Item = (&'a str, u64)>,
     heartbeats: Vec<(String, ETag)>,
-    now: Duration,
+    seen: Seen,
 ) -> HashMap<String, bool> {
     let mut longest: HashMap<&str, u64> = HashMap::new();
     for (key, ttl_ms) in declared {
@@ -196,7 +223,7 @@ pub fn judge_heartbeats<'a>(
     for (key, etag) in heartbeats {
         let declared = longest.get(key.as_str()).copied().unwrap_or(0);
         let ttl = own_ttl.max(Duration::from_millis(declared));
-        let liveness = judge.judge(&key, &Sighting::Beating { etag, ttl }, now);
+        let liveness = judge.judge(&key, &Sighting::Beating { etag, ttl }, seen);
         alive.insert(key, liveness == Liveness::Running);
     }
     alive
@@ -219,33 +246,68 @@ mod tests {
         for (i, second) in [0, 4, 8, 12, 16].into_iter().enumerate() {
             let beat = ETag(format!("b{i}"));
             assert_eq!(
-                watch.observe(run, &lease, Some(&beat), ttl, at(second)),
+                watch.observe(run, &lease, Some(&beat), ttl, Seen::at(at(second))),
                 Verdict::Alive
             );
         }
         let last = ETag("b4".into());
         assert_eq!(
-            watch.observe(run, &lease, Some(&last), ttl, at(25)),
+            watch.observe(run, &lease, Some(&last), ttl, Seen::at(at(25))),
             Verdict::Alive
         );
         assert_eq!(
-            watch.observe(run, &lease, Some(&last), ttl, at(26)),
+            watch.observe(run, &lease, Some(&last), ttl, Seen::at(at(26))),
             Verdict::Expired
         );
         // A new lease version (a takeover or release by someone else) starts over.
         let moved = ETag("l2".into());
         assert_eq!(
-            watch.observe(run, &moved, Some(&last), ttl, at(27)),
+            watch.observe(run, &moved, Some(&last), ttl, Seen::at(at(27))),
             Verdict::Alive
         );
         assert_eq!(
-            watch.observe(run, &moved, None, ttl, at(36)),
+            watch.observe(run, &moved, None, ttl, Seen::at(at(36))),
             Verdict::Alive
         );
         assert_eq!(
-            watch.observe(run, &moved, None, ttl, at(46)),
+            watch.observe(run, &moved, None, ttl, Seen::at(at(46))),
             Verdict::Expired
         );
+    }
+
+    // Regression (stale evidence): a reading was judged as if seen when its request returned,
+    // so a slow response, or a tick whose other reads took a TTL after its listing, made a
+    // holder that beats look silent. Silence now runs from the return of the request that
+    // first saw a version to the issue of the one that saw it again.
+    #[test]
+    fn silence_runs_from_a_return_to_the_next_issue() {
+        let at = Duration::from_secs;
+        let ttl = Duration::from_secs(10);
+        let mut watch = ExpiryWatch::default();
+        let (lease, beat) = (ETag("l".into()), ETag("b1".into()));
+        let seen = |issued, returned| Seen {
+            issued: at(issued),
+            returned: at(returned),
+        };
+        // First seen by a request issued at 0 that returned at 2: unchanged since 2.
+        assert_eq!(
+            watch.observe("r", &lease, Some(&beat), ttl, seen(0, 2)),
+            Verdict::Alive
+        );
+        // Seen again by a request issued at 3 whose answer took 30 s: 1 s of known silence.
+        assert_eq!(
+            watch.observe("r", &lease, Some(&beat), ttl, seen(3, 33)),
+            Verdict::Alive
+        );
+        // Issued 10 s after the first return: a whole TTL.
+        assert_eq!(
+            watch.observe("r", &lease, Some(&beat), ttl, seen(12, 13)),
+            Verdict::Expired
+        );
+        let mut judge = Judge::default();
+        let beating = beating("1");
+        assert_eq!(judge.judge("h", &beating, seen(0, 1)), Liveness::Running);
+        assert_eq!(judge.judge("h", &beating, seen(2, 40)), Liveness::Running);
     }
 
     fn beating(version: &str) -> Sighting {
@@ -263,23 +325,32 @@ mod tests {
         let at = Duration::from_secs;
         let mut judge = Judge::default();
         assert_eq!(
-            judge.judge("a", &Sighting::NoHolder, at(0)),
+            judge.judge("a", &Sighting::NoHolder, Seen::at(at(0))),
             Liveness::Interrupted
         );
         assert_eq!(
-            judge.judge("b", &Sighting::Gone, at(0)),
+            judge.judge("b", &Sighting::Gone, Seen::at(at(0))),
             Liveness::Interrupted
         );
-        assert_eq!(judge.judge("c", &beating("1"), at(0)), Liveness::Running);
-        assert_eq!(judge.judge("c", &beating("2"), at(9)), Liveness::Running);
-        assert_eq!(judge.judge("c", &beating("2"), at(18)), Liveness::Running);
         assert_eq!(
-            judge.judge("c", &beating("2"), at(19)),
+            judge.judge("c", &beating("1"), Seen::at(at(0))),
+            Liveness::Running
+        );
+        assert_eq!(
+            judge.judge("c", &beating("2"), Seen::at(at(9))),
+            Liveness::Running
+        );
+        assert_eq!(
+            judge.judge("c", &beating("2"), Seen::at(at(18))),
+            Liveness::Running
+        );
+        assert_eq!(
+            judge.judge("c", &beating("2"), Seen::at(at(19))),
             Liveness::Interrupted
         );
         // A fresh judge (one look) never calls a beating holder silent.
         assert_eq!(
-            Judge::default().judge("c", &beating("2"), at(1000)),
+            Judge::default().judge("c", &beating("2"), Seen::at(at(1000))),
             Liveness::Running
         );
     }
@@ -293,11 +364,11 @@ mod tests {
         let all = |_: &str| true;
         assert_eq!(watch.next_expiry(all, at(0)), None);
         let e = |v: &str| ETag(v.into());
-        watch.observe("a", &e("1"), None, at(10), at(0));
-        watch.observe("b", &e("1"), None, at(30), at(5));
+        watch.observe("a", &e("1"), None, at(10), Seen::at(at(0)));
+        watch.observe("b", &e("1"), None, at(30), Seen::at(at(5)));
         assert_eq!(watch.next_expiry(all, at(0)), Some(at(10)));
         // "a" changed at 8: its deadline moves to 18.
-        watch.observe("a", &e("2"), None, at(10), at(8));
+        watch.observe("a", &e("2"), None, at(10), Seen::at(at(8)));
         assert_eq!(watch.next_expiry(all, at(8)), Some(at(18)));
         // Only the keys asked about, and only deadlines still ahead: a holder long silent
         // (a killed process's heartbeat left behind) does not make the watch spin.

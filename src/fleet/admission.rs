@@ -7,7 +7,7 @@ use futures::future::Either;
 use std::time::Duration;
 
 use crate::core::fact::{RecoveryId, RunId};
-use crate::core::liveness::{ExpiryWatch, Verdict};
+use crate::core::liveness::{ExpiryWatch, Seen, Verdict};
 use crate::core::record::RecoveryRecord;
 use crate::error::Error;
 use crate::fleet::lifecycle::{LifecycleError, sync_index};
@@ -539,6 +539,9 @@ const FRESH_LOAD: Duration = Duration::from_secs(1);
 /// once if the lease is free or the holder's heartbeat is gone; refuses if the holder shows
 /// a sign of life. Returns the lease version it judged (`None`: there was no lease).
 async fn wait_until_silent(store: &Store, source: &RunId) -> Result<Option<ETag>, LifecycleError> {
+    let clock = Arc::clone(store.clock());
+    // Each pair of reads is judged as seen when its first request went out (see `Seen`).
+    let mut issued = clock.monotonic();
     let Some(first) = lease::read_lease(store, source).await? else {
         return Ok(None);
     };
@@ -554,7 +557,6 @@ async fn wait_until_silent(store: &Store, source: &RunId) -> Result<Option<ETag>
         return Ok(Some(first.etag));
     };
     let ttl = Duration::from_millis(first.lease.ttl_ms);
-    let clock = Arc::clone(store.clock());
     let mut watch = ExpiryWatch::default();
     let poll = (ttl / 6).clamp(Duration::from_millis(10), Duration::from_millis(500));
     let mut lease_now = first.clone();
@@ -572,17 +574,22 @@ async fn wait_until_silent(store: &Store, source: &RunId) -> Result<Option<ETag>
                 ttl_ms: first.lease.ttl_ms,
             });
         }
+        let seen = Seen {
+            issued,
+            returned: clock.monotonic(),
+        };
         let verdict = watch.observe(
             source.as_str(),
             &lease_now.etag,
             beat_now.as_ref(),
             ttl,
-            clock.monotonic(),
+            seen,
         );
         if verdict == Verdict::Expired {
             return Ok(Some(lease_now.etag));
         }
         crate::clock::sleep(poll).await;
+        issued = clock.monotonic();
         match lease::read_lease(store, source).await? {
             None => return Ok(None),
             Some(view) => lease_now = view,

@@ -29,7 +29,7 @@ use crate::core::assignment::{Inbox, Offer, Registration, recovery_id_for};
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::layout::{self, FORMAT_VERSION};
 use crate::core::lifecycle::Event;
-use crate::core::liveness::{self, ExpiryWatch, Judge};
+use crate::core::liveness::{self, ExpiryWatch, Judge, Seen};
 use crate::core::placement::{self, Action, RunView, WorkerView};
 use crate::store::index::{IndexError, IndexScan};
 use crate::store::lease::{Attempt, Held, Holder, LeaseError};
@@ -577,7 +577,7 @@ async fn watch(
     options: &CoordinatorOptions,
     observer: &mut Observer,
 ) -> Result<bool, StoreError> {
-    let heartbeats = list_heartbeats(store).await?;
+    let (heartbeats, seen) = list_heartbeats_seen(store).await?;
     let listed: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
     let mut alive = liveness::judge_heartbeats(
         &mut observer.liveness,
@@ -587,7 +587,7 @@ async fn watch(
             .iter()
             .map(|(key, ttl)| (key.as_str(), *ttl)),
         heartbeats,
-        store.clock().monotonic(),
+        seen,
     );
     let running_keys = observer.watched.clone();
     remember_the_gone(&mut observer.gone, &listed, &mut alive, &running_keys);
@@ -662,7 +662,9 @@ async fn tick(
     for bad in bad {
         tracing::warn!(key = %bad.key, error = %bad.error, "ignoring a bad index entry");
     }
-    let heartbeats = list_heartbeats(store).await?;
+    // Judged as seen when the listing went out, however long the rest of the tick takes
+    // (registration and record reads, a slow request, a pause): see `Seen`.
+    let (heartbeats, seen) = list_heartbeats_seen(store).await?;
     refresh_registrations(store, observer, &heartbeats, false).await?;
     if observer.ticks_since_registrations == 0 {
         // Inboxes are written only when they change from what this leader wrote last; a
@@ -691,7 +693,7 @@ async fn tick(
     if declined_now {
         refresh_registrations(store, observer, &heartbeats, true).await?;
     }
-    let alive = judge_liveness(store, options, observer, &runs, heartbeats);
+    let alive = judge_liveness(options, observer, &runs, heartbeats, seen);
     pass_over_untaken_offers(observer, &runs, &versions, options.ttl);
     let still: BTreeMap<String, ETag> = observer
         .unreachable
@@ -1556,6 +1558,17 @@ fn registration_beat(
 }
 
 /// Every heartbeat key with its listed ETag.
+/// [`list_heartbeats`], with when the listing was issued and returned.
+async fn list_heartbeats_seen(store: &Store) -> Result<(Vec<(String, ETag)>, Seen), StoreError> {
+    let issued = store.clock().monotonic();
+    let heartbeats = list_heartbeats(store).await?;
+    let seen = Seen {
+        issued,
+        returned: store.clock().monotonic(),
+    };
+    Ok((heartbeats, seen))
+}
+
 async fn list_heartbeats(store: &Store) -> Result<Vec<(String, ETag)>, StoreError> {
     let listed = store.list_all(layout::heartbeats_prefix()).await?;
     Ok(listed
@@ -1664,11 +1677,11 @@ async fn refresh_registrations(
 /// watch starts over (its last idle beat may be older than the full-rate TTL, and it beat
 /// at once when it turned busy, which this observation may not show yet).
 fn judge_liveness(
-    store: &Store,
     options: &CoordinatorOptions,
     observer: &mut Observer,
     runs: &[RunView],
     heartbeats: Vec<(String, ETag)>,
+    seen: Seen,
 ) -> HashMap<String, bool> {
     // Workers running a recovery, or offered one (a worker beats at its full rate from the
     // moment it takes an offer up, before it starts): judged by their full-rate TTL.
@@ -1710,7 +1723,7 @@ fn judge_liveness(
         options.ttl,
         declared.iter().map(|(key, ttl)| (key.as_str(), *ttl)),
         heartbeats,
-        store.clock().monotonic(),
+        seen,
     );
     // Only a worker judged gone while it ran a recovery is held to that judgement: its
     // attempt is handed back, and it must not look alive again by its idle TTL. (A worker
@@ -2376,7 +2389,8 @@ mod tests {
             (crate::clock::Stopwatch::start(), Duration::from_millis(1)),
         );
         crate::clock::sleep(Duration::from_millis(5)).await;
-        let alive = judge_liveness(&store, &options, &mut observer, &[], Vec::new());
+        let seen = Seen::at(store.clock().monotonic());
+        let alive = judge_liveness(&options, &mut observer, &[], Vec::new(), seen);
         assert_eq!(alive.get(&recent), Some(&true));
         assert!(!alive.get(&old).copied().unwrap_or(false));
     }

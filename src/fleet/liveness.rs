@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 
-use crate::core::liveness::{Judge, Liveness, Sighting};
+use crate::core::liveness::{Judge, Liveness, Seen, Sighting};
 use crate::core::record::{IndexEntry, Phase};
 use crate::store::Store;
 use crate::store::index;
@@ -73,9 +73,13 @@ pub async fn look(store: &Store, entry: &IndexEntry) -> Result<Sighting, LeaseEr
 /// A holder that died without removing its heartbeat still counts as running here; only a
 /// [`Watch`] (or the coordinator) can tell it is silent.
 pub async fn judge_now(store: &Store, entry: &IndexEntry) -> Result<Liveness, LeaseError> {
+    let issued = store.clock().monotonic();
     let sighting = look(store, entry).await?;
-    let now = store.clock().monotonic();
-    Ok(Judge::default().judge(entry.run_id.as_str(), &sighting, now))
+    let seen = Seen {
+        issued,
+        returned: store.clock().monotonic(),
+    };
+    Ok(Judge::default().judge(entry.run_id.as_str(), &sighting, seen))
 }
 
 /// Watching the running runs of the index for one TTL, to be sure which are interrupted:
@@ -92,15 +96,20 @@ impl Watch {
     /// are not this judgement's: parked, recovering and dead runs are not interrupted). The
     /// looks go out side by side, [`LOOKS_AT_ONCE`] at a time (one heartbeat read after
     /// another would take a round trip per run: 20 s for a thousand runs on S3); each
-    /// sighting is judged at the moment its own look returned.
+    /// sighting is judged by when its own look was issued and returned (`Seen`).
     pub async fn begin(
         store: &Store,
         entries: impl IntoIterator<Item = IndexEntry>,
     ) -> Result<Watch, LeaseError> {
         let looked: Vec<_> = futures::stream::iter(entries.into_iter().filter(watched))
             .map(|entry| async move {
+                let issued = store.clock().monotonic();
                 let sighting = look(store, &entry).await?;
-                Ok::<_, LeaseError>((entry, sighting, store.clock().monotonic()))
+                let seen = Seen {
+                    issued,
+                    returned: store.clock().monotonic(),
+                };
+                Ok::<_, LeaseError>((entry, sighting, seen))
             })
             .buffered(LOOKS_AT_ONCE)
             .try_collect()
@@ -155,7 +164,7 @@ impl Watch {
         if !wait.is_zero() {
             crate::clock::sleep(wait).await;
         }
-        // The second looks go out side by side too; each is judged when it returned.
+        // The second looks go out side by side too; each is judged as seen when it was issued.
         let looked: Vec<_> = futures::stream::iter(self.looked)
             .map(|(entry, first)| async move {
                 // An entry that no longer decodes (rewritten by a newer build mid-upgrade)
@@ -171,13 +180,17 @@ impl Watch {
                 if now.as_ref() != Some(&entry) {
                     return Ok::<_, crate::Error>((entry, None));
                 }
+                let issued = store.clock().monotonic();
                 let sighting = match first {
                     Sighting::Beating { .. } => look(store, &entry).await?,
                     // No holder or no heartbeat: already judged, nothing to look at again.
                     other => other,
                 };
-                let at = store.clock().monotonic();
-                Ok((entry, Some((sighting, at))))
+                let seen = Seen {
+                    issued,
+                    returned: store.clock().monotonic(),
+                };
+                Ok((entry, Some((sighting, seen))))
             })
             .buffered(LOOKS_AT_ONCE)
             .try_collect()

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::epoch::Epoch;
 use crate::core::fact::RunId;
 use crate::core::layout::{self, FORMAT_VERSION};
-use crate::core::liveness::{ExpiryWatch, Verdict};
+use crate::core::liveness::{ExpiryWatch, Seen, Verdict};
 use crate::store::{ETag, Store, StoreError};
 
 /// The envelope kind of a run's lease object.
@@ -900,6 +900,9 @@ impl Holder {
         floor: Epoch,
         watch: &mut ExpiryWatch,
     ) -> Result<Attempt, LeaseError> {
+        // The readings below are judged as seen when their first request went out (and, new,
+        // from when the last returned): a slow answer never counts as silence.
+        let issued = self.store.clock().monotonic();
         let view = match read_lease(&self.store, run).await? {
             None => {
                 // Seen absent just now: create it without reading again (a racer's create
@@ -932,9 +935,12 @@ impl Holder {
             .is_some_and(|(beat, _)| beat.holder_nonce != view.lease.holder_nonce);
         let heartbeat = beat.map(|(_, etag)| etag);
         let ttl = Duration::from_millis(view.lease.ttl_ms);
-        let now = self.store.clock().monotonic();
+        let seen = Seen {
+            issued,
+            returned: self.store.clock().monotonic(),
+        };
         if replaced
-            || watch.observe(run.as_str(), &view.etag, heartbeat.as_ref(), ttl, now)
+            || watch.observe(run.as_str(), &view.etag, heartbeat.as_ref(), ttl, seen)
                 == Verdict::Expired
         {
             match self.take_over_from(&view, floor).await {
