@@ -854,7 +854,7 @@ async fn a_slow_response_does_not_make_a_beating_holder_look_gone() {
     gate.reached().await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let beating = holder.spawn_heartbeat(Arc::clone(&stop));
-    tokio::time::sleep(ttl * 3).await;
+    rekindle::clock::sleep(ttl * 3).await;
     gate.release();
     let (second, _) = looking.await.unwrap();
     let second = second.unwrap();
