@@ -2371,6 +2371,74 @@ mod tests {
         assert_eq!(store.metrics().list, lists);
     }
 
+    /// Regression (stale evidence, issue 30's first scenario): the tick listed the heartbeats,
+    /// then read registrations and records, and only then read the clock to judge what it had
+    /// listed. One slow read inside the tick made a host that keeps beating look silent for
+    /// the whole delay, and its run was admitted and fenced. The listing is judged as seen
+    /// when it was issued now.
+    #[tokio::test]
+    async fn a_slow_read_inside_a_tick_does_not_fence_a_beating_host() {
+        use crate::store::faults::{FaultPlan, FaultyStore};
+        let bucket = Arc::new(object_store::memory::InMemory::new());
+        let faulty = FaultyStore::new(bucket.clone(), FaultPlan::default(), 0);
+        let open = |inner: Arc<dyn object_store::ObjectStore>| {
+            Store::from_parts(
+                inner,
+                crate::store::Backend::Memory,
+                "memory://tick",
+                "",
+                crate::store::RetryPolicy::default(),
+                SystemClock::shared(),
+            )
+        };
+        let (direct, slow) = (open(bucket), open(faulty.clone()));
+        let ttl = Duration::from_millis(300);
+        let host = Holder::new(&direct, "host", ttl);
+        host.beat().await.unwrap();
+        let run = RunId::new("beating-host-run");
+        let held = host.acquire_new(&run).await.unwrap();
+        let mut entry = IndexEntry::new(run.clone(), None, Phase::Running, "f".into(), 0);
+        entry.holder = Some(host.heartbeat_key());
+        entry.holder_ttl_ms = Some(300);
+        crate::store::index::put(&direct, &entry).await.unwrap();
+        let coordinator = Holder::new(&slow, "c", ttl);
+        let options = CoordinatorOptions::new("c", ttl);
+        let mut observer = Observer::default();
+        let first = tick(&slow, &coordinator, &options, &mut observer, None)
+            .await
+            .unwrap();
+        assert!(first.actions.is_empty(), "{:?}", first.actions);
+        // A worker comes up between the ticks, so the next tick reads its registration; that
+        // read's answer takes three TTLs, while the host beats all along.
+        let worker = layout::heartbeat("w");
+        let beat = Holder::with_role(&direct, "w", ttl, "worker");
+        beat.beat().await.unwrap();
+        direct
+            .put(
+                &layout::worker("w"),
+                layout::encode_object(&Registration::new("w", worker, 1, "f".into())),
+            )
+            .await
+            .unwrap();
+        let gate = faulty.pause_after_read(&layout::worker("w"));
+        let ticking = tokio::spawn(async move {
+            let report = tick(&slow, &coordinator, &options, &mut observer, None).await;
+            report.map(|report| report.actions)
+        });
+        gate.reached().await;
+        for _ in 0..9 {
+            crate::clock::sleep(ttl / 3).await;
+            host.beat().await.unwrap();
+        }
+        gate.release();
+        let actions = ticking.await.unwrap().unwrap();
+        assert!(
+            actions.is_empty(),
+            "a host that kept beating was judged gone after one slow read: {actions:?}"
+        );
+        host.check(&held).await.unwrap();
+    }
+
     /// For one TTL after this leader removed a heartbeat, the key not being listed does not
     /// make its holder gone: a process that came back as it was removed (or a new one under
     /// the same ID) writes it again within a third of its TTL.
