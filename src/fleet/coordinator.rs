@@ -753,6 +753,17 @@ async fn tick(
         });
         observer.admit_cursor = observer.admit_cursor.wrapping_add(ADMISSION_BATCH);
     }
+    // Leadership was checked as the tick began; a pause or a slow read since may have cost it,
+    // and an admission fences a host on this tick's verdict. Checked again before admitting
+    // (one GET, only in a tick that admits; other actions are compare-and-swaps on records,
+    // which two leaders at once only make cost requests).
+    if let Some(held) = leading
+        && actions
+            .iter()
+            .any(|action| matches!(action, Action::Admit { .. }))
+    {
+        holder.check(held).await.map_err(TickError::NotLeading)?;
+    }
     // Each action is one lifecycle event on its own recovery: run them side by side (an
     // admission fences and loads its source, which takes several round trips).
     let observed = &runs;
@@ -2437,6 +2448,83 @@ mod tests {
             "a host that kept beating was judged gone after one slow read: {actions:?}"
         );
         host.check(&held).await.unwrap();
+    }
+
+    /// Regression (issue 30: leadership checked once per tick): a leader that lost its lease
+    /// during a slow read inside a tick still admitted (and fenced) what that tick judged.
+    /// It checks again before admitting now, and acts on nothing.
+    #[tokio::test]
+    async fn a_leader_that_lost_its_lease_mid_tick_admits_nothing() {
+        use crate::store::faults::{FaultPlan, FaultyStore};
+        let bucket = Arc::new(object_store::memory::InMemory::new());
+        let faulty = FaultyStore::new(bucket.clone(), FaultPlan::default(), 0);
+        let open = |inner: Arc<dyn object_store::ObjectStore>| {
+            Store::from_parts(
+                inner,
+                crate::store::Backend::Memory,
+                "memory://leader",
+                "",
+                crate::store::RetryPolicy::default(),
+                SystemClock::shared(),
+            )
+        };
+        let (direct, slow) = (open(bucket), open(faulty.clone()));
+        let ttl = Duration::from_millis(300);
+        // A run whose host is gone (no heartbeat): this tick admits it.
+        let run = RunId::new("orphaned-run");
+        let host = Holder::new(&direct, "host", ttl);
+        host.acquire_new(&run).await.unwrap();
+        let mut entry = IndexEntry::new(run.clone(), None, Phase::Running, "f".into(), 0);
+        entry.holder = Some(host.heartbeat_key());
+        entry.holder_ttl_ms = Some(300);
+        crate::store::index::put(&direct, &entry).await.unwrap();
+        let leadership = RunId::new(layout::COORDINATOR_LEASE_RUN);
+        let coordinator = Holder::new(&slow, "c", ttl);
+        let held = coordinator.acquire(&leadership).await.unwrap();
+        // A worker is registered, so the tick reads its registration: that read stalls
+        // while another coordinator takes the leadership over.
+        let worker = Holder::with_role(&direct, "w", ttl, "worker");
+        worker.beat().await.unwrap();
+        direct
+            .put(
+                &layout::worker("w"),
+                layout::encode_object(&Registration::new(
+                    "w",
+                    worker.heartbeat_key(),
+                    1,
+                    "f".into(),
+                )),
+            )
+            .await
+            .unwrap();
+        let gate = faulty.pause_after_read(&layout::worker("w"));
+        let options = CoordinatorOptions::new("c", ttl);
+        let ticking = tokio::spawn(async move {
+            let mut observer = Observer::default();
+            tick(&slow, &coordinator, &options, &mut observer, Some(&held))
+                .await
+                .map(|report| report.actions)
+        });
+        gate.reached().await;
+        let other = Holder::new(&direct, "c2", ttl);
+        let view = crate::store::lease::read_lease(&direct, &leadership)
+            .await
+            .unwrap()
+            .unwrap();
+        other.take_over(&view).await.unwrap();
+        gate.release();
+        let ticked = ticking.await.unwrap();
+        assert!(
+            matches!(ticked, Err(TickError::NotLeading(_))),
+            "a leader that lost its lease acted on its tick: {ticked:?}"
+        );
+        assert!(
+            recovery::read(&direct, &recovery_id_for(&run))
+                .await
+                .unwrap()
+                .is_none(),
+            "a deposed leader admitted a recovery"
+        );
     }
 
     /// For one TTL after this leader removed a heartbeat, the key not being listed does not
