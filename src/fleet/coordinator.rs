@@ -1632,14 +1632,27 @@ async fn refresh_registrations(
     observer.ticks_since_registrations = 0;
     let mut registrations = BTreeMap::new();
     for entry in listed {
-        let cached = observer
-            .registrations
-            .remove(&entry.key)
-            .filter(|(etag, _)| *etag == entry.etag);
-        let registration = match cached {
-            Some((_, registration)) => registration,
-            None => match store.read(&entry.key).await? {
-                Some(object) => {
+        let cached = observer.registrations.remove(&entry.key);
+        let unchanged = cached
+            .as_ref()
+            .filter(|(etag, _)| *etag == entry.etag)
+            .map(|(_, registration)| registration.clone());
+        let registration = match unchanged {
+            Some(registration) => registration,
+            None => match store.read(&entry.key).await {
+                // A read that failed after its retries (a brownout, an expired credential)
+                // keeps the registration as read before, at its old version, and the listing
+                // is done again next tick: a partial map would leave the workers it misses
+                // unregistered, their recoveries abandoned and themselves fenced.
+                Err(error) => {
+                    tracing::warn!(key = %entry.key, %error, "cannot read a worker registration; keeping the one read before");
+                    observer.ticks_since_registrations = REGISTRATIONS_REFRESH_TICKS;
+                    if let Some(cached) = cached {
+                        registrations.insert(entry.key.clone(), cached);
+                    }
+                    continue;
+                }
+                Ok(Some(object)) => {
                     match layout::decode_object::<Registration>(
                         &entry.key,
                         crate::core::assignment::REGISTRATION_KIND,
@@ -1652,7 +1665,7 @@ async fn refresh_registrations(
                         }
                     }
                 }
-                None => continue,
+                Ok(None) => continue,
             },
         };
         registrations.insert(entry.key.clone(), (entry.etag.clone(), registration));
@@ -2524,6 +2537,90 @@ mod tests {
                 .unwrap()
                 .is_none(),
             "a deposed leader admitted a recovery"
+        );
+    }
+
+    /// Regression (issue 30's second scenario): one registration read that failed after its
+    /// retries returned from the refresh half-way, after the registrations read so far had
+    /// been taken out of the map, and after the refresh was marked done: the coordinator knew
+    /// only some workers for up to 30 ticks. The failed one keeps what was read before now,
+    /// and the listing is done again next tick.
+    #[tokio::test]
+    async fn a_failed_registration_read_keeps_the_map_of_workers_whole() {
+        use crate::store::faults::{FaultPlan, FaultyStore};
+        let bucket = Arc::new(object_store::memory::InMemory::new());
+        let faulty = FaultyStore::new(bucket, FaultPlan::default(), 0);
+        let retry = crate::store::RetryPolicy {
+            min_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+            max_retries: 2,
+            attempt_timeout: Duration::from_secs(1),
+        };
+        let store = Store::from_parts(
+            faulty.clone(),
+            crate::store::Backend::Memory,
+            "memory://registrations",
+            "",
+            retry,
+            SystemClock::shared(),
+        );
+        let register = |worker: &str, capacity: u32| {
+            let store = store.clone();
+            let worker = worker.to_owned();
+            async move {
+                let registration =
+                    Registration::new(&worker, layout::heartbeat(&worker), capacity, "f".into());
+                store
+                    .put(
+                        &layout::worker(&worker),
+                        layout::encode_object(&registration),
+                    )
+                    .await
+                    .unwrap();
+            }
+        };
+        register("w1", 1).await;
+        register("w2", 1).await;
+        let heartbeats = vec![
+            (layout::heartbeat("w1"), ETag("1".into())),
+            (layout::heartbeat("w2"), ETag("1".into())),
+        ];
+        let mut observer = Observer::default();
+        refresh_registrations(&store, &mut observer, &heartbeats, true)
+            .await
+            .unwrap();
+        assert_eq!(observer.registrations.len(), 2);
+        // Both change; the first is read again, then the store fails every request.
+        register("w1", 2).await;
+        register("w2", 2).await;
+        let mut keys = [layout::worker("w1"), layout::worker("w2")];
+        keys.sort();
+        let gate = faulty.pause_after_read(&keys[0]);
+        let refreshing = tokio::spawn(async move {
+            let refreshed = refresh_registrations(&store, &mut observer, &heartbeats, true).await;
+            (refreshed, observer)
+        });
+        gate.reached().await;
+        faulty.set_plan(FaultPlan {
+            error_per_mille: 1000,
+            ..FaultPlan::default()
+        });
+        gate.release();
+        let (refreshed, observer) = refreshing.await.unwrap();
+        refreshed.unwrap();
+        let workers: Vec<&str> = observer
+            .registrations
+            .values()
+            .map(|(_, registration)| registration.worker.as_str())
+            .collect();
+        assert_eq!(
+            workers.len(),
+            2,
+            "the map of workers lost some: {workers:?}"
+        );
+        assert_eq!(
+            observer.ticks_since_registrations, REGISTRATIONS_REFRESH_TICKS,
+            "the registrations are not listed again next tick"
         );
     }
 
