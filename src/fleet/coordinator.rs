@@ -2332,6 +2332,48 @@ async fn execute(
 mod tests {
     use super::*;
     use crate::clock::SystemClock;
+    use crate::store::faults::FaultyStore;
+
+    /// One memory bucket seen two ways: directly (everyone else), and through a fault
+    /// injector with `retry` (the process under test, whose reads a test can hold or fail).
+    fn two_views(retry: crate::store::RetryPolicy) -> (Store, Store, Arc<FaultyStore>) {
+        let bucket = Arc::new(object_store::memory::InMemory::new());
+        let faulty = FaultyStore::new(bucket.clone(), Default::default(), 0);
+        let open = |inner: Arc<dyn object_store::ObjectStore>, url: &str| {
+            Store::from_parts(
+                inner,
+                crate::store::Backend::Memory,
+                url,
+                "",
+                retry,
+                SystemClock::shared(),
+            )
+        };
+        let direct = open(bucket, "memory://direct");
+        let slow = open(faulty.clone(), "memory://faulty");
+        (direct, slow, faulty)
+    }
+
+    /// Indexes `run` as running under `host`, which declared a 300 ms TTL.
+    async fn index_running(store: &Store, run: &RunId, host: &Holder) {
+        let mut entry = IndexEntry::new(run.clone(), None, Phase::Running, "f".into(), 0);
+        entry.holder = Some(host.heartbeat_key());
+        entry.holder_ttl_ms = Some(300);
+        crate::store::index::put(store, &entry).await.unwrap();
+    }
+
+    /// Registers worker `worker` with `capacity` slots.
+    async fn register(store: &Store, worker: &str, capacity: u32) {
+        let registration =
+            Registration::new(worker, layout::heartbeat(worker), capacity, "f".into());
+        store
+            .put(
+                &layout::worker(worker),
+                layout::encode_object(&registration),
+            )
+            .await
+            .unwrap();
+    }
 
     /// Reviewer's finding: the cap on remembered names measured each entry's age twice, so
     /// it kept more than its bound (all of them when ages tie). Exactly the excess goes, the
@@ -2402,29 +2444,13 @@ mod tests {
     /// when it was issued now.
     #[tokio::test]
     async fn a_slow_read_inside_a_tick_does_not_fence_a_beating_host() {
-        use crate::store::faults::{FaultPlan, FaultyStore};
-        let bucket = Arc::new(object_store::memory::InMemory::new());
-        let faulty = FaultyStore::new(bucket.clone(), FaultPlan::default(), 0);
-        let open = |inner: Arc<dyn object_store::ObjectStore>| {
-            Store::from_parts(
-                inner,
-                crate::store::Backend::Memory,
-                "memory://tick",
-                "",
-                crate::store::RetryPolicy::default(),
-                SystemClock::shared(),
-            )
-        };
-        let (direct, slow) = (open(bucket), open(faulty.clone()));
+        let (direct, slow, faulty) = two_views(crate::store::RetryPolicy::default());
         let ttl = Duration::from_millis(300);
         let host = Holder::new(&direct, "host", ttl);
         host.beat().await.unwrap();
         let run = RunId::new("beating-host-run");
         let held = host.acquire_new(&run).await.unwrap();
-        let mut entry = IndexEntry::new(run.clone(), None, Phase::Running, "f".into(), 0);
-        entry.holder = Some(host.heartbeat_key());
-        entry.holder_ttl_ms = Some(300);
-        crate::store::index::put(&direct, &entry).await.unwrap();
+        index_running(&direct, &run, &host).await;
         let coordinator = Holder::new(&slow, "c", ttl);
         let options = CoordinatorOptions::new("c", ttl);
         let mut observer = Observer::default();
@@ -2434,16 +2460,9 @@ mod tests {
         assert!(first.actions.is_empty(), "{:?}", first.actions);
         // A worker comes up between the ticks, so the next tick reads its registration; that
         // read's answer takes three TTLs, while the host beats all along.
-        let worker = layout::heartbeat("w");
-        let beat = Holder::with_role(&direct, "w", ttl, "worker");
-        beat.beat().await.unwrap();
-        direct
-            .put(
-                &layout::worker("w"),
-                layout::encode_object(&Registration::new("w", worker, 1, "f".into())),
-            )
-            .await
-            .unwrap();
+        let worker = Holder::with_role(&direct, "w", ttl, "worker");
+        worker.beat().await.unwrap();
+        register(&direct, "w", 1).await;
         let gate = faulty.pause_after_read(&layout::worker("w"));
         let ticking = tokio::spawn(async move {
             let report = tick(&slow, &coordinator, &options, &mut observer, None).await;
@@ -2468,29 +2487,13 @@ mod tests {
     /// It checks again before admitting now, and acts on nothing.
     #[tokio::test]
     async fn a_leader_that_lost_its_lease_mid_tick_admits_nothing() {
-        use crate::store::faults::{FaultPlan, FaultyStore};
-        let bucket = Arc::new(object_store::memory::InMemory::new());
-        let faulty = FaultyStore::new(bucket.clone(), FaultPlan::default(), 0);
-        let open = |inner: Arc<dyn object_store::ObjectStore>| {
-            Store::from_parts(
-                inner,
-                crate::store::Backend::Memory,
-                "memory://leader",
-                "",
-                crate::store::RetryPolicy::default(),
-                SystemClock::shared(),
-            )
-        };
-        let (direct, slow) = (open(bucket), open(faulty.clone()));
+        let (direct, slow, faulty) = two_views(crate::store::RetryPolicy::default());
         let ttl = Duration::from_millis(300);
         // A run whose host is gone (no heartbeat): this tick admits it.
         let run = RunId::new("orphaned-run");
         let host = Holder::new(&direct, "host", ttl);
         host.acquire_new(&run).await.unwrap();
-        let mut entry = IndexEntry::new(run.clone(), None, Phase::Running, "f".into(), 0);
-        entry.holder = Some(host.heartbeat_key());
-        entry.holder_ttl_ms = Some(300);
-        crate::store::index::put(&direct, &entry).await.unwrap();
+        index_running(&direct, &run, &host).await;
         let leadership = RunId::new(layout::COORDINATOR_LEASE_RUN);
         let coordinator = Holder::new(&slow, "c", ttl);
         let held = coordinator.acquire(&leadership).await.unwrap();
@@ -2498,18 +2501,7 @@ mod tests {
         // while another coordinator takes the leadership over.
         let worker = Holder::with_role(&direct, "w", ttl, "worker");
         worker.beat().await.unwrap();
-        direct
-            .put(
-                &layout::worker("w"),
-                layout::encode_object(&Registration::new(
-                    "w",
-                    worker.heartbeat_key(),
-                    1,
-                    "f".into(),
-                )),
-            )
-            .await
-            .unwrap();
+        register(&direct, "w", 1).await;
         let gate = faulty.pause_after_read(&layout::worker("w"));
         let options = CoordinatorOptions::new("c", ttl);
         let ticking = tokio::spawn(async move {
@@ -2547,40 +2539,15 @@ mod tests {
     /// and the listing is done again next tick.
     #[tokio::test]
     async fn a_failed_registration_read_keeps_the_map_of_workers_whole() {
-        use crate::store::faults::{FaultPlan, FaultyStore};
-        let bucket = Arc::new(object_store::memory::InMemory::new());
-        let faulty = FaultyStore::new(bucket, FaultPlan::default(), 0);
-        let retry = crate::store::RetryPolicy {
+        use crate::store::faults::FaultPlan;
+        let (_, store, faulty) = two_views(crate::store::RetryPolicy {
             min_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(2),
             max_retries: 2,
             attempt_timeout: Duration::from_secs(1),
-        };
-        let store = Store::from_parts(
-            faulty.clone(),
-            crate::store::Backend::Memory,
-            "memory://registrations",
-            "",
-            retry,
-            SystemClock::shared(),
-        );
-        let register = |worker: &str, capacity: u32| {
-            let store = store.clone();
-            let worker = worker.to_owned();
-            async move {
-                let registration =
-                    Registration::new(&worker, layout::heartbeat(&worker), capacity, "f".into());
-                store
-                    .put(
-                        &layout::worker(&worker),
-                        layout::encode_object(&registration),
-                    )
-                    .await
-                    .unwrap();
-            }
-        };
-        register("w1", 1).await;
-        register("w2", 1).await;
+        });
+        register(&store, "w1", 1).await;
+        register(&store, "w2", 1).await;
         let heartbeats = vec![
             (layout::heartbeat("w1"), ETag("1".into())),
             (layout::heartbeat("w2"), ETag("1".into())),
@@ -2591,8 +2558,8 @@ mod tests {
             .unwrap();
         assert_eq!(observer.registrations.len(), 2);
         // Both change; the first is read again, then the store fails every request.
-        register("w1", 2).await;
-        register("w2", 2).await;
+        register(&store, "w1", 2).await;
+        register(&store, "w2", 2).await;
         let mut keys = [layout::worker("w1"), layout::worker("w2")];
         keys.sort();
         let gate = faulty.pause_after_read(&keys[0]);

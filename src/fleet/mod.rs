@@ -774,32 +774,25 @@ impl Node {
         let held = match taken.await {
             Ok(held) => held,
             // An earlier attempt ended the run and died before recording it, and gc has since
-            // retired the run, reserving its lease. It ended: report that, do not fail.
-            // (A retirement that has not written its tombstone yet leaves the chain to say so.)
+            // retired the run, reserving its lease. It ended: report that, do not fail. The
+            // load says so from the tombstone once the hint is marked, and from the chain
+            // before (a retirement that stopped after its reservation).
             Err(error @ Error::Lease(LeaseError::Retired { .. })) => {
-                let ended = match crate::store::tombstone::read(&self.store, &run).await? {
-                    Some(tombstone) => tombstone
-                        .outcome
-                        .map(|outcome| (outcome, tombstone.final_generation)),
-                    None => match generation::load(&self.store, &run, None).await {
-                        Ok(loaded) => loaded
-                            .state
-                            .terminal()
-                            .map(|terminal| (terminal.outcome, loaded.generation)),
-                        Err(GenerationError::Retired {
-                            outcome,
-                            final_generation,
-                            ..
-                        }) => outcome.map(|outcome| (outcome, final_generation)),
-                        Err(_) => None,
-                    },
+                let ended = match generation::load(&self.store, &run, None).await {
+                    Ok(loaded) => loaded
+                        .state
+                        .terminal()
+                        .map(|terminal| (terminal.outcome, loaded.generation)),
+                    Err(GenerationError::Retired {
+                        outcome,
+                        final_generation,
+                        ..
+                    }) => outcome.map(|outcome| (outcome, final_generation)),
+                    Err(_) => None,
                 };
-                return match ended {
-                    Some((outcome, final_generation)) => {
-                        Ok(ended_earlier(outcome, final_generation))
-                    }
-                    None => Err(error),
-                };
+                return ended
+                    .map(|(outcome, final_generation)| ended_earlier(outcome, final_generation))
+                    .ok_or(error);
             }
             Err(error) => return Err(error),
         };
