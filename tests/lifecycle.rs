@@ -856,6 +856,48 @@ async fn long_recovery_yielding_at_the_step_cap_is_never_dead_lettered() {
     coordinator.await.unwrap();
 }
 
+// Regression (issue 30's fifth scenario): a worker's Start that landed but answered an error
+// (its response lost, and the retries refused in a brownout) made the worker take the running
+// record for an earlier incarnation's and hand it back: a failure counted for nothing, the
+// attempt run again. It reads the record and runs the attempt its own start began.
+#[tokio::test(start_paused = true)]
+async fn a_start_that_landed_but_answered_an_error_is_run() {
+    let harness = Harness::new(4, 32, None);
+    harness.crashed_host("lost-start", 1).await;
+    let id = harness.admit_and_assign("lost-start", "w1").await;
+    let store = harness.store();
+    let (worker_store, crashable) = harness.crashable();
+    // The worker's first write to the record is its start: it lands, its answer is lost,
+    // and every retry of it fails (fast_retry retries 12 times).
+    crashable.lose_answer(&layout::recovery(id.as_str()), 12);
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = harness.spawn_coordinator(&store, "c", TTL, 5, &stop);
+    let worker = harness.spawn_worker(&worker_store, harness.worker_options("w1"), &stop);
+    harness
+        .until(
+            Duration::from_secs(60),
+            "the recovery to finish",
+            || async {
+                harness
+                    .record("lost-start")
+                    .await
+                    .is_some_and(|record| record.state.is_terminal())
+            },
+        )
+        .await;
+    let record = harness.record("lost-start").await.unwrap();
+    assert_eq!(record.state, RecoveryState::Finished);
+    assert_eq!(
+        (record.attempts, record.failures),
+        (1, 0),
+        "the worker gave up the attempt its own start began"
+    );
+    harness.audit("lost-start", 1);
+    stop.store(true, Ordering::SeqCst);
+    worker.await.unwrap().unwrap();
+    coordinator.await.unwrap();
+}
+
 // Regression (finding 3): dead-lettering never overwrites a running attempt. The
 // coordinator decided on the Admitted version; a worker started an attempt before the
 // write: the compare-and-swap rereads, and the Running record refuses.

@@ -807,9 +807,11 @@ async fn gc_removes_what_long_dead_processes_left() {
     assert_eq!((again.heartbeats_deleted, again.workers_deleted), (0, 0));
 }
 
-/// The coordinator removes a dead process's heartbeat (and a dead worker's registration and
-/// inbox) once it has watched it unchanged for three TTLs and no index entry names it; it
-/// keeps a silent heartbeat an interrupted run's entry names, and live processes' objects.
+/// The coordinator removes a dead host's heartbeat once it has watched it unchanged for three
+/// TTLs and no index entry names it; it keeps a silent heartbeat an interrupted run's entry
+/// names, live processes' objects, and a dead worker's heartbeat, registration and inbox
+/// (gc's, after its grace period: a registration removed just as its worker came back would
+/// be missed for an idle TTL).
 #[tokio::test]
 async fn the_coordinator_removes_what_dead_processes_left() {
     the_coordinator_removes_what_dead_processes_left_in(Store::memory(SystemClock::shared())).await;
@@ -888,7 +890,7 @@ async fn the_coordinator_removes_what_dead_processes_left_in(store: Store) {
         async move { store.head(&key).await.unwrap().is_some() }
     };
     let deadline = rekindle::clock::Stopwatch::start();
-    while exists(dead_host.heartbeat_key()).await || exists(dead_worker.heartbeat_key()).await {
+    while exists(dead_host.heartbeat_key()).await {
         assert!(
             deadline.elapsed() < Duration::from_secs(20),
             "dead heartbeats were not removed"
@@ -897,8 +899,9 @@ async fn the_coordinator_removes_what_dead_processes_left_in(store: Store) {
     }
     // Not before the coordinator watched them unchanged for three TTLs.
     assert!(started.elapsed() >= ttl * DEAD_AFTER_TTLS);
-    assert!(!exists(layout::worker("worker-dead")).await);
-    assert!(!exists(layout::inbox("worker-dead")).await);
+    assert!(exists(dead_worker.heartbeat_key()).await);
+    assert!(exists(layout::worker("worker-dead")).await);
+    assert!(exists(layout::inbox("worker-dead")).await);
     // Another scan or two: what is named or alive stays.
     rekindle::clock::sleep(ttl * 2).await;
     assert!(
@@ -927,6 +930,65 @@ async fn the_coordinator_removes_what_dead_processes_left_in(store: Store) {
     }
     stop.store(true, Ordering::SeqCst);
     coordinator.await.unwrap().unwrap();
+}
+
+/// Regression (issue 30's fourth scenario): removing what a dead process left is a listing
+/// and then deletes; a process that came back under its ID inside that window lost its fresh
+/// heartbeat, and a coordinator (one that had not removed it itself: a new leader) judged its
+/// runs interrupted at once and fenced it, as did `recover --all`. An absent heartbeat is now
+/// judged like any version, for a whole TTL, and the process writes it again within a third.
+#[tokio::test]
+async fn a_process_whose_heartbeat_is_removed_as_it_returns_is_not_fenced() {
+    use rekindle::core::record::{IndexEntry, Phase};
+    use rekindle::fleet::coordinator::{self, CoordinatorOptions};
+    use rekindle::fleet::liveness::{Watch, Watched};
+    use rekindle::store::lease::Holder;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let store = Store::memory(SystemClock::shared());
+    let ttl = Duration::from_millis(300);
+    let host = Holder::new(&store, "host-back", ttl);
+    host.beat().await.unwrap();
+    let run = RunId::new("r-back");
+    let held = host.acquire_new(&run).await.unwrap();
+    let mut entry = IndexEntry::new(run.clone(), None, Phase::Running, "f".into(), 0);
+    entry.holder = Some(host.heartbeat_key());
+    entry.holder_ttl_ms = Some(300);
+    rekindle::store::index::put(&store, &entry).await.unwrap();
+    // The removal of its dead predecessor's heartbeat lands just after the host came back.
+    store.delete(&host.heartbeat_key()).await.unwrap();
+    let host_stop = Arc::new(AtomicBool::new(false));
+    let watch = Watch::begin(&store, [entry.clone()]).await.unwrap();
+    let beating = {
+        let host = Arc::clone(&host);
+        let stop = Arc::clone(&host_stop);
+        tokio::spawn(async move {
+            // Its next beat, a third of its TTL later.
+            rekindle::clock::sleep(Duration::from_millis(100)).await;
+            host.spawn_heartbeat(stop).await.unwrap();
+        })
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut options = CoordinatorOptions::new("c", ttl);
+    options.scan_interval = Duration::from_millis(30);
+    options.idle_scan_interval = Duration::from_millis(30);
+    options.watch_interval = Duration::from_millis(30);
+    let coordinator = tokio::spawn(coordinator::run(store.clone(), options, Arc::clone(&stop)));
+    let judged = watch.finish(&store).await.unwrap();
+    assert_eq!(
+        judged[0].1,
+        Watched::Alive,
+        "recover --all judged it interrupted"
+    );
+    rekindle::clock::sleep(ttl * 5).await;
+    host.check(&held)
+        .await
+        .expect("the host that came back was fenced");
+    let now = rekindle::store::index::read(&store, &run).await.unwrap();
+    assert_eq!(now.map(|entry| entry.phase), Some(Phase::Running));
+    stop.store(true, Ordering::SeqCst);
+    coordinator.await.unwrap().unwrap();
+    host_stop.store(true, Ordering::SeqCst);
+    beating.await.unwrap();
 }
 
 // Proves a run that never snapshots past its first generation, which therefore never gets a

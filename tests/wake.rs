@@ -178,8 +178,21 @@ impl Fleet {
         };
         let stopped = node.start_run(run, None, "go").await.unwrap();
         assert!(matches!(stopped, Stopped::StopRequested), "{stopped:?}");
-        if !beating {
-            // Gone at once: its heartbeat disappears (a coordinator judges it without a TTL).
+        if beating {
+            // Still its host's, as far as anyone can tell: the entry names it again (a host
+            // that stops lets go of the entry, and the coordinator would admit it at once).
+            let mut entry = rekindle::store::index::read(&self.store, run)
+                .await
+                .unwrap()
+                .unwrap();
+            entry.holder = Some(holder.heartbeat_key());
+            entry.holder_ttl_ms = Some(TTL.as_millis() as u64);
+            rekindle::store::index::put(&self.store, &entry)
+                .await
+                .unwrap();
+        } else {
+            // Gone at once: a host that stops lets go of its entry (judged without a TTL),
+            // and its heartbeat disappears.
             holder.retire().await.unwrap();
             wake::wake_coordinator(&self.store).await;
         }

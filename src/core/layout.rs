@@ -8,7 +8,7 @@
 //! runs/<shard>/<run>/recovered-by                  which recovery ID claimed this source run (create-if-absent)
 //! runs/<shard>/<run>/loop/gen/<n:020>              loop checkpoints (immutable)
 //! heartbeats/<shard>/<holder>                      one liveness object per process (overwritten)
-//! workers/<shard>/<worker>                         worker registration: capacity, fingerprint
+//! heartbeats/workers/<shard>/<worker>              worker registration: capacity, fingerprint
 //! inbox/<shard>/<worker>                           a worker's assigned recoveries (written by the coordinator)
 //! recoveries/<shard>/<recovery>                    recovery records (create-if-absent, then CAS)
 //! index/<shard>/<run>                              active-run index entry (one per run not yet done)
@@ -102,9 +102,12 @@ pub fn heartbeat(holder: &str) -> String {
     spread("heartbeats", holder)
 }
 
-/// The key of a worker's registration.
+/// The key of a worker's registration. It lives under the heartbeats' prefix (where no
+/// heartbeat can be: a shard is two hex digits), so the one LIST that shows every process's
+/// heartbeat version shows every registration's too, and a registration that changed is seen
+/// at the next listing, never through a proxy signal.
 pub fn worker(worker_id: &str) -> String {
-    spread("workers", worker_id)
+    format!("heartbeats/{}", spread("workers", worker_id))
 }
 
 /// The key of a worker's inbox.
@@ -112,9 +115,21 @@ pub fn inbox(worker_id: &str) -> String {
     spread("inbox", worker_id)
 }
 
-/// The prefix under which every worker registration lives.
+/// The prefix under which every worker registration lives (inside [`heartbeats_prefix`]).
 pub fn workers_prefix() -> &'static str {
+    "heartbeats/workers/"
+}
+
+/// Where registrations lived before they moved beside the heartbeats; gc deletes what is left
+/// there (a worker registers at [`worker`] when it starts).
+pub fn legacy_workers_prefix() -> &'static str {
     "workers/"
+}
+
+/// Whether a key listed under [`heartbeats_prefix`] is a worker's registration rather than a
+/// heartbeat.
+pub fn is_registration(key: &str) -> bool {
+    key.starts_with(workers_prefix())
 }
 
 /// The prefix under which every worker's inbox lives.

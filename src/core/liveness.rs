@@ -134,8 +134,12 @@ impl ExpiryWatch {
 pub enum Sighting {
     /// The index entry names no holder.
     NoHolder,
-    /// The holder's heartbeat object does not exist.
-    Gone,
+    /// The holder's heartbeat object does not exist (it stopped and removed it, or its
+    /// heartbeat was removed as a dead process's); judged by the TTL it declared elsewhere.
+    Gone {
+        /// The TTL its holder declared where it was named.
+        ttl: Duration,
+    },
     /// The heartbeat exists at this version; its holder declared this TTL.
     Beating {
         /// The heartbeat object's version.
@@ -190,7 +194,14 @@ impl Judge {
     /// saw it again.
     pub fn judge(&mut self, key: &str, sighting: &Sighting, seen: Seen) -> Liveness {
         match sighting {
-            Sighting::NoHolder | Sighting::Gone => Liveness::Interrupted,
+            Sighting::NoHolder => Liveness::Interrupted,
+            // Absence is a version like any other: a heartbeat removed under a process that
+            // came back (a restart under its ID, a pause) is written again within a third of
+            // its TTL, so only one absent for a whole TTL is silence.
+            Sighting::Gone { ttl } => match self.watch.observe(key, &absent(), None, *ttl, seen) {
+                Verdict::Alive => Liveness::Running,
+                Verdict::Expired => Liveness::Interrupted,
+            },
             Sighting::Beating { etag, ttl } => {
                 // The heartbeat is the one object watched here, so it stands in the lease slot.
                 match self.watch.observe(key, etag, None, *ttl, seen) {
@@ -202,11 +213,32 @@ impl Judge {
     }
 }
 
+/// The version a heartbeat that is not there is judged at (no store reports it for an object).
+pub fn absent() -> ETag {
+    ETag("(absent)".to_owned())
+}
+
+/// `listed` with every key of `named` that is not listed added at the [`absent`] version, so
+/// a judge watches its absence for a TTL like any version: what the coordinator judges.
+pub fn with_absent<'a>(
+    mut listed: Vec<(String, ETag)>,
+    named: impl IntoIterator<Item = &'a str>,
+) -> Vec<(String, ETag)> {
+    let present: std::collections::BTreeSet<String> =
+        listed.iter().map(|(key, _)| key.clone()).collect();
+    let missing: std::collections::BTreeSet<&str> = named
+        .into_iter()
+        .filter(|key| !present.contains(*key))
+        .collect();
+    listed.extend(missing.into_iter().map(|key| (key.to_owned(), absent())));
+    listed
+}
+
 /// Judges each listed heartbeat with `judge`: alive unless its listed ETag stayed the same for
 /// its holder's TTL. The TTL is the longest of the observer's own and any the holder declared
 /// (`declared`: heartbeat key, TTL in ms), so a host that beats every 10 s under a 30 s TTL is
 /// never judged by a coordinator's 3 s TTL. A heartbeat that is not listed is not judged here:
-/// callers treat it as gone.
+/// callers that must judge one add it at the [`absent`] version ([`with_absent`]).
 pub fn judge_heartbeats<'a>(
     judge: &mut Judge,
     own_ttl: Duration,
@@ -317,7 +349,8 @@ mod tests {
         }
     }
 
-    // Proves the judgement: no holder or no heartbeat is interrupted at once; a heartbeat is
+    // Proves the judgement: no holder is interrupted at once, no heartbeat only once absent
+    // for a whole TTL (absence is a version); a heartbeat is
     // running on one look and while it changes, and interrupted only after it stayed the
     // same for a whole TTL on the judge's clock.
     #[test]
@@ -328,8 +361,11 @@ mod tests {
             judge.judge("a", &Sighting::NoHolder, Seen::at(at(0))),
             Liveness::Interrupted
         );
+        let gone = Sighting::Gone { ttl: at(10) };
+        assert_eq!(judge.judge("b", &gone, Seen::at(at(0))), Liveness::Running);
+        assert_eq!(judge.judge("b", &gone, Seen::at(at(9))), Liveness::Running);
         assert_eq!(
-            judge.judge("b", &Sighting::Gone, Seen::at(at(0))),
+            judge.judge("b", &gone, Seen::at(at(10))),
             Liveness::Interrupted
         );
         assert_eq!(

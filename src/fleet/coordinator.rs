@@ -152,14 +152,10 @@ struct Observer {
     /// Heartbeats of live processes that held runs at the last tick (hosts of running runs,
     /// workers running a recovery): if one falls silent, the next tick must come now.
     watched: std::collections::BTreeSet<String>,
-    /// The heartbeat keys seen last tick, and ticks since registrations were last listed.
-    holders: std::collections::BTreeSet<String>,
-    ticks_since_registrations: u32,
+    /// Ticks since the last sweep (every record read again, every inbox rewritten).
+    ticks_since_sweep: u32,
     /// When this leader first saw each interrupted run so, for the oldest-interrupted gauge.
     interrupted_since: BTreeMap<RunId, u64>,
-    /// Heartbeats this leader removed as dead, with when and the TTL they were judged by
-    /// (see [`remove_the_dead`] and [`REMOVED_REMEMBERED`]).
-    removed: BTreeMap<String, (crate::clock::Stopwatch, Duration)>,
     /// The workers and runs as the last full tick saw them (with the assignments named
     /// wake-ups made since, and the fresh admissions forwarded to a worker that claims them,
     /// counted as its), and when that tick was: what [`assign_named`] places on.
@@ -185,18 +181,9 @@ struct Observer {
     liveness_at: Option<crate::clock::Stopwatch>,
 }
 
-/// How long a removed heartbeat is remembered. For one TTL after its removal a key that is
-/// not listed counts as alive: a process that came back (or a new one under the same ID)
-/// just as its old heartbeat was removed writes it again within a third of its TTL, and must
-/// not be judged gone for the gap. Until it is forgotten, the key listed again without a
-/// registration naming it makes every tick re-list the registrations, so a worker that comes
-/// back and registers again is offered work at once.
-/// (A worker paused for longer is found at the periodic re-listing; the map stays bounded by
-/// the processes that died in the last ten minutes.)
-const REMOVED_REMEMBERED: Duration = Duration::from_secs(600);
-
-/// Registrations are re-listed at least this often even when no process came or went.
-const REGISTRATIONS_REFRESH_TICKS: u32 = 30;
+/// Every this many ticks, a sweep: records that are otherwise cached are read again, and every
+/// inbox is rewritten.
+const SWEEP_TICKS: u32 = 30;
 
 /// Runs a coordinator until `stop` is set: stands by until it leads, then ticks.
 #[tracing::instrument(name = "coordinator", skip_all, fields(coordinator_id = %options.id))]
@@ -577,7 +564,10 @@ async fn watch(
     options: &CoordinatorOptions,
     observer: &mut Observer,
 ) -> Result<bool, StoreError> {
-    let (heartbeats, seen) = list_heartbeats_seen(store).await?;
+    let Listing {
+        heartbeats, seen, ..
+    } = list_heartbeats_seen(store).await?;
+    let heartbeats = liveness::with_absent(heartbeats, observer.watched.iter().map(String::as_str));
     let listed: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
     let mut alive = liveness::judge_heartbeats(
         &mut observer.liveness,
@@ -664,9 +654,13 @@ async fn tick(
     }
     // Judged as seen when the listing went out, however long the rest of the tick takes
     // (registration and record reads, a slow request, a pause): see `Seen`.
-    let (heartbeats, seen) = list_heartbeats_seen(store).await?;
-    refresh_registrations(store, observer, &heartbeats, false).await?;
-    if observer.ticks_since_registrations == 0 {
+    let Listing {
+        heartbeats,
+        registrations,
+        seen,
+    } = list_heartbeats_seen(store).await?;
+    refresh_registrations(store, observer, &registrations).await;
+    if observer.ticks_since_sweep == 0 {
         // Inboxes are written only when they change from what this leader wrote last; a
         // stale leader that woke after losing the lease may have overwritten them since.
         // Rewrite them all now and then (one PUT per worker per sweep).
@@ -680,6 +674,7 @@ async fn tick(
     }
     // Records first: which workers run a recovery decides the TTL they are judged by.
     let (runs, recheck) = observe_runs(store, observer, entries, options.ttl).await;
+    observer.ticks_since_sweep = (observer.ticks_since_sweep + 1) % SWEEP_TICKS;
     // A decline not seen before: its worker is stopping and has said so in its registration
     // (it writes that first), which is read now, so it is offered nothing more this tick.
     let declines: std::collections::BTreeSet<RecoveryId> = runs
@@ -691,7 +686,12 @@ async fn tick(
     let declined_now = declines.iter().any(|id| !observer.declines.contains(id));
     observer.declines = declines;
     if declined_now {
-        refresh_registrations(store, observer, &heartbeats, true).await?;
+        let registrations = store.list_all(layout::workers_prefix()).await?;
+        let registrations: Vec<(String, Option<ETag>)> = registrations
+            .into_iter()
+            .map(|listed| (listed.key, listed.etag))
+            .collect();
+        refresh_registrations(store, observer, &registrations).await;
     }
     let alive = judge_liveness(options, observer, &runs, heartbeats, seen);
     pass_over_untaken_offers(observer, &runs, &versions, options.ttl);
@@ -1300,17 +1300,21 @@ fn apply_offers(runs: &mut [RunView], offered: &BTreeMap<String, Vec<Offer>>) {
 /// index entry names its holder.
 pub const DEAD_AFTER_TTLS: u32 = 3;
 
-/// Removes what processes that are gone left behind: heartbeats judged silent for
-/// [`DEAD_AFTER_TTLS`] TTLs whose holder no index entry names (its runs were finished, or
-/// fenced and handed to recoveries), with a dead worker's registration and inbox. The fleet's
-/// listings (heartbeats, registrations) stay bounded by live processes, not by every process
-/// that ever crashed. Up to [`ACTION_CONCURRENCY`] per tick.
+/// Removes the heartbeats of hosts and coordinators that are gone: judged silent for
+/// [`DEAD_AFTER_TTLS`] TTLs, and named by no index entry (their runs were finished, or fenced
+/// and handed to recoveries), so the heartbeat listing stays bounded by live processes, not by
+/// every host that ever crashed. Up to [`ACTION_CONCURRENCY`] per tick.
 ///
-/// Safe against a process that was only paused: removing a heartbeat fences nothing (leases
-/// carry the epochs), a paused process writes its heartbeat again when it resumes (an
-/// unconditional PUT), and a worker registers again once it finds its registration gone.
-/// Each heartbeat is read (for its role and declared TTL) and the heartbeats listed once more
-/// just before the deletions: one that changed since it was judged is left alone.
+/// A workers' heartbeat, registration and inbox are gc's (`gc::sweep_dead_processes`, after
+/// its grace period): a registration deleted just as its worker came back under the same ID
+/// would be missed for one idle TTL, and its worker offered nothing.
+///
+/// Safe against a process that was only paused, or a new one under the same ID: removing a
+/// heartbeat fences nothing (leases carry the epochs), every judge watches an absent heartbeat
+/// for a TTL like any version (`core::liveness::Sighting::Gone`), and a process writes its
+/// heartbeat again within a third of its TTL. Each heartbeat is read (for its role and
+/// declared TTL) and the heartbeats listed once more just before the deletions: one that
+/// changed since it was judged is left alone.
 async fn remove_the_dead(
     store: &Store,
     holder: &Arc<Holder>,
@@ -1321,16 +1325,25 @@ async fn remove_the_dead(
 ) {
     let now = store.clock().monotonic();
     let own = holder.heartbeat_key();
+    let registered: std::collections::BTreeSet<&str> = observer
+        .registrations
+        .values()
+        .map(|(_, registration)| registration.heartbeat.as_str())
+        .collect();
     let due: Vec<Due> = versions
         .iter()
-        .filter(|(key, _)| **key != own && !named.contains(*key) && alive.get(*key) == Some(&false))
+        .filter(|(key, _)| {
+            **key != own
+                && !named.contains(*key)
+                && !registered.contains(key.as_str())
+                && alive.get(*key) == Some(&false)
+        })
         .filter_map(|(key, etag)| {
             let (silent, ttl) = observer.liveness.silence(key, now)?;
             (silent >= ttl * DEAD_AFTER_TTLS).then(|| Due {
                 key: key.clone(),
                 judged: etag.clone(),
                 silent,
-                ttl,
             })
         })
         .take(ACTION_CONCURRENCY)
@@ -1340,49 +1353,34 @@ async fn remove_the_dead(
     }
     match remove_dead(store, due).await {
         Ok(removed) => {
-            for (due, worker) in removed {
-                observer.liveness.forget(&due.key);
-                observer.gone.remove(&due.key);
-                observer
-                    .removed
-                    .insert(due.key, (crate::clock::Stopwatch::start(), due.ttl));
-                if let Some(worker) = worker {
-                    observer.registrations.remove(&layout::worker(&worker));
-                    observer.inboxes.remove(&worker);
-                    observer.unreachable.remove(&worker);
-                }
+            for key in removed {
+                observer.liveness.forget(&key);
+                observer.gone.remove(&key);
             }
         }
         Err(error) => tracing::warn!(%error, "cannot remove dead processes' heartbeats"),
     }
 }
 
-/// A heartbeat due for removal: its key, the version judged, how long it was silent, and the
-/// TTL it is judged by.
+/// A heartbeat due for removal: its key, the version judged, and how long it was silent.
 struct Due {
     key: String,
     judged: ETag,
     silent: Duration,
-    ttl: Duration,
 }
 
-/// Removes the heartbeats in `due` that are still at the version judged and declare no TTL
-/// that their silence falls short of: a worker's inbox and registration first, so a crash in
-/// between leaves the heartbeat for the next tick. A heartbeat that does not read (a newer
-/// format, a foreign object) is skipped, not allowed to stop the others. Returns those
-/// removed (the TTL raised to the declared one), each with the worker it was, if one.
-async fn remove_dead(
-    store: &Store,
-    due: Vec<Due>,
-) -> Result<Vec<(Due, Option<String>)>, StoreError> {
+/// Removes the heartbeats in `due` that are still at the version judged, are no worker's, and
+/// declare no TTL that their silence falls short of. A heartbeat that does not read (a newer
+/// format, a foreign object) is skipped, not allowed to stop the others. Returns the keys
+/// removed.
+async fn remove_dead(store: &Store, due: Vec<Due>) -> Result<Vec<String>, StoreError> {
     use crate::store::lease::{LeaseError, read_heartbeat};
     let mut beats = Vec::new();
-    for mut due in due {
+    for due in due {
         match read_heartbeat(store, &due.key).await {
             Ok(Some((beat, _))) => {
                 let declared = Duration::from_millis(beat.ttl_ms);
-                if due.silent >= declared * DEAD_AFTER_TTLS {
-                    due.ttl = due.ttl.max(declared);
+                if beat.role != "worker" && due.silent >= declared * DEAD_AFTER_TTLS {
                     beats.push((due, beat));
                 }
             }
@@ -1404,11 +1402,6 @@ async fn remove_dead(
         if listed.get(&due.key) != Some(&due.judged) {
             continue;
         }
-        let worker = (beat.role == "worker").then(|| beat.holder.clone());
-        if let Some(worker) = &worker {
-            store.delete(&layout::inbox(worker)).await?;
-            store.delete(&layout::worker(worker)).await?;
-        }
         store.delete(&due.key).await?;
         tracing::info!(
             heartbeat = %due.key,
@@ -1417,7 +1410,7 @@ async fn remove_dead(
             "removed the heartbeat of a process that is gone"
         );
         crate::metrics::count(crate::metrics::DEAD_PROCESSES_REMOVED);
-        removed.push((due, worker));
+        removed.push(due.key);
     }
     Ok(removed)
 }
@@ -1568,110 +1561,87 @@ fn registration_beat(
         .and_then(|(_, r)| versions.get(&r.heartbeat).cloned())
 }
 
-/// Every heartbeat key with its listed ETag.
-/// [`list_heartbeats`], with when the listing was issued and returned.
-async fn list_heartbeats_seen(store: &Store) -> Result<(Vec<(String, ETag)>, Seen), StoreError> {
+/// One LIST of the heartbeats' prefix: every process's heartbeat and every worker's
+/// registration, each with its listed version, and when the listing was issued and returned.
+struct Listing {
+    heartbeats: Vec<(String, ETag)>,
+    registrations: Vec<(String, Option<ETag>)>,
+    seen: Seen,
+}
+
+async fn list_heartbeats_seen(store: &Store) -> Result<Listing, StoreError> {
     let issued = store.clock().monotonic();
-    let heartbeats = list_heartbeats(store).await?;
+    let listed = store.list_all(layout::heartbeats_prefix()).await?;
     let seen = Seen {
         issued,
         returned: store.clock().monotonic(),
     };
-    Ok((heartbeats, seen))
+    let (registrations, heartbeats): (Vec<_>, Vec<_>) = listed
+        .into_iter()
+        .partition(|listed| layout::is_registration(&listed.key));
+    Ok(Listing {
+        heartbeats: heartbeats
+            .into_iter()
+            .map(|listed| {
+                let etag = listed.etag.unwrap_or_else(|| ETag(String::new()));
+                (listed.key, etag)
+            })
+            .collect(),
+        registrations: registrations
+            .into_iter()
+            .map(|listed| (listed.key, listed.etag))
+            .collect(),
+        seen,
+    })
 }
 
 async fn list_heartbeats(store: &Store) -> Result<Vec<(String, ETag)>, StoreError> {
-    let listed = store.list_all(layout::heartbeats_prefix()).await?;
-    Ok(listed
-        .into_iter()
-        .map(|listed| {
-            let etag = listed.etag.unwrap_or_else(|| ETag(String::new()));
-            (listed.key, etag)
-        })
-        .collect())
+    Ok(list_heartbeats_seen(store).await?.heartbeats)
 }
 
-/// Registrations change only when a worker starts or stops, and a worker beats before it
-/// registers: list them only when the set of heartbeats changed (or now and then), and
-/// re-read only the entries whose ETag changed.
+/// Brings the registrations up to the versions `listed` (every tick's heartbeat listing
+/// carries them): an entry whose version is unchanged keeps what was read before, one that
+/// changed or is new is read, one no longer listed goes. Versions say what changed, so a
+/// worker restarted under its ID with another configuration is seen at the next tick, and so
+/// is a worker whose registration landed after its heartbeat was listed.
 async fn refresh_registrations(
     store: &Store,
     observer: &mut Observer,
-    heartbeats: &[(String, ETag)],
-    force: bool,
-) -> Result<(), StoreError> {
-    let holders: std::collections::BTreeSet<String> =
-        heartbeats.iter().map(|(key, _)| key.clone()).collect();
-    observer.ticks_since_registrations += 1;
-    // A heartbeat this leader removed beats again and no registration names it: a worker
-    // that came back registers again shortly, and must be seen when it does.
-    let returning = observer.removed.keys().any(|key| {
-        holders.contains(key)
-            && !observer
-                .registrations
-                .values()
-                .any(|(_, registration)| registration.heartbeat == *key)
-    });
-    // A draining worker's registration is removed when it exits, or rewritten when it comes
-    // back under its ID: looked at every tick while one drains (it drains for seconds).
-    let draining = observer
-        .registrations
-        .values()
-        .any(|(_, registration)| registration.draining);
-    let relist = force
-        || draining
-        || holders != observer.holders
-        || returning
-        || observer.ticks_since_registrations >= REGISTRATIONS_REFRESH_TICKS;
-    if !relist {
-        return Ok(());
-    }
-    let listed = store.list_all(layout::workers_prefix()).await?;
-    // Only after the listing succeeded: a failed one is retried next tick.
-    observer.holders = holders;
-    observer.ticks_since_registrations = 0;
+    listed: &[(String, Option<ETag>)],
+) {
     let mut registrations = BTreeMap::new();
-    for entry in listed {
-        let cached = observer.registrations.remove(&entry.key);
-        let unchanged = cached
-            .as_ref()
-            .filter(|(etag, _)| *etag == entry.etag)
-            .map(|(_, registration)| registration.clone());
-        let registration = match unchanged {
-            Some(registration) => registration,
-            None => match store.read(&entry.key).await {
-                // A read that failed after its retries (a brownout, an expired credential)
-                // keeps the registration as read before, at its old version, and the listing
-                // is done again next tick: a partial map would leave the workers it misses
-                // unregistered, their recoveries abandoned and themselves fenced.
-                Err(error) => {
-                    tracing::warn!(key = %entry.key, %error, "cannot read a worker registration; keeping the one read before");
-                    observer.ticks_since_registrations = REGISTRATIONS_REFRESH_TICKS;
-                    if let Some(cached) = cached {
-                        registrations.insert(entry.key.clone(), cached);
-                    }
-                    continue;
+    for (key, etag) in listed {
+        let cached = observer.registrations.remove(key);
+        if let Some(cached) = cached.as_ref().filter(|(cached, _)| cached == etag) {
+            registrations.insert(key.clone(), cached.clone());
+            continue;
+        }
+        match store.read(key).await {
+            // A read that failed after its retries (a brownout, an expired credential) keeps
+            // the registration as read before, at its old version, so it is read again next
+            // tick: a partial map would leave the workers it misses unregistered, their
+            // recoveries abandoned and themselves fenced.
+            Err(error) => {
+                tracing::warn!(%key, %error, "cannot read a worker registration; keeping the one read before");
+                if let Some(cached) = cached {
+                    registrations.insert(key.clone(), cached);
                 }
-                Ok(Some(object)) => {
-                    match layout::decode_object::<Registration>(
-                        &entry.key,
-                        crate::core::assignment::REGISTRATION_KIND,
-                        &object.bytes,
-                    ) {
-                        Ok(registration) => registration,
-                        Err(error) => {
-                            tracing::warn!(%error, "ignoring a bad worker registration");
-                            continue;
-                        }
-                    }
+            }
+            Ok(Some(object)) => match layout::decode_object::<Registration>(
+                key,
+                crate::core::assignment::REGISTRATION_KIND,
+                &object.bytes,
+            ) {
+                Ok(registration) => {
+                    registrations.insert(key.clone(), (etag.clone(), registration));
                 }
-                Ok(None) => continue,
+                Err(error) => tracing::warn!(%error, "ignoring a bad worker registration"),
             },
-        };
-        registrations.insert(entry.key.clone(), (entry.etag.clone(), registration));
+            Ok(None) => {}
+        }
     }
-    // A worker whose registration is gone (it stopped, or was removed as dead) gets no more
-    // inbox writes; the inbox it had goes too, so inboxes follow the registered workers.
+    // A worker whose registration is gone (it stopped, or gc removed a dead worker's) gets no
+    // more inbox writes; the inbox it had goes too, so inboxes follow the registered workers.
     let departed: Vec<String> = observer
         .registrations
         .values()
@@ -1692,7 +1662,6 @@ async fn refresh_registrations(
             tracing::debug!(worker_id = %worker, %error, "cannot remove a departed worker's inbox");
         }
     }
-    Ok(())
 }
 
 /// Liveness of every listed heartbeat, judged by [`liveness::judge_heartbeats`] with the TTL
@@ -1741,6 +1710,19 @@ fn judge_liveness(
         }
     }
     observer.judged_busy = busy;
+    // A named heartbeat that is not listed is judged at the absent version, for a TTL like any
+    // other: one removed as a dead process's just as its process came back is written again
+    // within a third of its TTL.
+    let named = runs
+        .iter()
+        .filter_map(|run| run.entry.holder.as_deref())
+        .chain(
+            observer
+                .registrations
+                .values()
+                .map(|(_, registration)| registration.heartbeat.as_str()),
+        );
+    let heartbeats = liveness::with_absent(heartbeats, named);
     let listed: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
     let mut alive = liveness::judge_heartbeats(
         &mut observer.liveness,
@@ -1759,15 +1741,7 @@ fn judge_liveness(
         .map(|(_, r)| r.heartbeat.clone())
         .collect();
     remember_the_gone(&mut observer.gone, &listed, &mut alive, &running_keys);
-    observer
-        .removed
-        .retain(|_, (since, _)| since.elapsed() < REMOVED_REMEMBERED);
-    for (key, (since, ttl)) in &observer.removed {
-        if !listed.contains_key(key) && since.elapsed() < *ttl {
-            alive.insert(key.clone(), true);
-        }
-    }
-    // A heartbeat that is gone needs no watch (and must not hold memory).
+    // A heartbeat neither listed nor named needs no watch (and must not hold memory).
     observer.liveness.retain(|key| listed.contains_key(key));
     observer.declared = declared;
     alive
@@ -1775,7 +1749,7 @@ fn judge_liveness(
 
 /// Pairs each entry with, where it has a recovery, the record (the holder's liveness is
 /// filled in once heartbeats are judged). Records of recovering runs are read every tick;
-/// those of parked runs only every [`REGISTRATIONS_REFRESH_TICKS`] ticks (a crash between an
+/// those of parked runs only every [`SWEEP_TICKS`] ticks (a crash between an
 /// answer's record and index writes is repaired then); dead-lettered records never change.
 /// The reads go side by side.
 async fn observe_runs(
@@ -1784,7 +1758,7 @@ async fn observe_runs(
     entries: Vec<IndexEntry>,
     ttl: Duration,
 ) -> (Vec<RunView>, Option<Duration>) {
-    let sweep = observer.ticks_since_registrations == 0;
+    let sweep = observer.ticks_since_sweep == 0;
     let cache = &observer.records;
     let forwarded = &observer.forwarded;
     let refresh = unclaimed_refresh(observer, ttl);
@@ -2397,44 +2371,72 @@ mod tests {
         assert!(forwarded.contains_key(&again));
     }
 
-    /// A worker whose heartbeat this leader removed, and that beats and registers again
-    /// under the same ID, changes no heartbeat key: the registrations are listed again on
-    /// every tick until one names it, not only on the periodic sweep.
+    /// Regression (issue 30's third scenario): registrations were listed again only when the
+    /// set of heartbeat keys changed. A worker restarted under its ID with another
+    /// configuration kept its old fingerprint in the coordinator's view (offers matched to it
+    /// failed the worker's resume guard), and a worker whose heartbeat was listed before its
+    /// registration landed got no work until some other process came or went. The heartbeat
+    /// listing carries every registration's version, so both are seen at the next tick.
     #[tokio::test]
-    async fn a_removed_worker_that_registers_again_is_seen_at_the_next_tick() {
+    async fn a_registration_that_changed_is_seen_at_the_next_tick() {
         let store = Store::memory(SystemClock::shared());
-        let key = layout::heartbeat("w");
-        let heartbeats = vec![(key.clone(), ETag("v1".into()))];
+        let ttl = Duration::from_millis(300);
+        let coordinator = Holder::new(&store, "c", ttl);
+        let options = CoordinatorOptions::new("c", ttl);
         let mut observer = Observer::default();
-        refresh_registrations(&store, &mut observer, &heartbeats, false)
+        let fingerprints = |observer: &Observer| -> Vec<String> {
+            observer
+                .registrations
+                .values()
+                .map(|(_, registration)| registration.fingerprint_sha256.clone())
+                .collect()
+        };
+        // The worker's heartbeat is listed before its registration lands.
+        let worker = Holder::with_role(&store, "w", ttl, "worker");
+        worker.beat().await.unwrap();
+        tick(&store, &coordinator, &options, &mut observer, None)
             .await
             .unwrap();
         assert!(observer.registrations.is_empty());
-        let registration = Registration::new("w", key.clone(), 1, "f".into());
+        let registration = Registration::new("w", worker.heartbeat_key(), 1, "f-old".into());
         store
             .put(&layout::worker("w"), layout::encode_object(&registration))
             .await
             .unwrap();
-        // Same heartbeat keys: not listed again (until the periodic sweep).
-        refresh_registrations(&store, &mut observer, &heartbeats, false)
+        tick(&store, &coordinator, &options, &mut observer, None)
             .await
             .unwrap();
-        assert!(observer.registrations.is_empty());
-        // Removed by this leader earlier: listed again now.
-        observer.removed.insert(
-            key.clone(),
-            (crate::clock::Stopwatch::start(), Duration::from_secs(30)),
+        assert_eq!(
+            fingerprints(&observer),
+            ["f-old"],
+            "a late registration not seen"
         );
-        refresh_registrations(&store, &mut observer, &heartbeats, false)
+        // Restarted under its ID with another configuration: the same heartbeat keys.
+        let restarted = Holder::with_role(&store, "w", ttl, "worker");
+        restarted.beat().await.unwrap();
+        let registration = Registration::new("w", restarted.heartbeat_key(), 1, "f-new".into());
+        store
+            .put(&layout::worker("w"), layout::encode_object(&registration))
             .await
             .unwrap();
-        assert_eq!(observer.registrations.len(), 1);
-        // Registered: no more listings until the heartbeats change.
-        let lists = store.metrics().list;
-        refresh_registrations(&store, &mut observer, &heartbeats, false)
+        tick(&store, &coordinator, &options, &mut observer, None)
             .await
             .unwrap();
-        assert_eq!(store.metrics().list, lists);
+        assert_eq!(
+            fingerprints(&observer),
+            ["f-new"],
+            "the old configuration kept"
+        );
+        // Unchanged: read from the cache, not again.
+        let gets = store.metrics().get;
+        tick(&store, &coordinator, &options, &mut observer, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.metrics().get,
+            gets,
+            "an unchanged registration read again"
+        );
     }
 
     /// Regression (stale evidence, issue 30's first scenario): the tick listed the heartbeats,
@@ -2489,23 +2491,30 @@ mod tests {
     async fn a_leader_that_lost_its_lease_mid_tick_admits_nothing() {
         let (direct, slow, faulty) = two_views(crate::store::RetryPolicy::default());
         let ttl = Duration::from_millis(300);
-        // A run whose host is gone (no heartbeat): this tick admits it.
+        // A run whose host is gone (its heartbeat silent for a TTL since the first tick):
+        // the second tick admits it.
         let run = RunId::new("orphaned-run");
         let host = Holder::new(&direct, "host", ttl);
+        host.beat().await.unwrap();
         host.acquire_new(&run).await.unwrap();
         index_running(&direct, &run, &host).await;
         let leadership = RunId::new(layout::COORDINATOR_LEASE_RUN);
         let coordinator = Holder::new(&slow, "c", ttl);
         let held = coordinator.acquire(&leadership).await.unwrap();
+        let options = CoordinatorOptions::new("c", ttl);
+        let mut observer = Observer::default();
+        let first = tick(&slow, &coordinator, &options, &mut observer, Some(&held))
+            .await
+            .unwrap();
+        assert!(first.actions.is_empty(), "{:?}", first.actions);
+        crate::clock::sleep(ttl + ttl / 3).await;
         // A worker is registered, so the tick reads its registration: that read stalls
         // while another coordinator takes the leadership over.
         let worker = Holder::with_role(&direct, "w", ttl, "worker");
         worker.beat().await.unwrap();
         register(&direct, "w", 1).await;
         let gate = faulty.pause_after_read(&layout::worker("w"));
-        let options = CoordinatorOptions::new("c", ttl);
         let ticking = tokio::spawn(async move {
-            let mut observer = Observer::default();
             tick(&slow, &coordinator, &options, &mut observer, Some(&held))
                 .await
                 .map(|report| report.actions)
@@ -2536,7 +2545,7 @@ mod tests {
     /// retries returned from the refresh half-way, after the registrations read so far had
     /// been taken out of the map, and after the refresh was marked done: the coordinator knew
     /// only some workers for up to 30 ticks. The failed one keeps what was read before now,
-    /// and the listing is done again next tick.
+    /// at its old version, so it is read again at the next listing.
     #[tokio::test]
     async fn a_failed_registration_read_keeps_the_map_of_workers_whole() {
         use crate::store::faults::FaultPlan;
@@ -2548,14 +2557,17 @@ mod tests {
         });
         register(&store, "w1", 1).await;
         register(&store, "w2", 1).await;
-        let heartbeats = vec![
-            (layout::heartbeat("w1"), ETag("1".into())),
-            (layout::heartbeat("w2"), ETag("1".into())),
-        ];
+        let listing = |store: Store| async move {
+            store
+                .list_all(layout::workers_prefix())
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|listed| (listed.key, listed.etag))
+                .collect::<Vec<_>>()
+        };
         let mut observer = Observer::default();
-        refresh_registrations(&store, &mut observer, &heartbeats, true)
-            .await
-            .unwrap();
+        refresh_registrations(&store, &mut observer, &listing(store.clone()).await).await;
         assert_eq!(observer.registrations.len(), 2);
         // Both change; the first is read again, then the store fails every request.
         register(&store, "w1", 2).await;
@@ -2563,9 +2575,10 @@ mod tests {
         let mut keys = [layout::worker("w1"), layout::worker("w2")];
         keys.sort();
         let gate = faulty.pause_after_read(&keys[0]);
+        let listed = listing(store.clone()).await;
         let refreshing = tokio::spawn(async move {
-            let refreshed = refresh_registrations(&store, &mut observer, &heartbeats, true).await;
-            (refreshed, observer)
+            refresh_registrations(&store, &mut observer, &listed).await;
+            (store, observer)
         });
         gate.reached().await;
         faulty.set_plan(FaultPlan {
@@ -2573,8 +2586,7 @@ mod tests {
             ..FaultPlan::default()
         });
         gate.release();
-        let (refreshed, observer) = refreshing.await.unwrap();
-        refreshed.unwrap();
+        let (store, mut observer) = refreshing.await.unwrap();
         let workers: Vec<&str> = observer
             .registrations
             .values()
@@ -2585,34 +2597,57 @@ mod tests {
             2,
             "the map of workers lost some: {workers:?}"
         );
-        assert_eq!(
-            observer.ticks_since_registrations, REGISTRATIONS_REFRESH_TICKS,
-            "the registrations are not listed again next tick"
-        );
+        // The store is back: the one kept at its old version is read again.
+        faulty.set_plan(FaultPlan::default());
+        refresh_registrations(&store, &mut observer, &listing(store.clone()).await).await;
+        let capacities: Vec<u32> = observer
+            .registrations
+            .values()
+            .map(|(_, registration)| registration.capacity)
+            .collect();
+        assert_eq!(capacities, [2, 2], "a registration kept stale");
     }
 
-    /// For one TTL after this leader removed a heartbeat, the key not being listed does not
-    /// make its holder gone: a process that came back as it was removed (or a new one under
-    /// the same ID) writes it again within a third of its TTL.
+    /// A heartbeat an index entry names but the listing does not show is judged at the absent
+    /// version for a TTL, like any version: a process whose heartbeat was removed (as a dead
+    /// process's, just as it came back under its ID) writes it again within a third of its
+    /// TTL. Only absent for a whole TTL is its holder gone.
     #[tokio::test]
-    async fn a_heartbeat_just_removed_is_not_judged_gone_for_a_ttl() {
+    async fn an_absent_named_heartbeat_is_gone_only_after_a_ttl() {
         let store = Store::memory(SystemClock::shared());
-        let options = CoordinatorOptions::new("c", Duration::from_secs(30));
+        let ttl = Duration::from_millis(300);
+        let options = CoordinatorOptions::new("c", ttl);
         let mut observer = Observer::default();
-        let (recent, old) = (layout::heartbeat("recent"), layout::heartbeat("old"));
-        observer.removed.insert(
-            recent.clone(),
-            (crate::clock::Stopwatch::start(), Duration::from_secs(30)),
+        let host = Holder::new(&store, "host", ttl);
+        let mut entry = IndexEntry::new(RunId::new("r"), None, Phase::Running, "f".into(), 0);
+        entry.holder = Some(host.heartbeat_key());
+        entry.holder_ttl_ms = Some(300);
+        let runs = [RunView {
+            entry,
+            holder_alive: false,
+            recovery: None,
+            answered: false,
+        }];
+        let key = host.heartbeat_key();
+        let judge = |observer: &mut Observer| {
+            let seen = Seen::at(store.clock().monotonic());
+            judge_liveness(&options, observer, &runs, Vec::new(), seen)
+                .get(&key)
+                .copied()
+        };
+        assert_eq!(
+            judge(&mut observer),
+            Some(true),
+            "gone at first sight of absence"
         );
-        observer.removed.insert(
-            old.clone(),
-            (crate::clock::Stopwatch::start(), Duration::from_millis(1)),
+        crate::clock::sleep(Duration::from_millis(150)).await;
+        assert_eq!(judge(&mut observer), Some(true), "gone within its TTL");
+        crate::clock::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            judge(&mut observer),
+            Some(false),
+            "absent for a TTL, still alive"
         );
-        crate::clock::sleep(Duration::from_millis(5)).await;
-        let seen = Seen::at(store.clock().monotonic());
-        let alive = judge_liveness(&options, &mut observer, &[], Vec::new(), seen);
-        assert_eq!(alive.get(&recent), Some(&true));
-        assert!(!alive.get(&old).copied().unwrap_or(false));
     }
 
     /// An offer waiting on a worker whose slots all run is queued, not untaken: however long

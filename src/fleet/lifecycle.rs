@@ -165,6 +165,25 @@ pub async fn host_parked(
     Ok(())
 }
 
+/// A host stopped driving its own run before it ended (asked to stop, or at its step cap):
+/// the entry names no holder, so every judge sees the run interrupted at once (an absent
+/// heartbeat is watched for a TTL: it may be one removed as a dead process's under a process
+/// that came back). Unless the entry moved on since the host wrote it: then it stays.
+pub async fn host_let_go(
+    store: &Store,
+    entry: &IndexEntry,
+    written: &ETag,
+) -> Result<(), IndexError> {
+    let mut entry = entry.clone();
+    entry.holder = None;
+    entry.holder_ttl_ms = None;
+    entry.updated_at_ms = store.clock().wall_ms();
+    if !index::swap(store, &entry, written).await? {
+        tracing::info!(run_id = %entry.run_id, "the run was taken over as its host stopped; its index entry is the recovery's now");
+    }
+    Ok(())
+}
+
 /// A host's own run ended (its terminal fact is committed): it leaves the index.
 pub async fn host_finished(store: &Store, run: &RunId) -> Result<(), IndexError> {
     index::remove(store, run).await

@@ -3,12 +3,13 @@
 //!
 //! This module owns looking at the heartbeat of a run's holder (a [`Sighting`]) and handing
 //! the sightings to the pure [`Judge`]. A run the index
-//! calls running is *interrupted* when its entry names no holder, when its holder's heartbeat
-//! is gone (a stopped process removes it), or when the heartbeat stayed unchanged for the
-//! holder's whole declared TTL on this process's monotonic clock (never another machine's
-//! clock, as `core::liveness::ExpiryWatch` judges leases). One look cannot show the last case: a
-//! caller that looks once (`status`, `runs ls`) sees a beating holder as running; one that
-//! must be sure (`recover --all`) watches for a TTL with [`Watch`]. It never writes: admitting
+//! calls running is *interrupted* when its entry names no holder, or when its holder's
+//! heartbeat stayed unchanged (or absent: a stopped process removes it, and so does the
+//! removal of a dead process's, which a process coming back must survive) for the holder's
+//! whole declared TTL on this process's monotonic clock (never another machine's clock, as
+//! `core::liveness::ExpiryWatch` judges leases). One look cannot show the last case: a caller
+//! that looks once (`status`, `runs ls`) sees a beating holder as running and an absent one
+//! as interrupted; one that must be sure (`recover --all`) watches for a TTL with [`Watch`]. It never writes: admitting
 //! a recovery of an interrupted run is `admission`'s.
 //!
 //! The rule itself is `core::liveness::Judge`; the coordinator applies the same judge to every
@@ -39,13 +40,17 @@ pub async fn look_at(
     declared_ttl: Duration,
 ) -> Result<Sighting, LeaseError> {
     Ok(match lease::read_heartbeat(store, key).await {
-        Ok(None) => Sighting::Gone,
+        Ok(None) => Sighting::Gone {
+            ttl: declared_or_undeclared(declared_ttl),
+        },
         Ok(Some((beat, etag))) => Sighting::Beating {
             etag,
             ttl: declared_ttl.max(Duration::from_millis(beat.ttl_ms)),
         },
         Err(LeaseError::Object(error)) => match store.head(key).await? {
-            None => Sighting::Gone,
+            None => Sighting::Gone {
+                ttl: declared_or_undeclared(declared_ttl),
+            },
             Some(etag) => {
                 tracing::warn!(key, %error, "cannot read a heartbeat; judging it by its version");
                 Sighting::Beating {
@@ -56,6 +61,16 @@ pub async fn look_at(
         },
         Err(other) => return Err(other),
     })
+}
+
+/// The TTL an absent heartbeat is watched for: the one declared where it was named, else
+/// [`UNDECLARED_TTL`].
+fn declared_or_undeclared(declared_ttl: Duration) -> Duration {
+    if declared_ttl.is_zero() {
+        UNDECLARED_TTL
+    } else {
+        declared_ttl
+    }
 }
 
 /// Looks once at the holder of `entry`.
@@ -70,11 +85,14 @@ pub async fn look(store: &Store, entry: &IndexEntry) -> Result<Sighting, LeaseEr
 }
 
 /// Whether a running `entry` is interrupted, on one look: what `status` and `runs ls` show.
-/// A holder that died without removing its heartbeat still counts as running here; only a
-/// [`Watch`] (or the coordinator) can tell it is silent.
+/// A holder that died without removing its heartbeat still counts as running here, and one
+/// whose heartbeat is absent as interrupted; only a [`Watch`] (or the coordinator) can be sure.
 pub async fn judge_now(store: &Store, entry: &IndexEntry) -> Result<Liveness, LeaseError> {
     let issued = store.clock().monotonic();
     let sighting = look(store, entry).await?;
+    if matches!(sighting, Sighting::Gone { .. }) {
+        return Ok(Liveness::Interrupted);
+    }
     let seen = Seen {
         issued,
         returned: store.clock().monotonic(),
@@ -141,14 +159,14 @@ impl Watch {
         self.looked.len()
     }
 
-    /// How long [`Watch::finish`] waits: the longest TTL a beating holder declared (zero when
-    /// none beats: every run is already judged).
+    /// How long [`Watch::finish`] waits: the longest TTL a holder declared, beating or absent
+    /// (zero when no entry names one: every run is already judged).
     pub fn duration(&self) -> Duration {
         self.looked
             .iter()
             .filter_map(|(_, sighting)| match sighting {
-                Sighting::Beating { ttl, .. } => Some(*ttl),
-                _ => None,
+                Sighting::Beating { ttl, .. } | Sighting::Gone { ttl } => Some(*ttl),
+                Sighting::NoHolder => None,
             })
             .max()
             .unwrap_or_default()
@@ -182,9 +200,9 @@ impl Watch {
                 }
                 let issued = store.clock().monotonic();
                 let sighting = match first {
-                    Sighting::Beating { .. } => look(store, &entry).await?,
-                    // No holder or no heartbeat: already judged, nothing to look at again.
-                    other => other,
+                    // No holder: already judged, nothing to look at again.
+                    Sighting::NoHolder => Sighting::NoHolder,
+                    _ => look(store, &entry).await?,
                 };
                 let seen = Seen {
                     issued,
@@ -221,7 +239,7 @@ fn watched(entry: &IndexEntry) -> bool {
 /// What a [`Watch`] found of a running run after its TTL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Watched {
-    /// Its holder stayed silent (or is gone): the run may be recovered.
+    /// Its holder stayed silent (or its heartbeat absent) for a TTL: the run may be recovered.
     Interrupted,
     /// Its holder beat while it was watched.
     Alive,

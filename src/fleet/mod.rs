@@ -526,7 +526,9 @@ impl Node {
             Stopped::Parked(_) | Stopped::WaitingForInput => {
                 lifecycle::host_parked(&self.store, entry, written).await?
             }
-            Stopped::StepCap | Stopped::StopRequested => {}
+            Stopped::StepCap | Stopped::StopRequested => {
+                lifecycle::host_let_go(&self.store, entry, written).await?
+            }
         }
         self.holder.release(held).await?;
         Ok(())

@@ -201,12 +201,15 @@ const DECIDE_ATTEMPTS: usize = 3;
 async fn refuse_if_beating(store: &Store, run: &RunId, lease: &Lease) -> crate::Result<()> {
     let ttl = Duration::from_millis(lease.ttl_ms);
     let first = liveness::look_at(store, &lease.heartbeat, ttl).await?;
-    let Sighting::Beating { ttl, .. } = first else {
-        return Ok(());
+    // Absent or beating, the heartbeat is watched for its TTL: one removed under a process
+    // that came back is written again within a third of it.
+    let ttl = match &first {
+        Sighting::Beating { ttl, .. } | Sighting::Gone { ttl } => *ttl,
+        Sighting::NoHolder => return Ok(()),
     };
     crate::clock::sleep(ttl).await;
     let second = liveness::look_at(store, &lease.heartbeat, ttl).await?;
-    if second == Sighting::Gone || second == first {
+    if second == first {
         return Ok(());
     }
     Err(RemovalError::HolderAlive {

@@ -31,10 +31,11 @@ use crate::store::generation::{self, GenerationError};
 use crate::store::index::IndexScan;
 use crate::store::{Store, StoreSettings, StoreUrl, recovery};
 
-/// The prefixes a sample counts objects under.
+/// The prefixes a sample counts objects under (the heartbeats without the registrations that
+/// live among them, counted as `workers`).
 const PREFIXES: [&str; 6] = [
     "heartbeats/",
-    "workers/",
+    "heartbeats/workers/",
     "inbox/",
     "index/",
     "recoveries/",
@@ -306,7 +307,7 @@ pub async fn soak(
                 }
             },
             Settle::Heartbeats => match store.list_all(PREFIXES[0]).await {
-                Ok(listed) if listed.len() <= live => Settle::Done,
+                Ok(listed) if heartbeats_only(&listed) <= live => Settle::Done,
                 Ok(_) => Settle::Heartbeats,
                 Err(error) => {
                     tracing::warn!(%error, "cannot list the heartbeats");
@@ -606,15 +607,28 @@ async fn count_objects(store: &Store) -> BTreeMap<String, usize> {
     let mut objects = BTreeMap::new();
     for prefix in PREFIXES {
         let count = match store.list_all(prefix).await {
+            Ok(listed) if prefix == PREFIXES[0] => heartbeats_only(&listed),
             Ok(listed) => listed.len(),
             Err(error) => {
                 tracing::warn!(%error, prefix, "cannot list");
                 0
             }
         };
-        objects.insert(prefix.trim_end_matches('/').to_owned(), count);
+        let label = match prefix {
+            "heartbeats/workers/" => "workers",
+            other => other.trim_end_matches('/'),
+        };
+        objects.insert(label.to_owned(), count);
     }
     objects
+}
+
+/// How many of `listed` (the heartbeats' prefix) are heartbeats, not registrations.
+fn heartbeats_only(listed: &[crate::store::Listed]) -> usize {
+    listed
+        .iter()
+        .filter(|listed| !crate::core::layout::is_registration(&listed.key))
+        .count()
 }
 
 /// A memory figure of a process's `/proc/<pid>/status` (`VmRSS:`, `RssAnon:`), in MiB (0

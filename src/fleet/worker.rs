@@ -569,6 +569,27 @@ impl Turns {
 /// `offer` is the record as the inbox carried it: the first start swaps that version without
 /// reading the record; if it was stale, the record is read and judged as usual.
 #[tracing::instrument(name = "worker_attempt", skip_all, fields(worker_id = %worker, recovery_id = %id))]
+/// The record as this worker's own start left it, when a start answered an error but landed
+/// (its response lost and the retries failed, or the index write after it failed): running on
+/// this worker at the attempt after `before`. A worker ID belongs to one live process
+/// (`Holder::claim_identity`), so no one else started that attempt, and it is ours to run;
+/// taken for an earlier incarnation's, it would be handed back, a failure counted for nothing.
+async fn landed_start(
+    store: &Store,
+    id: &RecoveryId,
+    worker: &str,
+    before: u32,
+) -> Option<(RecoveryRecord, ETag)> {
+    let (record, etag) = recovery::read(store, id).await.ok()??;
+    let ours = record.state == RecoveryState::Running
+        && record.assigned_to.as_deref() == Some(worker)
+        && record.attempts == before.saturating_add(1);
+    if ours {
+        tracing::info!(recovery_id = %id, attempt = record.attempts, "a start answered an error but landed; running it");
+    }
+    ours.then_some((record, etag))
+}
+
 async fn attempt(
     node: &Node,
     worker: &str,
@@ -631,6 +652,7 @@ async fn attempt(
         let start = Event::Start {
             worker: worker.to_owned(),
         };
+        let before = record.attempts;
         // A first attempt seeds from the pinned source: read it (immutable generations,
         // checked against the pin's digest) while the start is being recorded.
         let source = record.source_run.clone();
@@ -646,14 +668,18 @@ async fn attempt(
             lifecycle::transition(store, id, Some((record, etag)), start),
             seeding
         );
-        let (record, started_etag) = match started {
-            Ok(started) => started,
-            // The offer was stale: judge the record as it is now.
-            Err(_) if from_offer => continue,
+        let started = match started {
+            Ok(started) => Some(started),
             Err(error) => {
-                tracing::debug!(recovery_id = %id, %error, "not started");
-                return (false, ran);
+                tracing::debug!(recovery_id = %id, %error, "not started, as answered");
+                landed_start(store, id, worker, before).await
             }
+        };
+        let (record, started_etag) = match started {
+            Some(started) => started,
+            // The offer was stale: judge the record as it is now.
+            None if from_offer => continue,
+            None => return (false, ran),
         };
         ran = true;
         stats.started.fetch_add(1, Ordering::Relaxed);

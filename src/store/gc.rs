@@ -566,6 +566,7 @@ async fn sweep_dead_processes(
         .list_all(layout::heartbeats_prefix())
         .await?
         .into_iter()
+        .filter(|listed| !layout::is_registration(&listed.key))
         .map(|listed| (listed.key, listed.modified_ms))
         .collect();
     let grace = millis(policy.grace);
@@ -618,6 +619,14 @@ async fn sweep_dead_processes(
             }
             report.workers_deleted += 1;
         }
+    }
+    // Registrations where they lived before they moved beside the heartbeats: no worker of
+    // this build reads or writes them.
+    for key in list_all(store, layout::legacy_workers_prefix()).await? {
+        if !dry_run {
+            store.delete(&key).await?;
+        }
+        report.workers_deleted += 1;
     }
     // An inbox whose worker was not registered (one a stale leader wrote after its worker
     // stopped): nothing reads it. (A deleted registration's inbox went with it.)

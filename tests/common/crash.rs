@@ -26,6 +26,17 @@ pub(crate) struct Crashable {
     crashed: AtomicBool,
     /// Writes to keys ending with this fail (after the given number of them succeeded).
     failing: std::sync::Mutex<Option<(String, usize)>>,
+    /// The next write to a key ending with this lands but its response is lost, and the
+    /// given number of writes to such keys after it fail without landing (a brownout that
+    /// outlasts the retries).
+    lost: std::sync::Mutex<Option<Lost>>,
+}
+
+/// A write whose answer is lost, and the failures after it (see [`Crashable::lose_answer`]).
+struct Lost {
+    suffix: String,
+    landed: bool,
+    failing: usize,
 }
 
 impl fmt::Debug for Crashable {
@@ -48,7 +59,41 @@ impl Crashable {
             lands: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             failing: std::sync::Mutex::new(None),
+            lost: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The next write to a key ending with `suffix` lands and answers an error, and the
+    /// `then_failing` writes to such keys after it fail without landing.
+    pub(crate) fn lose_answer(&self, suffix: &str, then_failing: usize) {
+        *self.lost.lock().unwrap() = Some(Lost {
+            suffix: suffix.to_owned(),
+            landed: false,
+            failing: then_failing,
+        });
+    }
+
+    /// For a write to `location`: whether it lands, and whether it answers an error.
+    fn answer(&self, location: &Path) -> (bool, bool) {
+        let mut lost = self.lost.lock().unwrap();
+        let Some(plan) = lost.as_mut() else {
+            return (true, false);
+        };
+        if !location.as_ref().ends_with(plan.suffix.as_str()) {
+            return (true, false);
+        }
+        if !plan.landed {
+            plan.landed = true;
+            if plan.failing == 0 {
+                *lost = None;
+            }
+            return (true, true);
+        }
+        plan.failing -= 1;
+        if plan.failing == 0 {
+            *lost = None;
+        }
+        (false, true)
     }
 
     /// Fails every write to a key ending with `suffix` after the next `after` such writes
@@ -132,9 +177,22 @@ impl ObjectStore for Crashable {
                 source: "refused by the test".into(),
             });
         }
+        let (lands, fails) = self.answer(location);
+        if !lands {
+            return Err(object_store::Error::Generic {
+                store: "crashable",
+                source: "refused in a test's brownout".into(),
+            });
+        }
         let result = self.inner.put_opts(location, payload, opts).await;
         if last {
             self.dead().await;
+        }
+        if fails && result.is_ok() {
+            return Err(object_store::Error::Generic {
+                store: "crashable",
+                source: "the answer was lost (a test's brownout)".into(),
+            });
         }
         result
     }
