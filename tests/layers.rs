@@ -64,11 +64,16 @@ fn contains_token(line: &str, pattern: &str) -> bool {
 }
 
 fn violations(files: &[PathBuf]) -> Vec<String> {
+    violations_of(files, FORBIDDEN)
+}
+
+/// Every code line of `files` that mentions one of `rules`' patterns, named with its rule.
+fn violations_of(files: &[PathBuf], rules: &[(&str, &str)]) -> Vec<String> {
     let mut found = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(file).expect("read a core source file");
+        let text = std::fs::read_to_string(file).expect("read a source file");
         for (number, line) in code_lines(&text) {
-            for (pattern, rule) in FORBIDDEN {
+            for (pattern, rule) in rules {
                 if contains_token(line, pattern) {
                     found.push(format!(
                         "{}:{number}: {rule}: {}",
@@ -219,5 +224,32 @@ fn every_select_polls_its_branches_in_order() {
         ),
         vec![4],
         "the check finds an unbiased select"
+    );
+}
+
+/// What the coordinator's synchronous faces may not mention: they judge and remember what was
+/// observed, and never reach the store or await.
+const SYNCHRONOUS_FACES: &[(&str, &str)] = &[
+    ("async ", "defines async code"),
+    (".await", "awaits"),
+    ("tokio", "uses the async runtime"),
+    ("object_store", "uses the object store client"),
+    ("std::fs", "touches the filesystem"),
+    ("std::net", "touches the network"),
+    ("Store", "holds or takes the store"),
+];
+
+// Proves the coordinator's memory (what it remembers between turns and how it judges it) and
+// its gauges never await or take the store: what a tick decides from them can be followed
+// without the bucket.
+#[test]
+fn the_coordinators_memory_and_gauges_never_await_or_take_the_store() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/fleet/coordinator");
+    let files = [root.join("memory.rs"), root.join("gauges.rs")];
+    let found = violations_of(&files, SYNCHRONOUS_FACES);
+    assert!(
+        found.is_empty(),
+        "layering violations:\n{}",
+        found.join("\n")
     );
 }

@@ -158,7 +158,7 @@ pub struct Refused {
 
 /// Whether any worker may start `record` without an offer: a fresh admission, never offered,
 /// declined or started (the coordinator forwards those names to a worker before it reads
-/// them; see `coordinator::assign_named`). Anything that ran before, failed, was handed back
+/// them; see `coordinator::named::assign_named`). Anything that ran before, failed, was handed back
 /// or parked goes through an `Assign`, so the failure count and dead-lettering stay the
 /// coordinator's, and a name kept for a long time cannot restart a recovery that ran since.
 pub fn unclaimed(record: &RecoveryRecord) -> bool {

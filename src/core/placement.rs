@@ -240,7 +240,7 @@ pub fn decide(workers: &[WorkerView], runs: &[RunView], max_failures: u32) -> Ve
 }
 
 /// The worker each of `names` freshly named recoveries is forwarded to before its record is
-/// read (see `coordinator::assign_named`), in order: an alive worker that advertises and
+/// read (see `coordinator::named::assign_named`), in order: an alive worker that advertises and
 /// answers wake-ups and is not draining, with the most idle slots as `runs`, the earlier `forwarded` (one
 /// worker name per forward) and the forwards before it fill them (ties to the lower name); `None` once no slot is idle. Records are not known yet, so
 /// fingerprints are not matched here: the worker claims only a recovery it may run, and the

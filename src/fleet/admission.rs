@@ -90,7 +90,7 @@ pub async fn admit(
 /// [`admit`], waking the leading coordinator through `waker` as soon as the record exists
 /// (created now or found by a replay), naming the recovery, while the index entry is
 /// written: the coordinator assigns a named recovery from its record alone, so it need not
-/// wait for the entry (see `coordinator::assign_named`). An entry written after the
+/// wait for the entry (see `coordinator::named::assign_named`). An entry written after the
 /// recovery moved on (a slow PUT) is brought back in line by the coordinator's reconcile.
 pub async fn admit_waking(
     store: &Store,

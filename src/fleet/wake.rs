@@ -277,7 +277,7 @@ pub async fn poke_naming(url: &str, recoveries: &[RecoveryId]) -> Result<(), Str
 /// The answer of a receiver that claims the fresh admissions a wake-up named to it.
 const CLAIMING: &str = "claiming";
 
-/// Forwards `recoveries` to the worker at `url` (see `coordinator::assign_named`): wakes it
+/// Forwards `recoveries` to the worker at `url` (see `coordinator::named::assign_named`): wakes it
 /// naming them, and returns the ones it answered that it claims: all it was sent (see
 /// [`sent`]) if it has a free slot for each and is not stopping, else none. One that answers
 /// otherwise (full, stopping, or a build that does not claim) was still woken and named them;

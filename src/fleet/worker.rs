@@ -640,7 +640,7 @@ async fn attempt(
         // Only a recovery offered to this worker and waiting for an attempt (a stale inbox
         // also lists parked and finished ones, which must not run again), or a fresh admission
         // nobody was offered yet that this worker may run: the coordinator forwards those
-        // names before it reads the records (see `coordinator::assign_named`).
+        // names before it reads the records (see `coordinator::named::assign_named`).
         let offered = record.state == RecoveryState::Admitted
             && record.assigned_to.as_deref() == Some(worker);
         let claimable = lifecycle_rules::unclaimed(&record)

@@ -1,0 +1,289 @@
+//! The tick as a sequence: observe → judge → decide (`core::placement::decide`) → check the
+//! leadership again if it admits → execute → inboxes → clean up.
+//!
+//! It holds no state of its own: what carries over between ticks is the [`Observer`]'s.
+
+use super::*;
+
+/// One observation and its actions. Public so tests and the demo can drive it directly.
+pub async fn tick_once(
+    store: &Store,
+    holder: &Arc<Holder>,
+    options: &CoordinatorOptions,
+) -> crate::Result<Vec<Action>> {
+    let mut observer = Observer::default();
+    match tick(store, holder, options, &mut observer, None).await {
+        Ok(report) => Ok(report.actions),
+        Err(TickError::Store(error)) => Err(error.into()),
+        Err(TickError::NotLeading(error)) => Err(error.into()),
+    }
+}
+
+/// Why a tick stopped before acting.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TickError {
+    /// Observing the bucket or writing failed; the next tick tries again.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The leadership lease is lost: nothing of this tick is acted on.
+    #[error(transparent)]
+    NotLeading(LeaseError),
+}
+
+/// One look at the bucket and the actions it calls for. With `leading`, the leadership lease
+/// is checked while the index is read (one round trip fewer), and nothing is acted on if it
+/// is lost.
+pub(super) async fn tick(
+    store: &Store,
+    holder: &Arc<Holder>,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+    leading: Option<&Held>,
+) -> Result<TickReport, TickError> {
+    // The index is read before the heartbeats: a host beats before it writes its entry, so
+    // every holder named by an entry seen here is in the heartbeat listing that follows, and
+    // a missing heartbeat really means the holder is gone.
+    let checking = async {
+        match leading {
+            Some(held) => holder.check(held).await,
+            None => Ok(()),
+        }
+    };
+    // A tick that fails part-way leaves no view to place named recoveries on. The records
+    // read now say who claimed what.
+    observer.last_view = None;
+    observer.claims.clear();
+    let (checked, scanned) = futures::join!(checking, observer.index.scan(store));
+    checked.map_err(TickError::NotLeading)?;
+    let (entries, bad) = scanned?;
+    // The holders every index entry names; unknown while an entry is unreadable (it might
+    // name any heartbeat), and then no heartbeat is removed this tick.
+    let named: Option<std::collections::BTreeSet<String>> = bad
+        .is_empty()
+        .then(|| entries.iter().filter_map(|e| e.holder.clone()).collect());
+    for bad in bad {
+        tracing::warn!(key = %bad.key, error = %bad.error, "ignoring a bad index entry");
+    }
+    // Judged as seen when the listing went out, however long the rest of the tick takes
+    // (registration and record reads, a slow request, a pause): see `Seen`.
+    let Listing {
+        heartbeats,
+        registrations,
+        seen,
+    } = list_heartbeats_seen(store).await?;
+    refresh_registrations(store, observer, &registrations).await;
+    if observer.ticks_since_sweep == 0 {
+        // Inboxes are written only when they change from what this leader wrote last; a
+        // stale leader that woke after losing the lease may have overwritten them since.
+        // Rewrite them all now and then (one PUT per worker per sweep).
+        observer.inboxes.clear();
+    }
+    let versions: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
+    for worker in std::mem::take(&mut observer.unanswered) {
+        if let Some(etag) = registration_beat(observer, &worker, &versions) {
+            observer.unreachable.insert(worker, etag);
+        }
+    }
+    // Records first: which workers run a recovery decides the TTL they are judged by.
+    let (runs, recheck) = observe_runs(store, observer, entries, options.ttl).await;
+    observer.ticks_since_sweep = (observer.ticks_since_sweep + 1) % SWEEP_TICKS;
+    // A decline not seen before: its worker is stopping and has said so in its registration
+    // (it writes that first), which is read now, so it is offered nothing more this tick.
+    let declines: std::collections::BTreeSet<RecoveryId> = runs
+        .iter()
+        .filter_map(|run| run.recovery.as_ref())
+        .filter(|record| record.state == RecoveryState::Admitted && record.declined_by.is_some())
+        .map(|record| record.recovery_id.clone())
+        .collect();
+    let declined_now = declines.iter().any(|id| !observer.declines.contains(id));
+    observer.declines = declines;
+    if declined_now {
+        let registrations = store.list_all(layout::workers_prefix()).await?;
+        let registrations: Vec<(String, Option<ETag>)> = registrations
+            .into_iter()
+            .map(|listed| (listed.key, listed.etag))
+            .collect();
+        refresh_registrations(store, observer, &registrations).await;
+    }
+    let alive = judge_liveness(options, observer, &runs, heartbeats, seen);
+    pass_over_untaken_offers(observer, &runs, &versions, options.ttl);
+    let still: BTreeMap<String, ETag> = observer
+        .unreachable
+        .iter()
+        .filter(|(worker, etag)| {
+            registration_beat(observer, worker, &versions).as_ref() == Some(*etag)
+        })
+        .map(|(worker, etag)| (worker.clone(), etag.clone()))
+        .collect();
+    observer.unreachable = still;
+    let workers: Vec<WorkerView> = observer
+        .registrations
+        .values()
+        .map(|(_, registration)| WorkerView {
+            alive: alive.get(&registration.heartbeat).copied().unwrap_or(false),
+            offer: !observer.unreachable.contains_key(&registration.worker),
+            registration: registration.clone(),
+        })
+        .collect();
+
+    let runs: Vec<RunView> = runs
+        .into_iter()
+        .map(|mut run| {
+            run.holder_alive = run
+                .entry
+                .holder
+                .as_ref()
+                .is_some_and(|key| alive.get(key).copied().unwrap_or(false));
+            run
+        })
+        .collect();
+    export_fleet(
+        &runs,
+        &workers,
+        store.clock().wall_ms(),
+        &mut observer.interrupted_since,
+    );
+    let mut actions = placement::decide(&workers, &runs, options.max_attempts);
+    // Admissions go in batches: after an outage every run needs one, and the first ones are
+    // assigned (by the tick that follows at once) while the rest are still being admitted.
+    // The window moves on every tick, so sources whose admission keeps failing (a corrupt
+    // chain, a newer format) cannot hold the batch and starve the rest.
+    let total = actions
+        .iter()
+        .filter(|action| matches!(action, Action::Admit { .. }))
+        .count();
+    if total > ADMISSION_BATCH {
+        let start = observer.admit_cursor % total;
+        let mut nth = 0;
+        actions.retain(|action| {
+            if !matches!(action, Action::Admit { .. }) {
+                return true;
+            }
+            let keep = (nth + total - start) % total < ADMISSION_BATCH;
+            nth += 1;
+            keep
+        });
+        observer.admit_cursor = observer.admit_cursor.wrapping_add(ADMISSION_BATCH);
+    }
+    // Leadership was checked as the tick began; a pause or a slow read since may have cost it,
+    // and an admission fences a host on this tick's verdict. Checked again before admitting
+    // (one GET, only in a tick that admits; other actions are compare-and-swaps on records,
+    // which two leaders at once only make cost requests).
+    if let Some(held) = leading
+        && actions
+            .iter()
+            .any(|action| matches!(action, Action::Admit { .. }))
+    {
+        holder.check(held).await.map_err(TickError::NotLeading)?;
+    }
+    // Each action is one lifecycle event on its own recovery: run them side by side (an
+    // admission fences and loads its source, which takes several round trips).
+    let observed = &runs;
+    // The records as read this tick, by recovery: an assignment swaps the version observed
+    // (one GET fewer per assignment; a record changed since fails the swap and is reread).
+    let known: BTreeMap<&RecoveryId, &(RecoveryRecord, ETag)> = observer
+        .records
+        .values()
+        .map(|(_, known, _)| (&known.0.recovery_id, known))
+        .collect();
+    let known = &known;
+    let executed = futures::stream::iter(actions.clone())
+        .map(|action| async move {
+            match execute(store, holder, options, &action, observed, known).await {
+                Ok((progress, offer)) => (Some(progress), action, offer),
+                Err(error) => {
+                    tracing::warn!(?action, %error, "coordinator action failed");
+                    (None, action, None)
+                }
+            }
+        })
+        .buffer_unordered(ACTION_CONCURRENCY)
+        .collect::<Vec<(Option<bool>, Action, Option<Offer>)>>()
+        .await;
+    // A landed assignment is not progress for the loop (the worker is woken instead).
+    let progressed = executed.iter().any(|(progress, action, _)| {
+        *progress == Some(true) && !matches!(action, Action::Assign { .. })
+    });
+    // An assignment refused because the record changed since it was read (a cached record:
+    // a worker started or handed it back meanwhile) is decided again at once, on the record
+    // read afresh, not at the next scan: a worker that died right after starting a queued
+    // recovery is then handed back within its TTL. (Not a failed one: a failing store must
+    // not spin the loop.)
+    let stale = executed.iter().any(|(progress, action, _)| {
+        *progress == Some(false) && matches!(action, Action::Assign { .. })
+    });
+    // Workers whose offer landed this tick, with the records as the offers left them: woken
+    // even if their inbox already listed it, and told the records.
+    let mut offered: BTreeMap<String, Vec<Offer>> = BTreeMap::new();
+    let mut moved = std::collections::BTreeSet::new();
+    for (landed, action, offer) in executed {
+        if let (Some(true), Action::Assign { worker, recovery }) = (landed, action) {
+            offered.entry(worker).or_default().extend(offer);
+            moved.insert(recovery);
+        }
+    }
+    // A record this tick acted on is read afresh next tick (dropped before the inboxes are
+    // written: a failed inbox write ends the tick, and must not leave a landed assignment's
+    // record cached as it was before).
+    for action in &actions {
+        if let Some(source) = action_source(action, &runs) {
+            observer.records.remove(source);
+        }
+    }
+    let assigned = Assigned {
+        decided: &actions,
+        landed: &moved,
+        offered: &offered,
+    };
+    let unanswered = write_inboxes(store, observer, options, &workers, &runs, assigned).await?;
+    let newly_unreachable = !unanswered.is_empty();
+    // The view named assignments place on offers these workers nothing more.
+    let mut workers = workers;
+    for view in workers.iter_mut() {
+        if unanswered.contains(&view.registration.worker) {
+            view.offer = false;
+        }
+    }
+    for worker in unanswered {
+        if let Some(etag) = registration_beat(observer, &worker, &versions) {
+            observer.unreachable.insert(worker, etag);
+        }
+    }
+    // Another tick at once only after progress (an admission, a hand-back, an answer that
+    // made a recovery assignable; a worker to offer around): a failing action cannot spin.
+    let again = newly_unreachable || progressed || stale;
+    judge_offered_busy(observer, &offered);
+    // The heartbeats whose silence would need action: hosts of running runs and workers
+    // running (or offered) a recovery, while they live.
+    observer.watched = runs
+        .iter()
+        .filter(|run| run.entry.phase == Phase::Running && run.holder_alive)
+        .filter_map(|run| run.entry.holder.clone())
+        .chain(
+            workers
+                .iter()
+                .filter(|w| w.alive && observer.judged_busy.contains(&w.registration.worker))
+                .map(|w| w.registration.heartbeat.clone()),
+        )
+        .collect();
+    if let Some(named) = &named {
+        remove_the_dead(store, holder, observer, &versions, &alive, named).await;
+    }
+    let busy = !runs.is_empty();
+    let mut runs = runs;
+    apply_offers(&mut runs, &offered);
+    observer.last_view = Some((workers, runs, crate::clock::Stopwatch::start()));
+    observer.liveness_at = Some(crate::clock::Stopwatch::start());
+    Ok(TickReport {
+        busy,
+        watching: !observer.watched.is_empty(),
+        again,
+        actions,
+        recheck,
+    })
+}
+
+/// Admissions the coordinator starts per tick: the first ones are assigned by the tick that
+/// follows at once while the rest wait their turn, and sources whose admission keeps failing
+/// cannot hold the others back (the window moves on every tick).
+pub(super) const ADMISSION_BATCH: usize = 64;
