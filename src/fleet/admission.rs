@@ -1,6 +1,8 @@
 //! Admission: the one path by which a recovery comes to exist, for the coordinator, the CLI
 //! and the library alike.
 
+use super::*;
+
 use std::sync::Arc;
 
 use futures::future::Either;
@@ -595,5 +597,111 @@ async fn wait_until_silent(store: &Store, source: &RunId) -> Result<Option<ETag>
             Some(view) => lease_now = view,
         }
         beat_now = beat(first.lease.heartbeat.clone()).await?;
+    }
+}
+
+/// Spawns a recovery of `source` under the host-chosen `recovery_id`: fences the source
+/// (takes its lease over and writes a fence generation, so its old host can never commit
+/// again), admits the recovery pinned to the source's newest generation, and marks the run
+/// in the index so the fleet executes it. Idempotent: the same ID again returns the
+/// existing recovery (also to one racing it: a conflict is retried, briefly, and the retry
+/// finds the winner's record); another ID for the same source is refused naming the first. A source
+/// whose holder is alive is refused unless `takeover` is [`Takeover::Now`]. The leading
+/// coordinator is woken, so the recovery is assigned now rather than at its next scan.
+pub async fn spawn_recovery(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+    force: bool,
+    takeover: Takeover,
+) -> Result<RecoveryRecord> {
+    spawn_recovery_admitted(store, holder, source, recovery_id, force, takeover)
+        .await
+        .map(|admitted| admitted.record)
+}
+
+/// [`spawn_recovery`], also saying whether this call created the recovery or found it
+/// admitted before (a replay), so a caller can tell the two apart when it reports them.
+#[tracing::instrument(name = "admission", skip_all, fields(run_id = %source, recovery_id = %recovery_id))]
+pub async fn spawn_recovery_admitted(
+    store: &Store,
+    holder: &Arc<Holder>,
+    source: &RunId,
+    recovery_id: &RecoveryId,
+    force: bool,
+    takeover: Takeover,
+) -> Result<admission::Admitted> {
+    use backon::{ExponentialBuilder, Retryable};
+    // Two admissions of one ID at once (a retried request, two replicas of a host) both
+    // claim it, and the one that loses the fence race sees a conflict: admitting again is
+    // idempotent, and finds the winner's record.
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(50))
+        .with_max_delay(std::time::Duration::from_secs(1))
+        .with_max_times(5);
+    // The coordinator's address is looked up while the admission runs, and the coordinator
+    // woken as soon as the record exists, naming it.
+    let waker = wake::CoordinatorWaker::new(store);
+    let waking = Some(&waker);
+    let admitting = async move {
+        (move || {
+            admission::admit_waking(store, holder, source, recovery_id, force, takeover, waking)
+        })
+        .retry(backoff)
+        .sleep(crate::clock::sleep)
+        .when(conflict)
+        .await
+    };
+    let ((), admitted) = futures::join!(waker.prepare(), admitting);
+    admitted
+}
+
+/// Whether an admission failed on a conflict, which admitting again resolves.
+pub(crate) fn conflict(error: &Error) -> bool {
+    error.kind() == crate::ErrorKind::Conflict
+}
+
+/// Admits the recovery of a run already judged interrupted (`liveness`), under its
+/// deterministic ID (`recovery-of-<run>`, as the coordinator names it), fencing the run now:
+/// the judgement already waited out its holder, so admission does not wait again. It wakes
+/// the coordinator through `waker` (one per batch, which looks its address up once) as soon
+/// as the record exists, naming the recovery.
+///
+/// A run that turns out to have ended (its host committed the end, then died before leaving
+/// the index) is refused with [`RecoveryError::NothingToRecover`], and one with nothing to
+/// continue (its host died before its first commit, see [`admission::nothing_to_continue`])
+/// with its own error; either leaves the index here, as the coordinator's admission does,
+/// rather than a holder's TTL later (or never, for a run that never started).
+#[tracing::instrument(name = "admission", skip_all, fields(run_id = %run))]
+pub async fn recover_interrupted(
+    store: &Store,
+    holder: &Arc<Holder>,
+    run: &RunId,
+    force: bool,
+    waker: &wake::CoordinatorWaker,
+) -> Result<RecoveryRecord> {
+    let recovery_id = crate::core::assignment::recovery_id_for(run);
+    let admitting = admission::admit_waking(
+        store,
+        holder,
+        run,
+        &recovery_id,
+        force,
+        Takeover::Now,
+        Some(waker),
+    );
+    match admitting.await {
+        Ok(admitted) => Ok(admitted.record),
+        Err(gone)
+            if matches!(
+                gone,
+                Error::Recovery(recovery::RecoveryError::NothingToRecover { .. })
+            ) || admission::nothing_to_continue(&gone) =>
+        {
+            lifecycle::host_finished(store, run).await?;
+            Err(gone)
+        }
+        Err(other) => Err(other),
     }
 }
