@@ -3,7 +3,7 @@
 //! Each module keeps its own precise `thiserror` enum, and its own functions return it. The
 //! library's entry points (`fleet::Node::start_run`, `fleet::spawn_recovery`,
 //! `fleet::answer_run`, `fleet::admission::admit`, `coordinator::run`, `worker::run`,
-//! `workflow::run`, `demo::run`) return this [`Error`] instead, and every module error
+//! `workflow::run`) return this [`Error`] instead (the tools over the fleet, `bench`, `soak` and `demo`, return their own errors, which wrap it), and every module error
 //! converts into it with `?`, so a host branches on [`Error::kind`] without matching every
 //! variant — as `object_store` and SlateDB do.
 //!
@@ -29,8 +29,6 @@ use crate::core::fold::FoldError;
 use crate::core::layout::ObjectError;
 use crate::core::lifecycle::Refused;
 use crate::fleet::FleetError;
-use crate::fleet::bench::BenchError;
-use crate::fleet::demo::DemoError;
 use crate::fleet::lifecycle::LifecycleError;
 use crate::fleet::removal::RemovalError;
 use crate::fleet::runner::RunError;
@@ -142,15 +140,9 @@ pub enum Error {
     /// A workflow definition is invalid, or one of its steps was dead-lettered.
     #[error(transparent)]
     Workflow(WorkflowError),
-    /// The demo could not set up its fleet, or its runs did not finish in time.
-    #[error(transparent)]
-    Demo(DemoError),
     /// A run may not be retired now: it does not exist, is leased, or is being recovered.
     #[error(transparent)]
     Removal(RemovalError),
-    /// A benchmark could not set up its files or host process, or its fleet did not finish.
-    #[error(transparent)]
-    Bench(BenchError),
 }
 
 /// A result whose error is the library's [`Error`] unless another is named.
@@ -178,9 +170,7 @@ impl Error {
             Error::Lifecycle(error) => lifecycle_kind(error),
             Error::Fleet(error) => fleet_kind(error),
             Error::Workflow(error) => workflow_kind(error),
-            Error::Demo(error) => demo_kind(error),
             Error::Removal(error) => removal_kind(error),
-            Error::Bench(_) => ErrorKind::Unavailable,
         }
     }
 }
@@ -368,13 +358,6 @@ fn removal_kind(error: &RemovalError) -> ErrorKind {
     }
 }
 
-fn demo_kind(error: &DemoError) -> ErrorKind {
-    match error {
-        DemoError::Setup { .. } => ErrorKind::Unavailable,
-        DemoError::TimedOut { .. } => ErrorKind::Unavailable,
-    }
-}
-
 /// Conversions that keep the module error as it is.
 macro_rules! from_module_error {
     ($($error:ty => $variant:ident),* $(,)?) => {
@@ -399,9 +382,7 @@ from_module_error! {
     ModelError => Model,
     FleetError => Fleet,
     WorkflowError => Workflow,
-    DemoError => Demo,
     RemovalError => Removal,
-    BenchError => Bench,
 }
 
 // Conversions that unwrap pass-through variants, so each error lands in the variant of the
@@ -951,16 +932,6 @@ mod tests {
                 }
                 .into(),
                 ErrorKind::Refused,
-            ),
-            (
-                "demo: timed out",
-                DemoError::TimedOut {
-                    seconds: 1,
-                    done: 0,
-                    runs: 1,
-                }
-                .into(),
-                ErrorKind::Unavailable,
             ),
         ];
         for (name, error, kind) in cases {

@@ -253,3 +253,23 @@ fn the_coordinators_memory_and_gauges_never_await_or_take_the_store() {
         found.join("\n")
     );
 }
+
+// Proves the public error does not import the tools over the fleet (bench, soak, demo): they
+// return their own errors, which wrap the public one, so no import runs both ways.
+#[test]
+fn the_public_error_does_not_import_the_tools() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/error.rs");
+    let rules = [
+        ("fleet::bench", "the public error imports the bench"),
+        ("fleet::soak", "the public error imports the soak"),
+        ("fleet::demo", "the public error imports the demo"),
+        ("BenchError", "the public error names the bench's error"),
+        ("DemoError", "the public error names the demo's error"),
+    ];
+    let found = violations_of(&[file], &rules);
+    assert!(
+        found.is_empty(),
+        "layering violations:\n{}",
+        found.join("\n")
+    );
+}

@@ -23,7 +23,8 @@ use serde::Serialize;
 use crate::clock::{Stopwatch, SystemClock};
 use crate::core::fact::{RunId, ToolCall};
 use crate::core::record::{Phase, RecoveryRecord};
-use crate::error::Result;
+/// What the benchmarks return: the tools' own error, outside the library's public one.
+pub type Result<T, E = BenchError> = std::result::Result<T, E>;
 use crate::fleet::coordinator::{self, CoordinatorOptions};
 use crate::fleet::runner::Stopped;
 use crate::fleet::wake::{self, CoordinatorWaker, Wakeup};
@@ -273,8 +274,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
     if workload.store.as_ref().is_some_and(StoreUrl::is_memory) {
         return Err(BenchError::Host(
             "--store memory:// lives inside one process, and the bench's host is another one (it is killed -9): use a directory or an S3 bucket".into(),
-        )
-        .into());
+        ));
     }
     let dir = WorkDir::new("bench")?;
     let store_url = workload.store.clone().unwrap_or_else(|| StoreUrl::Local {
@@ -317,10 +317,14 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
             break;
         }
         if let Ok(Some(status)) = host.try_wait() {
-            return Err(BenchError::Host(format!("the host exited early ({status})")).into());
+            return Err(BenchError::Host(format!(
+                "the host exited early ({status})"
+            )));
         }
         if wait.elapsed() > Duration::from_secs(600) {
-            return Err(BenchError::Host("the host made no progress for 600 s".into()).into());
+            return Err(BenchError::Host(
+                "the host made no progress for 600 s".into(),
+            ));
         }
         crate::clock::sleep(Duration::from_millis(1)).await;
     }
@@ -380,8 +384,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         if killed.elapsed() > workload.ttl * 4 + Duration::from_secs(600) {
             return Err(BenchError::Host(
                 "the fleet did not finish within the bench's timeout".into(),
-            )
-            .into());
+            ));
         }
         crate::clock::sleep(Duration::from_millis(20)).await;
     }
@@ -429,7 +432,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
             .collect::<Vec<_>>()
             .await
             .into_iter()
-            .collect::<Result<_>>()?;
+            .collect::<Result<_, crate::Error>>()?;
     for (run, record, done) in outcomes {
         completed += usize::from(done);
         let Some(record) = record else {
@@ -674,7 +677,7 @@ impl Fleet {
             let url = wake::serve_loopback(Arc::clone(&wakeup))
                 .await
                 .map_err(setup("serve a wake-up endpoint"))?;
-            Ok::<_, crate::Error>((wakeup, Some(url)))
+            Ok::<_, BenchError>((wakeup, Some(url)))
         };
         let mut options = CoordinatorOptions::new(format!("{prefix}-coordinator"), workload.ttl);
         options.wake = Some(endpoint().await?);
@@ -741,10 +744,38 @@ pub enum BenchError {
     /// The host process or the fleet did not behave.
     #[error("bench: {0}")]
     Host(String),
+    /// The library failed under the bench (the store, a lease, a run).
+    #[error(transparent)]
+    Fleet(#[from] crate::Error),
 }
 
-pub(crate) fn setup(action: &'static str) -> impl Fn(std::io::Error) -> crate::Error {
-    move |error| BenchError::Setup { action, error }.into()
+/// Converts the library's module errors a tool meets directly into the tool's error, each
+/// through the public error (`$target::Fleet`).
+macro_rules! through_the_public_error {
+    ($target:ident: $($error:ty),* $(,)?) => {
+        $(impl From<$error> for $target {
+            fn from(error: $error) -> Self {
+                $target::Fleet(error.into())
+            }
+        })*
+    };
+}
+pub(crate) use through_the_public_error;
+through_the_public_error!(
+    BenchError:
+    crate::store::StoreError,
+    crate::store::lease::LeaseError,
+    crate::store::generation::GenerationError,
+    crate::store::index::IndexError,
+    crate::store::recovery::RecoveryError,
+    crate::fleet::lifecycle::LifecycleError,
+    crate::host::config::ConfigError,
+    crate::fleet::FleetError,
+    crate::store::log::LogError,
+);
+
+pub(crate) fn setup(action: &'static str) -> impl Fn(std::io::Error) -> BenchError {
+    move |error| BenchError::Setup { action, error }
 }
 
 fn add(a: &MetricsSnapshot, b: &MetricsSnapshot) -> MetricsSnapshot {

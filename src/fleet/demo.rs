@@ -17,7 +17,8 @@ use serde::Serialize;
 use crate::clock::SystemClock;
 use crate::core::fact::RunId;
 use crate::core::rng::SplitMix;
-use crate::error::Result;
+/// What the demo returns: its own error, outside the library's public one.
+pub type Result<T, E = DemoError> = std::result::Result<T, E>;
 use crate::fleet::coordinator::{self, CoordinatorOptions};
 use crate::fleet::runner::Stopped;
 use crate::fleet::worker::{self, WorkerOptions, WorkerStats};
@@ -139,7 +140,17 @@ pub enum DemoError {
         /// Runs the demo started.
         runs: usize,
     },
+    /// The library failed under the demo (the store, a lease, a run).
+    #[error(transparent)]
+    Fleet(#[from] crate::Error),
 }
+
+crate::fleet::bench::through_the_public_error!(
+    DemoError: crate::store::StoreError,
+    crate::store::log::LogError,
+    crate::host::config::ConfigError,
+    crate::store::lease::LeaseError,
+);
 
 const TURNS: usize = 4;
 
@@ -373,8 +384,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
                 seconds: options.timeout.as_secs(),
                 done,
                 runs: options.runs,
-            }
-            .into());
+            });
         }
         crate::clock::sleep(Duration::from_millis(100)).await;
     }

@@ -25,7 +25,7 @@ use crate::core::assignment::recovery_id_for;
 use crate::core::fact::{FactBody, RunId};
 use crate::core::record::RecoveryState;
 use crate::core::rng::SplitMix;
-use crate::error::Result;
+use crate::fleet::bench::Result;
 use crate::fleet::bench::{BenchError, WorkDir, setup, write_script};
 use crate::store::generation::{self, GenerationError};
 use crate::store::index::IndexScan;
@@ -490,7 +490,6 @@ impl Spawner {
                     "cannot start {}: {error}",
                     self.bin_dir.join(binary).display()
                 ))
-                .into()
             })
     }
 
@@ -512,7 +511,7 @@ impl Spawner {
             .args(self.ttl_args())
             .arg("Record every step once.")
             .spawn()
-            .map_err(|error| BenchError::Host(format!("cannot start a host: {error}")).into())
+            .map_err(|error| BenchError::Host(format!("cannot start a host: {error}")))
     }
 }
 
