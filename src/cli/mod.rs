@@ -3,6 +3,7 @@
 //! plumbing all three binaries share (`shared.rs`, which `worker/main.rs` and
 //! `coordinator/main.rs` include by path).
 
+pub(crate) mod bench;
 pub(crate) mod commands;
 pub(crate) mod render;
 // Shared with the fleet binaries, which use parts this one does not (and the other way round).
