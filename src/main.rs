@@ -109,8 +109,8 @@ enum Command {
         )]
         recovery_id: Option<String>,
         /// Admit every interrupted run (each under its deterministic recovery ID). A run
-        /// counts as interrupted when its host's heartbeat is gone or stays unchanged for
-        /// one lease TTL.
+        /// counts as interrupted when its entry names no host (the host stopped and let go of
+        /// it), or when its host's heartbeat stays unchanged, or absent, for one lease TTL.
         #[arg(long)]
         all: bool,
         /// Do not wait a TTL for a holder that still heartbeats: take the run over now. For
@@ -185,7 +185,8 @@ enum Command {
     /// recovery ID is ever reused. Also deletes what dead processes left: heartbeats silent
     /// for their TTL plus the grace period (at least eleven TTLs) that no run names, with a
     /// dead worker's registration and inbox, registrations whose heartbeat is gone and inboxes
-    /// of unregistered workers (a leading coordinator removes most of these sooner). Ages are
+    /// of unregistered workers (a leading coordinator removes dead hosts' heartbeats sooner;
+    /// dead workers' are gc's alone, so run it regularly). Ages are
     /// judged on the store's clock (each pass rewrites `gc/clock` to read it), so a node whose
     /// clock is behind cannot make its checkpoints look old.
     Gc {
