@@ -5,6 +5,10 @@
 //! from the store while it keeps running. An auditor then checks the invariants from the
 //! bucket and the side-effect ledger.
 //!
+//! A second sweep injects stalls into the coordinators only (requests that hang past the
+//! lease TTL inside their ticks) and kills only hosts: every other process keeps beating, so
+//! no live host's run may be taken and every recovery must finish at its first attempt.
+//!
 //! Replay or scale it with `REKINDLE_CHAOS_SEEDS=17` (or `1-200` for a long sweep) and
 //! `REKINDLE_CHAOS_RUNS=20`: `cargo nextest run --test chaos` after starting the S3 test
 //! server as `scripts/test` does (or just `scripts/test`). Each sweep prints one summary line.
@@ -28,6 +32,18 @@ use rekindle::store::generation::{self, GenerationError};
 use rekindle::store::recovery::{self};
 
 const TTL_MS: u64 = 800;
+/// The coordinator-stall sweep's TTL, and how long each of its stalls hangs (past the TTL).
+const STALL_TTL_MS: u64 = 1_500;
+const STALL_MS: u64 = 2_000;
+
+/// Which processes the seed breaks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    /// Kills, pauses, store faults and a partition across the fleet.
+    Everything,
+    /// Stalls in the coordinators' requests only; hosts are killed, nothing else is.
+    CoordinatorStalls,
+}
 
 #[derive(Default, Debug)]
 struct Totals {
@@ -56,9 +72,18 @@ struct Harness {
     store_url: String,
     config: PathBuf,
     seed: u64,
+    mode: Mode,
 }
 
 impl Harness {
+    fn ttl_ms(&self) -> String {
+        match self.mode {
+            Mode::Everything => TTL_MS,
+            Mode::CoordinatorStalls => STALL_TTL_MS,
+        }
+        .to_string()
+    }
+
     fn command(&self, binary: &str) -> Command {
         let mut command = Command::new(binary);
         command
@@ -78,7 +103,7 @@ impl Harness {
                 "--id",
                 &format!("w{i}"),
                 "--lease-ttl-ms",
-                &TTL_MS.to_string(),
+                &self.ttl_ms(),
             ])
             // Idle-paced as in production, with an idle TTL short enough that a worker
             // restarted under the ID of one killed while idle (it watches the old heartbeat
@@ -92,7 +117,7 @@ impl Harness {
             ])
             .arg(self.dir.join(format!("w{i}")));
         // Worker 0 sees a faulty store; worker 2 can be cut off by a file.
-        if i == 0 {
+        if i == 0 && self.mode == Mode::Everything {
             // 503s, lost responses, latency, and stalls longer than the request deadline.
             command
                 .env(
@@ -104,7 +129,7 @@ impl Harness {
                 )
                 .env("REKINDLE_STORE_TIMEOUT_MS", "400");
         }
-        if i == 2 {
+        if i == 2 && self.mode == Mode::Everything {
             command.env(
                 "REKINDLE_FAULTS_PARTITION_FILE",
                 self.dir.join("partition-w2"),
@@ -114,12 +139,25 @@ impl Harness {
     }
 
     fn coordinator(&self, i: usize) -> common::Proc {
-        self.command(env!("CARGO_BIN_EXE_rekindle-coordinator"))
+        let mut command = self.command(env!("CARGO_BIN_EXE_rekindle-coordinator"));
+        if self.mode == Mode::CoordinatorStalls {
+            // Stalls that hang past the TTL before failing, inside the request deadline.
+            command
+                .env(
+                    "REKINDLE_FAULTS",
+                    format!(
+                        "seed={},stall=40,stall_ms={STALL_MS},latency_ms=1",
+                        self.seed * 7 + i as u64
+                    ),
+                )
+                .env("REKINDLE_STORE_TIMEOUT_MS", (STALL_MS + 1_000).to_string());
+        }
+        command
             .args([
                 "--id",
                 &format!("c{i}"),
                 "--lease-ttl-ms",
-                &TTL_MS.to_string(),
+                &self.ttl_ms(),
             ])
             .args(["--scan-interval-ms", "150"])
             .spawn()
@@ -135,7 +173,7 @@ impl Harness {
                 "--run-id",
                 run,
                 "--lease-ttl-ms",
-                &TTL_MS.to_string(),
+                &self.ttl_ms(),
                 "--state-dir",
             ])
             .arg(self.dir.join("hosts"))
@@ -179,7 +217,13 @@ timeout_ms = 10000
 }
 
 /// One seeded chaos run; returns what it did and what the auditor found.
-async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut Totals) {
+async fn chaos(
+    seed: u64,
+    runs: usize,
+    store_url: Option<String>,
+    mode: Mode,
+    totals: &mut Totals,
+) {
     let temp = tempfile::tempdir().unwrap();
     let dir = temp.path().to_owned();
     let store_url = store_url.unwrap_or_else(|| dir.join("bucket").display().to_string());
@@ -189,6 +233,7 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
         dir: dir.clone(),
         store_url: store_url.clone(),
         seed,
+        mode,
     };
     let store = if store_url.starts_with("s3://") {
         common::s3_store_at(&store_url).await
@@ -199,7 +244,10 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
     let prefix = format!("chaos{seed}");
     let mut coordinators: Vec<common::Proc> = (0..2).map(|i| harness.coordinator(i)).collect();
     let mut workers: Vec<common::Proc> = (0..3).map(|i| harness.worker(i)).collect();
-    totals.fault_processes += 1;
+    totals.fault_processes += match mode {
+        Mode::Everything => 1,
+        Mode::CoordinatorStalls => 2,
+    };
 
     // Hosts start staggered; about half are killed at a random point.
     let mut hosts: Vec<(common::Proc, Option<Instant>)> = Vec::new();
@@ -228,7 +276,11 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
                 *kill_at = None;
             }
         }
-        match random.below(40) {
+        let event = match mode {
+            Mode::Everything => random.below(40),
+            Mode::CoordinatorStalls => u32::MAX,
+        };
+        match event {
             0 => {
                 let i = random.below(3) as usize;
                 if paused.map(|(p, _)| p) != Some(i) && !restarts.iter().any(|r| r.1 == i && r.2) {
@@ -341,6 +393,9 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, totals: &mut T
     let before = totals.violations.len();
     let hosts = HostOutcomes { killed, succeeded };
     audit(&store, &prefix, runs, &ledger, seed, &hosts, totals).await;
+    if mode == Mode::CoordinatorStalls {
+        nobody_beating_was_fenced(&store, &prefix, runs, seed, &hosts, totals).await;
+    }
     if totals.violations.len() > before {
         eprintln!(
             "chaos seed {seed} broke invariants; replay with: REKINDLE_CHAOS_SEEDS={seed} REKINDLE_CHAOS_RUNS={runs} cargo nextest run --test chaos"
@@ -491,6 +546,49 @@ async fn audit(
     }
 }
 
+/// With only the coordinators stalling and only hosts killed: a live host's run was never
+/// taken (it succeeded and no recovery was admitted for it), and every recovery finished at
+/// its first attempt (no worker's attempt was abandoned or failed).
+async fn nobody_beating_was_fenced(
+    store: &Store,
+    prefix: &str,
+    runs: usize,
+    seed: u64,
+    hosts: &HostOutcomes,
+    totals: &mut Totals,
+) {
+    for i in 0..runs {
+        let run = RunId::new(format!("{prefix}-{i}"));
+        let record = recovery::read(store, &recovery_id_for(&run))
+            .await
+            .ok()
+            .flatten()
+            .map(|(r, _)| r);
+        let mut violation = |text: String| totals.violations.push(format!("seed {seed}: {text}"));
+        if !hosts.killed.contains(&i) {
+            if !hosts.succeeded.get(i).copied().unwrap_or(false) {
+                violation(format!("{run}: its host kept beating but did not succeed"));
+            }
+            if let Some(record) = &record {
+                violation(format!(
+                    "{run}: its host kept beating but recovery {} was admitted",
+                    record.recovery_id
+                ));
+            }
+        }
+        if let Some(record) = record
+            && record.attempts != 1
+        {
+            violation(format!(
+                "{run}: recovery {} took {} attempts with every worker beating (last error: {})",
+                record.recovery_id,
+                record.attempts,
+                record.last_error.as_deref().unwrap_or("none")
+            ));
+        }
+    }
+}
+
 /// The epoch of the generation that first committed each seq (source first, then recovery).
 async fn commit_epochs(store: &Store, source: &RunId, run: &RunId) -> BTreeMap<u64, u64> {
     let mut epochs = BTreeMap::new();
@@ -591,7 +689,7 @@ fn report(label: &str, totals: &Totals) {
 async fn sweep_local_directory() {
     let mut totals = Totals::default();
     for seed in seeds() {
-        chaos(seed, runs(), None, &mut totals).await;
+        chaos(seed, runs(), None, Mode::Everything, &mut totals).await;
     }
     report("local", &totals);
     assert!(totals.violations.is_empty(), "{:?}", totals.violations);
@@ -609,8 +707,23 @@ async fn sweep_s3() {
             base.trim_end_matches('/'),
             std::process::id()
         );
-        chaos(seed, runs(), Some(url), &mut totals).await;
+        chaos(seed, runs(), Some(url), Mode::Everything, &mut totals).await;
     }
     report("s3", &totals);
     assert!(totals.violations.is_empty(), "{:?}", totals.violations);
+}
+
+// Proves, for each seed, that stalls past the TTL in the coordinators' requests (inside a
+// tick, in the watch, in taking leadership) never get a process that keeps beating fenced:
+// no live host's run is taken and every recovery finishes at its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_coordinator_stalls() {
+    let mut totals = Totals::default();
+    for seed in seeds() {
+        chaos(seed, runs(), None, Mode::CoordinatorStalls, &mut totals).await;
+    }
+    report("coordinator stalls", &totals);
+    assert!(totals.violations.is_empty(), "{:?}", totals.violations);
+    assert!(totals.kills > 0, "no host was killed: nothing to recover");
+    assert!(totals.completed + totals.never_started + totals.fenced_before_start == totals.runs);
 }

@@ -19,6 +19,7 @@
 //! - `REKINDLE_SIM_SEEDS=<count>` (default [`DEFAULT_SEEDS`]), `REKINDLE_SIM_BASE=<n>`
 //!   (default [`DEFAULT_BASE`]): seeds are `base..base+count`, so CI is deterministic.
 //! - `REKINDLE_SIM_THREADS=<n>`: OS threads sharing the seeds (each seed has its own runtime).
+//! - `REKINDLE_SIM_WAKE=0|1`: every seed without, or with, wake-ups (else half of them).
 //!
 //! `cargo test --test simulation` runs the default sweep; a failure prints the seed, the
 //! invariant broken and the trace tail, and the replay command.
@@ -210,6 +211,12 @@ struct Plan {
     /// (at, for): from `at` ms on, the process's requests, model and tool calls block for
     /// `for` ms, then continue.
     pause: Option<(u64, u64)>,
+    /// (at, for): from `at` ms on, for `for` ms, every read of a worker's registration fails
+    /// (a brownout, an expired credential: each read fails after all its retries).
+    brownout: Option<(u64, u64)>,
+    /// (at, for, extra): from `at` ms on, for `for` ms, every request takes `extra` ms more
+    /// (past the TTL, inside the request deadline): a tick whose reads all answer late.
+    slow: Option<(u64, u64, u64)>,
 }
 
 struct Proc {
@@ -223,6 +230,10 @@ struct Proc {
     /// Pause this long right after the first lease this process writes lands (a host frozen
     /// between taking its run's lease and its first commit).
     freeze_after_lease: Mutex<Option<u64>>,
+    /// The in-process wake-up address this process serves (its name), with its receiver:
+    /// withdrawn while the process is paused or dead, so wake-ups to it fail as to a
+    /// process that does not answer.
+    wake: Mutex<Option<(String, rekindle::fleet::wake::Wakeup)>>,
 }
 
 impl Proc {
@@ -236,7 +247,26 @@ impl Proc {
             dead: AtomicBool::new(false),
             paused_until: Mutex::new(None),
             freeze_after_lease: Mutex::new(None),
+            wake: Mutex::new(None),
         })
+    }
+
+    /// Serves wake-ups for this process at `local://<name>`; returns the address.
+    fn serve_wake(&self, name: String, wakeup: &rekindle::fleet::wake::Wakeup) -> String {
+        let url = rekindle::fleet::wake::serve_local(&name, wakeup);
+        *self.wake.lock().unwrap() = Some((name, Arc::clone(wakeup)));
+        url
+    }
+
+    /// Stops answering wake-ups (`serve` again when a pause ends; never after death).
+    fn answer_wakeups(&self, serve: bool) {
+        if let Some((name, wakeup)) = &*self.wake.lock().unwrap() {
+            if serve && !self.is_dead() {
+                rekindle::fleet::wake::serve_local(name, wakeup);
+            } else {
+                rekindle::fleet::wake::withdraw_local(name);
+            }
+        }
     }
 
     fn below(&self, bound: u32) -> u32 {
@@ -253,6 +283,7 @@ impl Proc {
 
     fn kill(&self, why: String) {
         if !self.dead.swap(true, Ordering::SeqCst) {
+            self.answer_wakeups(false);
             self.world.count("crashes");
             self.world.trace(&self.name, format!("CRASH {why}"));
         }
@@ -260,6 +291,7 @@ impl Proc {
 
     fn pause(&self, for_ms: u64) {
         *self.paused_until.lock().unwrap() = Some(Instant::now() + Duration::from_millis(for_ms));
+        self.answer_wakeups(false);
         self.world.count("pauses");
         self.world
             .trace(&self.name, format!("PAUSE for {for_ms} ms (zombie to be)"));
@@ -286,7 +318,22 @@ impl Proc {
             rekindle::clock::sleep(Duration::from_millis(u64::from(latency))).await;
         }
         self.alive().await;
+        let now = self.world.now_ms();
+        let within = |(at, length): (u64, u64)| (at..at + length).contains(&now);
+        if let Some((at, length, extra)) = self.plan.slow
+            && within((at, length))
+        {
+            self.world.count("slow requests");
+            rekindle::clock::sleep(Duration::from_millis(extra)).await;
+        }
         self.world.note_call(&self.name, op, key);
+        if self.plan.brownout.is_some_and(within)
+            && op == "get"
+            && key.starts_with(layout::workers_prefix())
+        {
+            self.world.count("registration reads refused");
+            return Err(transient("503 registration read refused (injected brownout)"));
+        }
         if self.roll(self.plan.faults.error) {
             self.world.count("503s");
             return Err(transient("503 SlowDown (injected)"));
@@ -691,6 +738,15 @@ struct Scenario {
     /// When an operator runs `rekindle recover --all` (without --takeover) beside the
     /// coordinators: admissions of the same recovery IDs racing theirs.
     recover_all: Vec<u64>,
+    /// Coordinators and workers serve and send wake-ups (in-process, named recoveries
+    /// forwarded to workers that claim them); else every process polls.
+    wake: bool,
+    /// A worker with no faults, crash or pause: it keeps beating, so it is never fenced and
+    /// its attempts never fail by the fleet's doing.
+    calm_worker: Option<usize>,
+    /// A crashed worker comes back under its ID with another configuration (another agent,
+    /// so another fingerprint, and other slots): what it can run changes under one name.
+    reconfigure: bool,
 }
 
 /// An operator's `rekindle runs rm` of one host's run.
@@ -803,6 +859,7 @@ impl Scenario {
                             ttl_ms * (2 + u64::from(random.below(3))),
                         )
                     }),
+                    ..Plan::default()
                 };
                 HostPlan {
                     plan,
@@ -822,6 +879,7 @@ impl Scenario {
                         ttl_ms * (2 + u64::from(random.below(3))),
                     )
                 }),
+                ..Plan::default()
             })
             .collect();
         let mut workers: Vec<Plan> = (0..2 + random.below(2))
@@ -881,6 +939,40 @@ impl Scenario {
         } else {
             Vec::new()
         };
+        // The control plane's faults, drawn apart too: wake-ups, registration brownouts and
+        // slow ticks in the coordinators, a worker that keeps beating, a restart under the
+        // same ID with another configuration.
+        let mut plane = SplitMix::new(seed ^ 0x7C0A_7D00_0000_0005);
+        let wake = pick(&mut plane, 500);
+        let wake = env_u64("REKINDLE_SIM_WAKE").map_or(wake, |forced| forced != 0);
+        let mut coordinators: Vec<Plan> = coordinators;
+        for coordinator in &mut coordinators {
+            if pick(&mut plane, 200) {
+                coordinator.brownout = Some((
+                    u64::from(plane.below(6_000)),
+                    ttl_ms * (2 + u64::from(plane.below(4))),
+                ));
+            }
+            if pick(&mut plane, 150) {
+                coordinator.slow = Some((
+                    u64::from(plane.below(6_000)),
+                    ttl_ms * (2 + u64::from(plane.below(3))),
+                    ttl_ms + 100 + u64::from(plane.below(400)),
+                ));
+            }
+        }
+        let calm_worker = pick(&mut plane, 400)
+            .then(|| {
+                (0..workers.len()).find(|&w| workers[w].crash.is_none() && workers[w].pause.is_none())
+            })
+            .flatten();
+        if let Some(w) = calm_worker {
+            workers[w].faults = Faults {
+                latency_ms: plane.below(20),
+                ..Faults::default()
+            };
+        }
+        let reconfigure = workers[0].crash.is_some() && pick(&mut plane, 300);
         Scenario {
             seed,
             ttl_ms,
@@ -896,6 +988,9 @@ impl Scenario {
             gc,
             removal,
             recover_all,
+            wake,
+            calm_worker,
+            reconfigure,
         }
     }
 
@@ -953,6 +1048,9 @@ impl Scenario {
             gc: None,
             removal: None,
             recover_all: Vec::new(),
+            wake: false,
+            calm_worker: None,
+            reconfigure: false,
         }
     }
 
@@ -977,9 +1075,16 @@ impl Scenario {
 // The fleet, built through a few constructors (the one place to adapt to API changes).
 // ---------------------------------------------------------------------------------------
 
-fn agent(scenario: &Scenario, proc: &Arc<Proc>) -> Agent {
+/// The fleet's agent; `other` is another configuration of it (another prompt, so another
+/// fingerprint: it may not resume the fleet's runs).
+fn agent(scenario: &Scenario, proc: &Arc<Proc>, other: bool) -> Agent {
+    let prompt = if other {
+        "Record each step, another way."
+    } else {
+        "Record each step exactly once."
+    };
     let text = format!(
-        r#"system_prompt = "Record each step exactly once."
+        r#"system_prompt = "{prompt}"
 [model]
 kind = "scripted"
 name = "simulated"
@@ -995,7 +1100,7 @@ name = "approve"
 command = ["true"]
 confirm = true
 "#,
-        scenario.steps_per_resume
+        scenario.steps_per_resume,
     );
     let config = Config::parse(&text).expect("the simulation's config parses");
     let turns = (0..scenario.turns)
@@ -1356,6 +1461,8 @@ struct Running {
     crash_switch: Option<Arc<AtomicBool>>,
     handled: bool,
     incarnation: u32,
+    /// A worker's own counts (how many of its attempts were fenced or failed).
+    stats: Option<Arc<WorkerStats>>,
 }
 
 /// What starting a fleet process needs.
@@ -1364,15 +1471,18 @@ struct Fleet {
     bucket: Arc<InMemory>,
     ttl: Duration,
     stop: Arc<AtomicBool>,
-    stats: Arc<WorkerStats>,
     logs: PathBuf,
+    /// Whether processes serve and send wake-ups, and the seed that keeps their in-process
+    /// addresses apart from other seeds' running on other threads.
+    wake: Option<u64>,
 }
 
 impl Fleet {
     fn coordinator(&self, name: String, plan: Plan, seed: u64) -> Running {
         let proc = Proc::new(&self.world, name, plan, seed);
         let store = process_store(&proc, &self.bucket, seed.rotate_left(17));
-        let options = coordinator_options(&proc.name, self.ttl);
+        let mut options = coordinator_options(&proc.name, self.ttl);
+        options.wake = self.wakeup(&proc, 0);
         let stop = Arc::clone(&self.stop);
         let task = tokio::spawn(async move {
             let _ = coordinator::run(store, options, stop).await;
@@ -1384,31 +1494,49 @@ impl Fleet {
             crash_switch: None,
             handled: false,
             incarnation: 0,
+            stats: None,
         }
+    }
+
+    /// A wake-up receiver for `proc`, served in-process, if the fleet uses wake-ups.
+    fn wakeup(
+        &self,
+        proc: &Proc,
+        incarnation: u32,
+    ) -> Option<(rekindle::fleet::wake::Wakeup, Option<String>)> {
+        let seed = self.wake?;
+        let wakeup: rekindle::fleet::wake::Wakeup =
+            Arc::new(rekindle::fleet::wake::WakeSignal::new());
+        let url = proc.serve_wake(format!("s{seed}-{}-{incarnation}", proc.name), &wakeup);
+        Some((wakeup, Some(url)))
     }
 
     /// A worker; a restarted incarnation (`incarnation > 0`) keeps its ID and gets a fresh
     /// local log directory (the dead incarnation's tasks may still hold its log locks here,
-    /// where a real kernel would have dropped them).
+    /// where a real kernel would have dropped them). `other` runs another configuration
+    /// (agent and slots) under the same ID.
     fn worker(
         &self,
         scenario: &Scenario,
         name: String,
         plan: Plan,
         seed: u64,
-        incarnation: u32,
+        (incarnation, other): (u32, bool),
     ) -> Running {
         let proc = Proc::new(&self.world, name, plan, seed);
         let store = process_store(&proc, &self.bucket, seed.rotate_left(17));
         let logs = LogDir::open(self.logs.join(format!("{}-{incarnation}", proc.name)))
             .expect("worker log dir");
         let switch = Arc::new(AtomicBool::new(false));
-        let options = worker_options(&proc.name, self.ttl, scenario.slots, Arc::clone(&switch));
+        let slots = if other { (1, 0) } else { scenario.slots };
+        let mut options = worker_options(&proc.name, self.ttl, slots, Arc::clone(&switch));
+        options.wake = self.wakeup(&proc, incarnation);
         let stop = Arc::clone(&self.stop);
-        let stats = Arc::clone(&self.stats);
-        let agent = agent(scenario, &proc);
+        let stats = Arc::new(WorkerStats::default());
+        let counts = Arc::clone(&stats);
+        let agent = agent(scenario, &proc, other);
         let task = tokio::spawn(async move {
-            let _ = worker::run(store, agent, logs, options, stop, stats).await;
+            let _ = worker::run(store, agent, logs, options, stop, counts).await;
         });
         Running {
             role: Role::Worker,
@@ -1417,6 +1545,7 @@ impl Fleet {
             crash_switch: Some(switch),
             handled: false,
             incarnation,
+            stats: Some(stats),
         }
     }
 }
@@ -1436,16 +1565,21 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
         move || (u64::from(seeds.below(u32::MAX)) << 32) | u64::from(seeds.below(u32::MAX));
     let mut running: Vec<Running> = Vec::new();
     let mut pauses: Vec<(Arc<Proc>, u64, u64)> = Vec::new();
-    let stats = Arc::new(WorkerStats::default());
     world.trace("sim", format!("scenario {scenario:?}"));
+    if scenario.wake {
+        world.count("seeds with wake-ups");
+    }
+    if scenario.calm_worker.is_some() {
+        world.count("workers that keep beating");
+    }
 
     let fleet = Fleet {
         world: Arc::clone(&world),
         bucket: Arc::clone(&bucket),
         ttl,
         stop: Arc::clone(&stop),
-        stats: Arc::clone(&stats),
         logs: temp.path().to_owned(),
+        wake: scenario.wake.then_some(seed),
     };
     for (i, plan) in scenario.coordinators.iter().enumerate() {
         let process = fleet.coordinator(format!("c{i}"), *plan, next_seed());
@@ -1455,7 +1589,7 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
         running.push(process);
     }
     for (i, plan) in scenario.workers.iter().enumerate() {
-        let process = fleet.worker(&scenario, format!("w{i}"), *plan, next_seed(), 0);
+        let process = fleet.worker(&scenario, format!("w{i}"), *plan, next_seed(), (0, false));
         if let Some((at, length)) = plan.pause {
             pauses.push((Arc::clone(&process.proc), at, length));
         }
@@ -1479,7 +1613,7 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
             Arc::clone(&world),
             Arc::clone(&proc),
             store,
-            agent(&scenario, &proc),
+            agent(&scenario, &proc, false),
             logs,
             scenario.run_id(i),
             plan.clone(),
@@ -1495,6 +1629,7 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
             crash_switch: None,
             handled: false,
             incarnation: 0,
+            stats: None,
         });
     }
     let calm = Plan {
@@ -1543,6 +1678,8 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
             tokio::spawn(async move {
                 rekindle::clock::sleep(Duration::from_millis(at)).await;
                 proc.pause(length);
+                rekindle::clock::sleep(Duration::from_millis(length)).await;
+                proc.answer_wakeups(true);
             })
         })
         .collect();
@@ -1593,9 +1730,15 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
         let due: Vec<_> = restarts.extract_if(.., |r| r.0 <= now).collect();
         for (_, role, name, plan, incarnation) in due {
             world.trace(&name, format!("restarts (incarnation {incarnation})"));
+            // A restarted first worker may come back with another configuration.
+            let other = scenario.reconfigure && name == "w0";
+            if other {
+                world.count("restarts with another configuration");
+                world.trace(&name, "comes back with another configuration");
+            }
             let mut process = match role {
                 Role::Coordinator => fleet.coordinator(name, plan, next_seed()),
-                _ => fleet.worker(&scenario, name, plan, next_seed(), incarnation),
+                _ => fleet.worker(&scenario, name, plan, next_seed(), (incarnation, other)),
             };
             process.incarnation = incarnation;
             running.push(process);
@@ -1645,6 +1788,7 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
         task.abort();
     }
     for process in running.iter_mut() {
+        process.proc.answer_wakeups(false);
         if process.proc.is_dead() {
             process.task.abort();
             continue;
@@ -1654,6 +1798,21 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
             .is_err()
         {
             process.task.abort();
+        }
+    }
+    // A worker that kept beating is never fenced, and no attempt of it fails by the fleet's
+    // doing, unless the operator retired a run under it.
+    let calm = scenario.calm_worker.map(|w| format!("w{w}"));
+    let retirement = !world.retired.lock().unwrap().is_empty();
+    for process in running.iter().filter(|p| Some(&p.proc.name) == calm.as_ref()) {
+        let Some(stats) = &process.stats else { continue };
+        let fenced = stats.fenced.load(Ordering::SeqCst);
+        let failed = stats.failed.load(Ordering::SeqCst);
+        if !retirement && fenced + failed > 0 {
+            violations.push(format!(
+                "{}: kept beating, but {fenced} of its attempts were fenced and {failed} failed",
+                process.proc.name
+            ));
         }
     }
     let virtual_ms = world.now_ms();
@@ -2179,8 +2338,12 @@ fn every_seed_keeps_every_invariant() {
     let digest = outcomes.iter().fold(0u64, |acc, o| {
         acc.rotate_left(5) ^ o.digest.wrapping_mul(0x9E37_79B9_7F4A_7C15)
     });
+    // How long the fleets took to settle, in virtual time (wake-ups shorten it).
+    let mut settled: Vec<u64> = outcomes.iter().map(|o| o.summary.virtual_ms).collect();
+    settled.sort_unstable();
+    let median_settle = settled.get(settled.len() / 2).copied().unwrap_or(0);
     println!(
-        "simulation: {} seeds (digest {digest:016x}) in {seconds:.1} s ({:.0} seeds/s), {runs} runs ({completed} completed), {recoveries} recoveries, {executions} tool executions, {calls} store calls; injected {totals:?}; {} seeds broke invariants",
+        "simulation: {} seeds (digest {digest:016x}) in {seconds:.1} s ({:.0} seeds/s), {runs} runs ({completed} completed), {recoveries} recoveries, {executions} tool executions, {calls} store calls, settled in {median_settle} virtual ms (median); injected {totals:?}; {} seeds broke invariants",
         outcomes.len(),
         outcomes.len() as f64 / seconds.max(1e-9),
         failed.len()
@@ -2342,6 +2505,28 @@ fn a_create_retried_after_its_slot_was_collected_does_not_fill_it_again() {
     assert!(
         outcome.violations.is_empty(),
         "seed 10001760: {:?}",
+        outcome.violations
+    );
+}
+
+// Regression (seed 50003916, the first sweep with wake-ups): after parking a recovery, a
+// calm worker whose inbox still listed it looked at it, found it parked, and the attempt's
+// end woke its loop, which launched it again at once, in zero virtual time: the seed never
+// settled. A worker now looks at such an entry once per version of its inbox
+// (`tests/wake.rs` has the same case on its own). Run on a thread of its own, so a return
+// of the loop fails the test instead of hanging it.
+#[test]
+fn a_worker_does_not_spin_on_a_parked_recovery_its_inbox_still_lists() {
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = send.send(simulate(50_003_916));
+    });
+    let outcome = receive
+        .recv_timeout(Duration::from_secs(120))
+        .expect("seed 50003916 did not settle: a worker spins in zero virtual time");
+    assert!(
+        outcome.violations.is_empty(),
+        "seed 50003916: {:?}",
         outcome.violations
     );
 }

@@ -1099,3 +1099,63 @@ async fn a_recovery_too_long_to_name_still_moves_by_wake_ups() {
     fleet.finished_within(&id, LIMIT).await;
     fleet.stop().await;
 }
+
+// Regression (simulation seed 50003916, found once the simulation sent wake-ups): a worker
+// whose inbox still lists a recovery its record says is another worker's launched it, found
+// it not its own, and the attempt's end woke the worker's loop, which read the inbox and
+// launched it again at once: an inbox GET, a heartbeat PUT and a record GET per round trip
+// for as long as the inbox stayed stale (with its coordinator down, for good). It now looks
+// at such an entry once per version of its inbox.
+// (One thread, as in the simulation: an attempt's task then ends before the loop it woke
+// looks at it, every time.)
+#[tokio::test]
+async fn a_stale_inbox_entry_is_looked_at_once_not_in_a_loop() {
+    use rekindle::core::assignment::Inbox;
+    use rekindle::core::lifecycle::Event;
+    use rekindle::fleet::lifecycle;
+
+    let mut fleet = Fleet::new();
+    let run = RunId::new("stale-entry");
+    fleet.interrupted_run(&run, true).await;
+    let id = admitted_without_entry(&fleet, &run).await;
+    // Offered to another worker; this one's inbox still lists it (a coordinator that moved
+    // it and died before rewriting this inbox).
+    lifecycle::transition(
+        &fleet.store,
+        &id,
+        None,
+        Event::Assign {
+            worker: "other".into(),
+        },
+    )
+    .await
+    .unwrap();
+    let inbox = Inbox {
+        format: rekindle::core::layout::FORMAT_VERSION,
+        kind: "inbox".into(),
+        worker: "w".into(),
+        recoveries: vec![id.clone()],
+        coordinator_wake: None,
+        offers: Vec::new(),
+    };
+    fleet
+        .store
+        .put(&layout::inbox("w"), layout::encode_object(&inbox))
+        .await
+        .unwrap();
+    fleet.worker("w").await;
+    // The worker's start: its registration, heartbeat, first inbox read and one look at the
+    // record. Then, with every timer a minute long, it waits.
+    rekindle::clock::sleep(Duration::from_millis(500)).await;
+    let before = fleet.store.metrics();
+    rekindle::clock::sleep(Duration::from_secs(1)).await;
+    let requests = fleet.store.metrics().since(&before).requests();
+    assert!(
+        requests < 20,
+        "an idle worker with a stale inbox entry made {requests} requests in a second"
+    );
+    let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
+    assert_eq!(record.assigned_to.as_deref(), Some("other"));
+    assert_eq!(record.attempts, 0, "{record:?}");
+    fleet.stop().await;
+}

@@ -196,6 +196,47 @@ pub async fn serve_loopback(wakeup: Wakeup) -> std::io::Result<String> {
     Ok(url)
 }
 
+/// The scheme of in-process wake-up addresses ([`serve_local`]).
+const LOCAL_SCHEME: &str = "local://";
+
+/// Receivers served in this process, by name; a name is served until [`withdraw_local`].
+fn locals() -> &'static std::sync::Mutex<std::collections::HashMap<String, Wakeup>> {
+    static LOCALS: OnceLock<std::sync::Mutex<std::collections::HashMap<String, Wakeup>>> =
+        OnceLock::new();
+    LOCALS.get_or_init(Default::default)
+}
+
+/// Serves `wakeup` inside this process as `local://<name>`, the address to advertise: for a
+/// fleet whose processes share one (an embedded fleet, the deterministic simulation, where
+/// no socket may be waited on). A wake-up sent there takes the same path as `POST /wake`
+/// (the same names kept, the same claim answered); one sent from another process, or to a
+/// name not served, fails as an unreachable address does. Serving a name again replaces it.
+pub fn serve_local(name: &str, wakeup: &Wakeup) -> String {
+    let mut locals = locals().lock().unwrap_or_else(|e| e.into_inner());
+    locals.insert(name.to_owned(), Arc::clone(wakeup));
+    format!("{LOCAL_SCHEME}{name}")
+}
+
+/// Stops serving `local://<name>` (the process it stood for died or froze): wake-ups sent
+/// there fail from now on, as to a process that does not answer.
+pub fn withdraw_local(name: &str) {
+    let mut locals = locals().lock().unwrap_or_else(|e| e.into_inner());
+    locals.remove(name);
+}
+
+/// For a `local://` address, the receiver served there, or the error of one not answering;
+/// `None` for any other address.
+fn local(url: &str) -> Option<Result<Wakeup, String>> {
+    let name = url.strip_prefix(LOCAL_SCHEME)?;
+    let locals = locals().lock().unwrap_or_else(|e| e.into_inner());
+    Some(
+        locals
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("{url}: nothing in this process is served there")),
+    )
+}
+
 /// The URL to advertise for a server on `listen`: `advertise` if given (an `http(s)://` URL,
 /// a `host:port`, or a host or IP that gets the listen port), else the listen address itself
 /// when it names one host (`0.0.0.0` and `[::]` do not: give `advertise`, e.g. the pod IP, or
@@ -260,6 +301,10 @@ pub async fn poke(url: &str) -> Result<(), String> {
 /// blanks) and those past [`MAX_NAMED`] or the body's size are left out: they are found as
 /// without a name, by the receiver's scan or inbox.
 pub async fn poke_naming(url: &str, recoveries: &[RecoveryId]) -> Result<(), String> {
+    if let Some(local) = local(url) {
+        local?.name_claiming(sent(recoveries));
+        return Ok(());
+    }
     let body = wake_body(recoveries);
     let response = client()
         .post(format!("{url}/wake"))
@@ -284,6 +329,10 @@ const CLAIMING: &str = "claiming";
 /// the caller assigns them as usual.
 pub async fn forward(url: &str, recoveries: &[RecoveryId]) -> Result<Vec<RecoveryId>, String> {
     let sent = sent(recoveries);
+    if let Some(local) = local(url) {
+        let claiming = local?.name_claiming(sent.clone());
+        return Ok(if claiming { sent } else { Vec::new() });
+    }
     let response = client()
         .post(format!("{url}/wake"))
         .body(wake_body(&sent))
@@ -447,6 +496,27 @@ mod tests {
             ids(&["a", "b", "c", "d", "e", "f", "g"]),
             "every name is kept, claimed or not"
         );
+    }
+
+    // Proves an in-process address answers as `POST /wake` does (a forward to a receiver
+    // with a free slot is claimed, a plain poke wakes it) and, once withdrawn, fails as an
+    // unreachable address, so the sender falls back to assigning as usual.
+    #[tokio::test]
+    async fn a_local_address_answers_like_the_route_until_withdrawn() {
+        let signal: Wakeup = Arc::new(WakeSignal::new());
+        let url = serve_local("wake-test-local", &signal);
+        assert_eq!(url, "local://wake-test-local");
+        let ids = vec![RecoveryId::new("recovery-of-a")];
+        assert_eq!(forward(&url, &ids).await, Ok(Vec::new()), "no free slot");
+        signal.set_free_slots(1);
+        assert_eq!(forward(&url, &ids).await, Ok(ids.clone()), "claimed");
+        assert_eq!(signal.take_named(), ids);
+        poke(&url).await.expect("a plain poke");
+        assert!(signal.take_plain());
+        withdraw_local("wake-test-local");
+        let error = poke(&url).await.expect_err("withdrawn");
+        assert!(error.contains("local://wake-test-local"), "{error}");
+        assert!(forward(&url, &ids).await.is_err());
     }
 
     // Proves free slots are claimed less the names the receiver holds and has not taken: a

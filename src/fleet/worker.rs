@@ -95,6 +95,9 @@ pub struct WorkerStats {
     pub finished: std::sync::atomic::AtomicU64,
     /// Attempts that failed with an error other than being fenced, reported as `Fail`.
     pub failed: std::sync::atomic::AtomicU64,
+    /// Attempts that lost their recovery run's lease to a later epoch: the worker was judged
+    /// gone, or the run was retired. A healthy worker's count stays 0 outside retirements.
+    pub fenced: std::sync::atomic::AtomicU64,
     /// The most recent finished recovery IDs (bounded: a repeat comes soon after, if at all).
     finished_ids: std::sync::Mutex<std::collections::VecDeque<RecoveryId>>,
 }
@@ -181,6 +184,13 @@ pub async fn run(
     // cost a GET each time for nothing. Nothing else is remembered: a recovery handed back
     // (a failure, a yield) may be offered to this worker again under the same inbox.
     let ended: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>> = Arc::default();
+    // Recoveries the inbox lists whose record, read, said they are not this worker's to run
+    // (a stale entry: parked, moved on): launched again only once the inbox changes (an offer
+    // to this worker rewrites it) or a wake-up names them. Without this, each such attempt's
+    // end woke the loop, which read the inbox and launched it again at once: three requests
+    // a round trip for as long as the inbox stayed stale.
+    let passed: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>> = Arc::default();
+    let mut inbox_seen: Option<(Vec<RecoveryId>, Vec<String>)> = None;
     // Set when an attempt that ran ends, so the loop wakes the coordinator to fill the slot.
     let freed = Arc::new(AtomicBool::new(false));
     // Attempts whose run has stopped and which only record the outcome now: they hold no
@@ -195,6 +205,7 @@ pub async fn run(
         holder: Arc::clone(&holder),
         wakeup: wakeup.clone(),
         ended: Arc::clone(&ended),
+        passed: Arc::clone(&passed),
         freed: Arc::clone(&freed),
         turns: Arc::clone(&turns),
         reporting: Arc::clone(&reporting),
@@ -262,7 +273,12 @@ pub async fn run(
         // recoveries waiting for a slot, a freed slot goes to the oldest of them (read from
         // the inbox), not to a name that came later.
         if let Some(wakeup) = &wakeup {
-            unstarted.extend(wakeup.take_named());
+            let named = wakeup.take_named();
+            if !named.is_empty() {
+                let mut passed = passed.lock().unwrap_or_else(|e| e.into_inner());
+                passed.retain(|id| !named.contains(id));
+            }
+            unstarted.extend(named);
             if !unstarted.is_empty() {
                 let skip = ended.lock().unwrap_or_else(|e| e.into_inner());
                 unstarted.retain(|id| !running.contains_key(id) && !skip.contains(id));
@@ -287,8 +303,19 @@ pub async fn run(
                 let mut done = ended.lock().unwrap_or_else(|e| e.into_inner());
                 // Only what the inbox still lists needs remembering.
                 done.retain(|id| inbox.recoveries.contains(id));
-                let skip: Vec<RecoveryId> = done.iter().cloned().collect();
+                let mut skip: Vec<RecoveryId> = done.iter().cloned().collect();
                 drop(done);
+                let seen = (
+                    inbox.recoveries.clone(),
+                    inbox.offers.iter().map(|offer| offer.etag.clone()).collect(),
+                );
+                let mut looked = passed.lock().unwrap_or_else(|e| e.into_inner());
+                if inbox_seen.as_ref() != Some(&seen) {
+                    looked.clear();
+                    inbox_seen = Some(seen);
+                }
+                skip.extend(looked.iter().cloned());
+                drop(looked);
                 // Each offer is used once: a start that did not land on it changed nothing, and
                 // the record is read from then on (no conditional PUT bound to fail per poll).
                 used_offers.retain(|etag| inbox.offers.iter().any(|offer| offer.etag == *etag));
@@ -568,7 +595,6 @@ impl Turns {
 /// in the inbox: then the slot is its, and this one waits its turn after it.
 /// `offer` is the record as the inbox carried it: the first start swaps that version without
 /// reading the record; if it was stale, the record is read and judged as usual.
-#[tracing::instrument(name = "worker_attempt", skip_all, fields(worker_id = %worker, recovery_id = %id))]
 /// The record as this worker's own start left it, when a start answered an error but landed
 /// (its response lost and the retries failed, or the index write after it failed): running on
 /// this worker at the attempt after `before`. A worker ID belongs to one live process
@@ -590,6 +616,7 @@ async fn landed_start(
     ours.then_some((record, etag))
 }
 
+#[tracing::instrument(name = "worker_attempt", skip_all, fields(worker_id = %worker, recovery_id = %id))]
 async fn attempt(
     node: &Node,
     worker: &str,
@@ -598,9 +625,11 @@ async fn attempt(
     offer: Option<(RecoveryRecord, ETag)>,
     turns: &Turns,
     slot: &Slot,
-) -> (bool, bool) {
+) -> (Left, bool) {
     let store = &node.store;
     let mut ran = false;
+    // Looked at, and nothing run: the record says it is not this worker's to run now.
+    let passed = |ran: bool| if ran { Left::Open } else { Left::NotOurs };
     // Only an offer to this worker waiting for its attempt is a shortcut; anything else is
     // judged from the record as read.
     let mut offer = offer.filter(|(record, _)| {
@@ -614,13 +643,13 @@ async fn attempt(
             Some(offered) => offered,
             None => {
                 let Ok(Some(read)) = recovery::read(store, id).await else {
-                    return (false, ran);
+                    return (Left::Open, ran);
                 };
                 read
             }
         };
         if record.state.is_terminal() {
-            return (true, ran);
+            return (Left::Over, ran);
         }
         // Running on this worker ID but not in this process: an earlier incarnation of this
         // worker died mid-attempt (its ID is ours now, so the coordinator still sees it
@@ -635,7 +664,7 @@ async fn attempt(
             {
                 tracing::debug!(recovery_id = %id, %error, "cannot hand back an earlier incarnation's attempt");
             }
-            return (false, ran);
+            return (passed(ran), ran);
         }
         // Only a recovery offered to this worker and waiting for an attempt (a stale inbox
         // also lists parked and finished ones, which must not run again), or a fresh admission
@@ -647,7 +676,7 @@ async fn attempt(
             && (record.force || record.fingerprint_sha256 == node.agent.fingerprint_sha256())
             && !node.stop.load(Ordering::SeqCst);
         if !offered && !claimable {
-            return (false, ran);
+            return (passed(ran), ran);
         }
         let start = Event::Start {
             worker: worker.to_owned(),
@@ -679,7 +708,7 @@ async fn attempt(
             Some(started) => started,
             // The offer was stale: judge the record as it is now.
             None if from_offer => continue,
-            None => return (false, ran),
+            None => return (passed(ran), ran),
         };
         ran = true;
         stats.started.fetch_add(1, Ordering::Relaxed);
@@ -729,6 +758,7 @@ async fn attempt(
                 // judged dead and its attempt abandoned). If the record still says this
                 // attempt runs, hand it back rather than leave it to a timeout.
                 tracing::info!(recovery_id = %id, %error, "another attempt owns this recovery now");
+                stats.fenced.fetch_add(1, Ordering::Relaxed);
                 (
                     Event::Yield {
                         worker,
@@ -764,24 +794,37 @@ async fn attempt(
             Ok(_) => {}
             Err(LifecycleError::Refused(refused)) => {
                 tracing::info!(recovery_id = %id, %refused, "attempt outcome not recorded");
-                return (false, ran);
+                return (Left::Open, ran);
             }
             Err(error) => {
                 // The record stays Running on this worker; while it lives the next scan leaves
                 // it alone, so report it loudly.
                 tracing::error!(recovery_id = %id, %error, "cannot record the attempt's outcome");
-                return (false, ran);
+                return (Left::Open, ran);
             }
         }
         if finished {
             recovery_finished(node, id, stats);
-            return (true, ran);
+            return (Left::Over, ran);
         }
         // A stop that came while the yield was recorded: no new attempt.
         if !again || node.stop.load(Ordering::SeqCst) {
-            return (false, ran);
+            return (Left::Open, ran);
         }
     }
+}
+
+/// How an attempt's task left its recovery, for the worker loop.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Left {
+    /// Ended for good (finished, dead-lettered): never launched again here.
+    Over,
+    /// Looked at and not this worker's to run (its record says another worker's, parked,
+    /// an earlier incarnation's handed back), nothing run: not launched again from the same
+    /// inbox, or every end would wake the loop to launch it again at once.
+    NotOurs,
+    /// Anything else: it ran and stopped, or its record could not be read.
+    Open,
 }
 
 /// What the worker loop hands each attempt it launches.
@@ -792,6 +835,7 @@ struct Launcher {
     holder: Arc<Holder>,
     wakeup: Option<Wakeup>,
     ended: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>>,
+    passed: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>>,
     freed: Arc<AtomicBool>,
     turns: Arc<Turns>,
     reporting: Arc<std::sync::Mutex<std::collections::BTreeSet<RecoveryId>>>,
@@ -812,6 +856,7 @@ fn launch(
     let busy = with.holder.busy();
     let done = with.wakeup.clone();
     let ended = Arc::clone(&with.ended);
+    let passed = Arc::clone(&with.passed);
     let freed = Arc::clone(&with.freed);
     let turns = Arc::clone(&with.turns);
     let slot = Slot {
@@ -820,11 +865,17 @@ fn launch(
         wakeup: with.wakeup.clone(),
     };
     tokio::spawn(async move {
-        let (over, ran) = attempt(&node, &worker, &id, &stats, offer, &turns, &slot).await;
+        let (left, ran) = attempt(&node, &worker, &id, &stats, offer, &turns, &slot).await;
         // A later attempt of the same recovery holds a slot again.
         drop(slot);
-        if over {
-            ended.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+        match left {
+            Left::Over => {
+                ended.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+            }
+            Left::NotOurs => {
+                passed.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+            }
+            Left::Open => {}
         }
         if ran {
             freed.store(true, Ordering::SeqCst);

@@ -948,6 +948,22 @@ impl Store {
         Ok(Some(Object { bytes, etag }))
     }
 
+    /// The version of `key` as a listing reports it ([`Listed::etag`]; empty if the store
+    /// reports none), without its bytes; `None` if it does not exist. On the local backend a
+    /// listing's versions are the file system's, not the content hashes that reads and
+    /// swaps use (see [`Store::head`]), so a version seen in a listing is checked with this.
+    pub async fn listed_version(&self, key: &str) -> Result<Option<ETag>, StoreError> {
+        self.retrying("head", key, || async {
+            bump(&self.metrics.head, 1);
+            match self.inner.head(&self.path(key)).await {
+                Ok(meta) => Ok(Some(ETag(meta.e_tag.unwrap_or_default()))),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(error) => Err(classify("head", key, error)),
+            }
+        })
+        .await
+    }
+
     /// The current version of `key`, without its bytes; `None` if it does not exist.
     pub async fn head(&self, key: &str) -> Result<Option<ETag>, StoreError> {
         if let Backend::Local { .. } = self.backend {

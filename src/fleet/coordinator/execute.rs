@@ -29,6 +29,45 @@ pub(super) async fn still_as_observed(
     Ok(same)
 }
 
+/// The heartbeat versions a tick judged, as its listing saw them, and which heartbeat each
+/// worker beats: what an action justified by a verdict of silence checks before it acts.
+pub(super) struct Judged<'a> {
+    pub(super) versions: &'a BTreeMap<String, ETag>,
+    pub(super) workers: &'a [WorkerView],
+}
+
+impl Judged<'_> {
+    /// Whether `heartbeat` is still at the version judged silent (one HEAD; absent if it was
+    /// absent). A holder that beat since was judged on stale evidence (a listing that took
+    /// long to answer, a coordinator paused inside its tick) and is left alone: a wrong
+    /// verdict costs this read, never a fence; the next tick judges again.
+    pub(super) async fn still_silent(
+        &self,
+        store: &Store,
+        heartbeat: &str,
+    ) -> Result<bool, StoreError> {
+        let now = store.listed_version(heartbeat).await?;
+        let silent = now.as_ref() == self.versions.get(heartbeat);
+        if !silent {
+            tracing::info!(heartbeat, "a heartbeat judged silent has beaten since; not acting on the verdict");
+        }
+        Ok(silent)
+    }
+
+    /// [`Judged::still_silent`] for `worker`'s heartbeat (a worker without a registration
+    /// seen has nothing to check).
+    async fn worker_still_silent(&self, store: &Store, worker: &str) -> Result<bool, StoreError> {
+        match self
+            .workers
+            .iter()
+            .find(|view| view.registration.worker == worker)
+        {
+            Some(view) => self.still_silent(store, &view.registration.heartbeat).await,
+            None => Ok(true),
+        }
+    }
+}
+
 /// Admits a recovery of an interrupted source under its deterministic ID, or under the ID
 /// that already claimed it (an operator's `rekindle recover` that crashed before indexing).
 pub(super) async fn admit_interrupted(
@@ -75,6 +114,7 @@ pub(super) async fn execute(
     action: &Action,
     runs: &[RunView],
     known: &BTreeMap<&RecoveryId, &(RecoveryRecord, ETag)>,
+    judged: &Judged<'_>,
 ) -> crate::Result<(bool, Option<Offer>)> {
     let event = |recovery: &RecoveryId, event: Event| {
         let recovery = recovery.clone();
@@ -94,7 +134,18 @@ pub(super) async fn execute(
     let progress = match action {
         Action::Admit { source } => {
             let observed = runs.iter().find(|r| r.entry.run_id == *source);
-            if still_as_observed(store, source, observed.map(|r| &r.entry)).await? {
+            let heartbeat = observed.and_then(|r| r.entry.holder.as_deref());
+            let silent = async {
+                match heartbeat {
+                    Some(heartbeat) => judged.still_silent(store, heartbeat).await,
+                    None => Ok(true),
+                }
+            };
+            let (same, silent) = futures::join!(
+                still_as_observed(store, source, observed.map(|r| &r.entry)),
+                silent
+            );
+            if same? && silent? {
                 admit_interrupted(store, holder, source).await?
             } else {
                 false
@@ -144,6 +195,11 @@ pub(super) async fn execute(
             worker,
             attempt,
         } => {
+            // Judged gone while it ran this attempt: unless it has beaten since, its attempt
+            // is handed back, and the next one takes the recovery run's lease from it at once.
+            if !judged.worker_still_silent(store, worker).await? {
+                return Ok((false, None));
+            }
             let record = event(
                 recovery,
                 Event::Abandon {

@@ -248,9 +248,15 @@ pub(super) async fn assign_named(
     let known: BTreeMap<&RecoveryId, &(RecoveryRecord, ETag)> = waiting.iter().collect();
     let known = &known;
     let observed = &runs;
+    // Only assignments run here, which no verdict of silence justifies: nothing judged.
+    let nothing = BTreeMap::new();
+    let judged = &Judged {
+        versions: &nothing,
+        workers: &workers,
+    };
     let executed = futures::stream::iter(actions.clone())
         .map(|action| async move {
-            match execute(store, holder, options, &action, observed, known).await {
+            match execute(store, holder, options, &action, observed, known, judged).await {
                 Ok((landed, offer)) => (landed, action, offer),
                 Err(error) => {
                     tracing::debug!(?action, %error, "named assignment failed");

@@ -181,6 +181,57 @@ async fn a_slow_read_inside_a_tick_does_not_fence_a_beating_host() {
     host.check(&held).await.unwrap();
 }
 
+/// Issue 30 ("a verdict carries its evidence"): a host silent for a TTL is judged gone on
+/// the tick's listing, and comes back (it beats again) while the tick is still reading. The
+/// admission checks that the heartbeat is still at the version judged before it fences, so
+/// the wrong verdict costs that read: no recovery, the host's lease still its own.
+#[tokio::test]
+async fn a_host_that_beats_after_its_verdict_is_not_fenced() {
+    let (direct, slow, faulty) = two_views(crate::store::RetryPolicy::default());
+    let ttl = Duration::from_millis(300);
+    let host = Holder::new(&direct, "host", ttl);
+    host.beat().await.unwrap();
+    let run = RunId::new("returning-host-run");
+    let held = host.acquire_new(&run).await.unwrap();
+    index_running(&direct, &run, &host).await;
+    let coordinator = Holder::new(&slow, "c", ttl);
+    let options = CoordinatorOptions::new("c", ttl);
+    let mut observer = Observer::default();
+    let first = tick(&slow, &coordinator, &options, &mut observer, None)
+        .await
+        .unwrap();
+    assert!(first.actions.is_empty(), "{:?}", first.actions);
+    // Silent for more than a TTL: the next tick's listing judges the host gone.
+    crate::clock::sleep(ttl + ttl / 3).await;
+    let worker = Holder::with_role(&direct, "w", ttl, "worker");
+    worker.beat().await.unwrap();
+    register(&direct, "w", 1).await;
+    let gate = faulty.pause_after_read(&layout::worker("w"));
+    let ticking = tokio::spawn(async move {
+        let report = tick(&slow, &coordinator, &options, &mut observer, None).await;
+        report.map(|report| report.actions)
+    });
+    gate.reached().await;
+    // The host comes back after the listing, before the admission.
+    host.beat().await.unwrap();
+    gate.release();
+    let actions = ticking.await.unwrap().unwrap();
+    assert!(
+        actions
+            .iter()
+            .any(|action| matches!(action, Action::Admit { source } if *source == run)),
+        "the tick should have judged the silent host gone: {actions:?}"
+    );
+    assert!(
+        recovery::read(&direct, &recovery_id_for(&run))
+            .await
+            .unwrap()
+            .is_none(),
+        "a host that beat after its verdict had its run admitted"
+    );
+    host.check(&held).await.unwrap();
+}
+
 /// Regression (issue 30: leadership checked once per tick): a leader that lost its lease
 /// during a slow read inside a tick still admitted (and fenced) what that tick judged.
 /// It checks again before admitting now, and acts on nothing.

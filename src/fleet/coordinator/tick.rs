@@ -187,9 +187,13 @@ pub(super) async fn tick(
         .map(|(_, known, _)| (&known.0.recovery_id, known))
         .collect();
     let known = &known;
+    let judged = &Judged {
+        versions: &versions,
+        workers: &workers,
+    };
     let executed = futures::stream::iter(actions.clone())
         .map(|action| async move {
-            match execute(store, holder, options, &action, observed, known).await {
+            match execute(store, holder, options, &action, observed, known, judged).await {
                 Ok((progress, offer)) => (Some(progress), action, offer),
                 Err(error) => {
                     tracing::warn!(?action, %error, "coordinator action failed");
