@@ -99,12 +99,7 @@ impl Harness {
         command
             .args(["--config"])
             .arg(&self.config)
-            .args([
-                "--id",
-                &format!("w{i}"),
-                "--lease-ttl-ms",
-                &self.ttl_ms(),
-            ])
+            .args(["--id", &format!("w{i}"), "--lease-ttl-ms", &self.ttl_ms()])
             // Idle-paced as in production, with an idle TTL short enough that a worker
             // restarted under the ID of one killed while idle (it watches the old heartbeat
             // for that TTL first) rejoins within the sweep.
@@ -153,12 +148,7 @@ impl Harness {
                 .env("REKINDLE_STORE_TIMEOUT_MS", (STALL_MS + 1_000).to_string());
         }
         command
-            .args([
-                "--id",
-                &format!("c{i}"),
-                "--lease-ttl-ms",
-                &self.ttl_ms(),
-            ])
+            .args(["--id", &format!("c{i}"), "--lease-ttl-ms", &self.ttl_ms()])
             .args(["--scan-interval-ms", "150"])
             .spawn()
             .map(common::Proc::new)
@@ -217,13 +207,7 @@ timeout_ms = 10000
 }
 
 /// One seeded chaos run; returns what it did and what the auditor found.
-async fn chaos(
-    seed: u64,
-    runs: usize,
-    store_url: Option<String>,
-    mode: Mode,
-    totals: &mut Totals,
-) {
+async fn chaos(seed: u64, runs: usize, store_url: Option<String>, mode: Mode, totals: &mut Totals) {
     let temp = tempfile::tempdir().unwrap();
     let dir = temp.path().to_owned();
     let store_url = store_url.unwrap_or_else(|| dir.join("bucket").display().to_string());

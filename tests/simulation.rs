@@ -332,7 +332,9 @@ impl Proc {
             && key.starts_with(layout::workers_prefix())
         {
             self.world.count("registration reads refused");
-            return Err(transient("503 registration read refused (injected brownout)"));
+            return Err(transient(
+                "503 registration read refused (injected brownout)",
+            ));
         }
         if self.roll(self.plan.faults.error) {
             self.world.count("503s");
@@ -963,7 +965,8 @@ impl Scenario {
         }
         let calm_worker = pick(&mut plane, 400)
             .then(|| {
-                (0..workers.len()).find(|&w| workers[w].crash.is_none() && workers[w].pause.is_none())
+                (0..workers.len())
+                    .find(|&w| workers[w].crash.is_none() && workers[w].pause.is_none())
             })
             .flatten();
         if let Some(w) = calm_worker {
@@ -1804,8 +1807,13 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
     // doing, unless the operator retired a run under it.
     let calm = scenario.calm_worker.map(|w| format!("w{w}"));
     let retirement = !world.retired.lock().unwrap().is_empty();
-    for process in running.iter().filter(|p| Some(&p.proc.name) == calm.as_ref()) {
-        let Some(stats) = &process.stats else { continue };
+    for process in running
+        .iter()
+        .filter(|p| Some(&p.proc.name) == calm.as_ref())
+    {
+        let Some(stats) = &process.stats else {
+            continue;
+        };
         let fenced = stats.fenced.load(Ordering::SeqCst);
         let failed = stats.failed.load(Ordering::SeqCst);
         if !retirement && fenced + failed > 0 {

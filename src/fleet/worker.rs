@@ -307,7 +307,11 @@ pub async fn run(
                 drop(done);
                 let seen = (
                     inbox.recoveries.clone(),
-                    inbox.offers.iter().map(|offer| offer.etag.clone()).collect(),
+                    inbox
+                        .offers
+                        .iter()
+                        .map(|offer| offer.etag.clone())
+                        .collect(),
                 );
                 let mut looked = passed.lock().unwrap_or_else(|e| e.into_inner());
                 if inbox_seen.as_ref() != Some(&seen) {

@@ -49,7 +49,10 @@ impl Judged<'_> {
         let now = store.listed_version(heartbeat).await?;
         let silent = now.as_ref() == self.versions.get(heartbeat);
         if !silent {
-            tracing::info!(heartbeat, "a heartbeat judged silent has beaten since; not acting on the verdict");
+            tracing::info!(
+                heartbeat,
+                "a heartbeat judged silent has beaten since; not acting on the verdict"
+            );
         }
         Ok(silent)
     }

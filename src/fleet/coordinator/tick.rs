@@ -40,6 +40,108 @@ pub(super) async fn tick(
     observer: &mut Observer,
     leading: Option<&Held>,
 ) -> Result<TickReport, TickError> {
+    let Read {
+        runs,
+        recheck,
+        heartbeats,
+        seen,
+        versions,
+        named,
+    } = read_the_bucket(store, holder, options, observer, leading).await?;
+    let (workers, runs, alive) = judge(options, observer, runs, heartbeats, seen, &versions);
+    export_fleet(
+        &runs,
+        &workers,
+        store.clock().wall_ms(),
+        &mut observer.interrupted_since,
+    );
+    let actions = decide(observer, &workers, &runs, options);
+    // Leadership was checked as the tick began; a pause or a slow read since may have cost it,
+    // and an admission fences a host on this tick's verdict. Checked again before admitting
+    // (one GET, only in a tick that admits; other actions are compare-and-swaps on records,
+    // which two leaders at once only make cost requests).
+    if let Some(held) = leading
+        && actions
+            .iter()
+            .any(|action| matches!(action, Action::Admit { .. }))
+    {
+        holder.check(held).await.map_err(TickError::NotLeading)?;
+    }
+    let judged = Judged {
+        versions: &versions,
+        workers: &workers,
+    };
+    let acted = act(store, holder, options, observer, &actions, &runs, &judged).await;
+    // A record this tick acted on is read afresh next tick (dropped before the inboxes are
+    // written: a failed inbox write ends the tick, and must not leave a landed assignment's
+    // record cached as it was before).
+    for action in &actions {
+        if let Some(source) = action_source(action, &runs) {
+            observer.records.remove(source);
+        }
+    }
+    let assigned = Assigned {
+        decided: &actions,
+        landed: &acted.moved,
+        offered: &acted.offered,
+    };
+    let unanswered = write_inboxes(store, observer, options, &workers, &runs, assigned).await?;
+    let newly_unreachable = !unanswered.is_empty();
+    // The view named assignments place on offers these workers nothing more.
+    let mut workers = workers;
+    for view in workers.iter_mut() {
+        if unanswered.contains(&view.registration.worker) {
+            view.offer = false;
+        }
+    }
+    for worker in unanswered {
+        if let Some(etag) = registration_beat(observer, &worker, &versions) {
+            observer.unreachable.insert(worker, etag);
+        }
+    }
+    // Another tick at once only after progress (an admission, a hand-back, an answer that
+    // made a recovery assignable; a worker to offer around): a failing action cannot spin.
+    let again = newly_unreachable || acted.progressed || acted.stale;
+    judge_offered_busy(observer, &acted.offered);
+    watch_the_living(observer, &workers, &runs);
+    if let Some(named) = &named {
+        remove_the_dead(store, holder, observer, &versions, &alive, named).await;
+    }
+    let busy = !runs.is_empty();
+    let mut runs = runs;
+    apply_offers(&mut runs, &acted.offered);
+    observer.last_view = Some((workers, runs, crate::clock::Stopwatch::start()));
+    observer.liveness_at = Some(crate::clock::Stopwatch::start());
+    Ok(TickReport {
+        busy,
+        watching: !observer.watched.is_empty(),
+        again,
+        actions,
+        recheck,
+    })
+}
+
+/// What a tick read: the runs (index entries with their records), the heartbeat listing
+/// (judged as of when it went out), its versions, and the holders the index names (`None`
+/// while an entry is unreadable: it might name any heartbeat, so none is removed).
+struct Read {
+    runs: Vec<RunView>,
+    recheck: Option<Duration>,
+    heartbeats: Vec<(String, ETag)>,
+    seen: Seen,
+    versions: BTreeMap<String, ETag>,
+    named: Option<std::collections::BTreeSet<String>>,
+}
+
+/// The tick's reads: the leadership (with `leading`) beside the index, the heartbeat listing
+/// with the registrations it carries, and the records of the runs it lists.
+async fn read_the_bucket(
+    store: &Store,
+    holder: &Arc<Holder>,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+    leading: Option<&Held>,
+) -> Result<Read, TickError> {
     // The index is read before the heartbeats: a host beats before it writes its entry, so
     // every holder named by an entry seen here is in the heartbeat listing that follows, and
     // a missing heartbeat really means the holder is gone.
@@ -56,9 +158,7 @@ pub(super) async fn tick(
     let (checked, scanned) = futures::join!(checking, observer.index.scan(store));
     checked.map_err(TickError::NotLeading)?;
     let (entries, bad) = scanned?;
-    // The holders every index entry names; unknown while an entry is unreadable (it might
-    // name any heartbeat), and then no heartbeat is removed this tick.
-    let named: Option<std::collections::BTreeSet<String>> = bad
+    let named = bad
         .is_empty()
         .then(|| entries.iter().filter_map(|e| e.holder.clone()).collect());
     for bad in bad {
@@ -105,13 +205,33 @@ pub(super) async fn tick(
             .collect();
         refresh_registrations(store, observer, &registrations).await;
     }
+    Ok(Read {
+        runs,
+        recheck,
+        heartbeats,
+        seen,
+        versions,
+        named,
+    })
+}
+
+/// Judges every listed heartbeat and shapes the views `decide` places on: each worker alive
+/// or not and offered to or not, each run's holder alive or not. No I/O.
+fn judge(
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+    runs: Vec<RunView>,
+    heartbeats: Vec<(String, ETag)>,
+    seen: Seen,
+    versions: &BTreeMap<String, ETag>,
+) -> (Vec<WorkerView>, Vec<RunView>, HashMap<String, bool>) {
     let alive = judge_liveness(options, observer, &runs, heartbeats, seen);
-    pass_over_untaken_offers(observer, &runs, &versions, options.ttl);
+    pass_over_untaken_offers(observer, &runs, versions, options.ttl);
     let still: BTreeMap<String, ETag> = observer
         .unreachable
         .iter()
         .filter(|(worker, etag)| {
-            registration_beat(observer, worker, &versions).as_ref() == Some(*etag)
+            registration_beat(observer, worker, versions).as_ref() == Some(*etag)
         })
         .map(|(worker, etag)| (worker.clone(), etag.clone()))
         .collect();
@@ -125,7 +245,6 @@ pub(super) async fn tick(
             registration: registration.clone(),
         })
         .collect();
-
     let runs: Vec<RunView> = runs
         .into_iter()
         .map(|mut run| {
@@ -137,17 +256,20 @@ pub(super) async fn tick(
             run
         })
         .collect();
-    export_fleet(
-        &runs,
-        &workers,
-        store.clock().wall_ms(),
-        &mut observer.interrupted_since,
-    );
-    let mut actions = placement::decide(&workers, &runs, options.max_attempts);
-    // Admissions go in batches: after an outage every run needs one, and the first ones are
-    // assigned (by the tick that follows at once) while the rest are still being admitted.
-    // The window moves on every tick, so sources whose admission keeps failing (a corrupt
-    // chain, a newer format) cannot hold the batch and starve the rest.
+    (workers, runs, alive)
+}
+
+/// `decide`'s actions, admissions cut to this tick's window. After an outage every run needs
+/// one, and the first ones are assigned (by the tick that follows at once) while the rest are
+/// still being admitted. The window moves on every tick, so sources whose admission keeps
+/// failing (a corrupt chain, a newer format) cannot hold the batch and starve the rest.
+fn decide(
+    observer: &mut Observer,
+    workers: &[WorkerView],
+    runs: &[RunView],
+    options: &CoordinatorOptions,
+) -> Vec<Action> {
+    let mut actions = placement::decide(workers, runs, options.max_attempts);
     let total = actions
         .iter()
         .filter(|action| matches!(action, Action::Admit { .. }))
@@ -165,20 +287,32 @@ pub(super) async fn tick(
         });
         observer.admit_cursor = observer.admit_cursor.wrapping_add(ADMISSION_BATCH);
     }
-    // Leadership was checked as the tick began; a pause or a slow read since may have cost it,
-    // and an admission fences a host on this tick's verdict. Checked again before admitting
-    // (one GET, only in a tick that admits; other actions are compare-and-swaps on records,
-    // which two leaders at once only make cost requests).
-    if let Some(held) = leading
-        && actions
-            .iter()
-            .any(|action| matches!(action, Action::Admit { .. }))
-    {
-        holder.check(held).await.map_err(TickError::NotLeading)?;
-    }
-    // Each action is one lifecycle event on its own recovery: run them side by side (an
-    // admission fences and loads its source, which takes several round trips).
-    let observed = &runs;
+    actions
+}
+
+/// What executing a tick's actions left.
+struct Acted {
+    /// An action changed something another tick should act on at once.
+    progressed: bool,
+    /// An assignment was refused because its record changed since it was read.
+    stale: bool,
+    /// Workers whose offer landed, with the records as the offers left them.
+    offered: BTreeMap<String, Vec<Offer>>,
+    /// The recoveries whose assignment landed.
+    moved: std::collections::BTreeSet<RecoveryId>,
+}
+
+/// Executes the actions side by side: each is one lifecycle event on its own recovery (an
+/// admission fences and loads its source, which takes several round trips).
+async fn act(
+    store: &Store,
+    holder: &Arc<Holder>,
+    options: &CoordinatorOptions,
+    observer: &Observer,
+    actions: &[Action],
+    runs: &[RunView],
+    judged: &Judged<'_>,
+) -> Acted {
     // The records as read this tick, by recovery: an assignment swaps the version observed
     // (one GET fewer per assignment; a record changed since fails the swap and is reread).
     let known: BTreeMap<&RecoveryId, &(RecoveryRecord, ETag)> = observer
@@ -187,13 +321,9 @@ pub(super) async fn tick(
         .map(|(_, known, _)| (&known.0.recovery_id, known))
         .collect();
     let known = &known;
-    let judged = &Judged {
-        versions: &versions,
-        workers: &workers,
-    };
-    let executed = futures::stream::iter(actions.clone())
+    let executed = futures::stream::iter(actions.iter().cloned())
         .map(|action| async move {
-            match execute(store, holder, options, &action, observed, known, judged).await {
+            match execute(store, holder, options, &action, runs, known, judged).await {
                 Ok((progress, offer)) => (Some(progress), action, offer),
                 Err(error) => {
                     tracing::warn!(?action, %error, "coordinator action failed");
@@ -226,39 +356,18 @@ pub(super) async fn tick(
             moved.insert(recovery);
         }
     }
-    // A record this tick acted on is read afresh next tick (dropped before the inboxes are
-    // written: a failed inbox write ends the tick, and must not leave a landed assignment's
-    // record cached as it was before).
-    for action in &actions {
-        if let Some(source) = action_source(action, &runs) {
-            observer.records.remove(source);
-        }
+    Acted {
+        progressed,
+        stale,
+        offered,
+        moved,
     }
-    let assigned = Assigned {
-        decided: &actions,
-        landed: &moved,
-        offered: &offered,
-    };
-    let unanswered = write_inboxes(store, observer, options, &workers, &runs, assigned).await?;
-    let newly_unreachable = !unanswered.is_empty();
-    // The view named assignments place on offers these workers nothing more.
-    let mut workers = workers;
-    for view in workers.iter_mut() {
-        if unanswered.contains(&view.registration.worker) {
-            view.offer = false;
-        }
-    }
-    for worker in unanswered {
-        if let Some(etag) = registration_beat(observer, &worker, &versions) {
-            observer.unreachable.insert(worker, etag);
-        }
-    }
-    // Another tick at once only after progress (an admission, a hand-back, an answer that
-    // made a recovery assignable; a worker to offer around): a failing action cannot spin.
-    let again = newly_unreachable || progressed || stale;
-    judge_offered_busy(observer, &offered);
-    // The heartbeats whose silence would need action: hosts of running runs and workers
-    // running (or offered) a recovery, while they live.
+}
+
+/// The heartbeats whose silence would need action: hosts of running runs and workers running
+/// (or offered) a recovery, while they live. If one falls silent, the watch brings the next
+/// tick at once.
+fn watch_the_living(observer: &mut Observer, workers: &[WorkerView], runs: &[RunView]) {
     observer.watched = runs
         .iter()
         .filter(|run| run.entry.phase == Phase::Running && run.holder_alive)
@@ -270,21 +379,6 @@ pub(super) async fn tick(
                 .map(|w| w.registration.heartbeat.clone()),
         )
         .collect();
-    if let Some(named) = &named {
-        remove_the_dead(store, holder, observer, &versions, &alive, named).await;
-    }
-    let busy = !runs.is_empty();
-    let mut runs = runs;
-    apply_offers(&mut runs, &offered);
-    observer.last_view = Some((workers, runs, crate::clock::Stopwatch::start()));
-    observer.liveness_at = Some(crate::clock::Stopwatch::start());
-    Ok(TickReport {
-        busy,
-        watching: !observer.watched.is_empty(),
-        again,
-        actions,
-        recheck,
-    })
 }
 
 /// Admissions the coordinator starts per tick: the first ones are assigned by the tick that
