@@ -31,6 +31,7 @@ pub mod error;
 pub mod fleet;
 pub mod host;
 pub mod metrics;
+pub mod sdk;
 pub mod store;
 
 pub mod serve;

@@ -425,6 +425,14 @@ class Worker:
     signal handler for a graceful SIGTERM) or Ctrl-C. It runs ``concurrency`` recoveries at
     once; ``queue`` more may wait assigned to it (default: as many as ``concurrency``, as
     ``rekindle-worker --queue``), each started as soon as a slot frees.
+
+    Like ``rekindle-worker`` it takes wake-ups, so an assignment starts at once: given
+    ``listen`` (e.g. ``"0.0.0.0:9090"``) it serves ``/healthz``, ``/readyz``, ``/metrics`` and
+    ``POST /wake`` there, advertised as ``advertise`` (a URL or host, e.g. the pod IP;
+    default: the listen address when it names a host); without it, wake-ups are served on an
+    ephemeral loopback port that coordinators on this machine reach. ``poll_interval_ms``
+    (how often it reads its inbox when nothing wakes it) defaults to 30 s with a reachable
+    ``listen`` address and 2 s otherwise.
     """
 
     def __init__(
@@ -438,7 +446,9 @@ class Worker:
         concurrency: int = 1,
         queue: Optional[int] = None,
         ttl_ms: int = 30_000,
-        poll_interval_ms: int = 1_000,
+        poll_interval_ms: Optional[int] = None,
+        listen: Optional[str] = None,
+        advertise: Optional[str] = None,
         state_dir: Optional[str] = None,
     ) -> None:
         self.store = store
@@ -451,6 +461,8 @@ class Worker:
             queue=queue,
             ttl_ms=ttl_ms,
             poll_interval_ms=poll_interval_ms,
+            listen=listen,
+            advertise=advertise,
             state_dir=state_dir,
             **_adapters(config, model, tools),
         )
@@ -482,5 +494,6 @@ class Worker:
         self._native.stop()
 
     def stats(self) -> Dict[str, int]:
-        """Attempts ``started``, recoveries ``finished`` and attempts ``failed`` so far."""
+        """Attempts ``started``, recoveries ``finished``, attempts ``failed`` and ``fenced`` so
+        far."""
         return self._native.stats()

@@ -189,7 +189,9 @@ class Worker:
         concurrency: int = 1,
         queue: Optional[int] = None,
         ttl_ms: int = 30000,
-        poll_interval_ms: int = 1000,
+        poll_interval_ms: Optional[int] = None,
+        listen: Optional[str] = None,
+        advertise: Optional[str] = None,
         state_dir: Optional[str] = None,
     ) -> None: ...
     @property

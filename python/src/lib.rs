@@ -10,7 +10,6 @@
 //! calls, `_complete(messages, tools, turn)` and `_call(name, arguments, run_id, call_id,
 //! epoch)`, so this crate never inspects Python types beyond strings, numbers and lists.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,24 +22,18 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use serde_json::{Value, json};
 
-use rekindle::clock::SystemClock;
 use rekindle::core::fact::{
-    CallId, ConfirmationRequested, FactBody, ModelTurn, Outcome, QuestionAsked, QuestionId,
-    RecoveryId, RunId, SessionId, Terminal, ToolCall, ToolResult, Usage, UserMessage,
+    CallId, ConfirmationRequested, FactBody, QuestionAsked, QuestionId, RecoveryId, RunId,
+    SessionId, Terminal, ToolResult, Usage, UserMessage,
 };
-use rekindle::core::fold::RunState;
 use rekindle::fleet::admission::Takeover;
 use rekindle::fleet::runner::Stopped;
-use rekindle::fleet::worker::{WorkerOptions, WorkerStats};
-use rekindle::fleet::{Agent, Answer, Journaled, Node};
-use rekindle::host::config::{Config as RustConfig, ToolConfig};
-use rekindle::host::model::{ModelError, ModelRequest, chat_messages, chat_tools};
-use rekindle::host::tools::{ToolContext, ToolDefinition, ToolOutput};
-use rekindle::host::{CommandTools, Model, Tools};
-use rekindle::store::RetryPolicy;
+use rekindle::fleet::worker::WorkerStats;
+use rekindle::fleet::{Agent, Node};
+use rekindle::host::config::Config as RustConfig;
+use rekindle::sdk::{self, Failure, ForeignCall, ModelFailure};
 use rekindle::store::lease::Holder;
 use rekindle::store::log::LogDir;
-use rekindle::store::settings::{S3Addressing, StoreSettings, StoreUrl};
 use rekindle::{Error, ErrorKind};
 
 create_exception!(
@@ -93,20 +86,10 @@ create_exception!(
 );
 create_exception!(rekindle, InternalError, RekindleError, "A bug in Rekindle.");
 
-/// The library's error as the Python exception of its kind, with the whole message (each
-/// `source()` appended once, as the binaries print it).
-fn py_error(error: Error) -> PyErr {
-    let mut message = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(inner) = source {
-        let text = inner.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = inner.source();
-    }
-    match error.kind() {
+/// A failure as the Python exception of its kind, with the whole message.
+fn py_failure(failure: Failure) -> PyErr {
+    let message = failure.message;
+    match failure.kind {
         ErrorKind::Conflict => ConflictError::new_err(message),
         ErrorKind::Unavailable => UnavailableError::new_err(message),
         ErrorKind::Fenced => FencedError::new_err(message),
@@ -116,6 +99,12 @@ fn py_error(error: Error) -> PyErr {
         ErrorKind::Corrupt => CorruptError::new_err(message),
         _ => InternalError::new_err(message),
     }
+}
+
+/// The library's error as the Python exception of its kind (each `source()` appended once,
+/// as the binaries print it).
+fn py_error(error: Error) -> PyErr {
+    py_failure(error.into())
 }
 
 fn invalid(message: impl Into<String>) -> PyErr {
@@ -209,6 +198,14 @@ fn call<T: Send + 'static>(
     block(py, OnSignal::Abort, work)?.map_err(py_error)
 }
 
+/// `call` for the shared calls of the language packages.
+fn shared<T: Send + 'static>(
+    py: Python<'_>,
+    work: impl Future<Output = sdk::Result<T>> + Send + 'static,
+) -> PyResult<T> {
+    block(py, OnSignal::Abort, work)?.map_err(py_failure)
+}
+
 /// A JSON value as the Python object `json.loads` makes of it.
 fn to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
     let json = py.import("json")?;
@@ -222,71 +219,15 @@ fn from_py(py: Python<'_>, object: &Bound<'_, PyAny>) -> PyResult<Value> {
     serde_json::from_str(&text).map_err(|e| invalid(format!("not JSON: {e}")))
 }
 
-fn serialize(value: &impl serde::Serialize) -> Value {
-    serde_json::to_value(value).unwrap_or(Value::Null)
-}
-
-/// A run's folded state as the package shows it.
-fn state_json(state: &RunState) -> Value {
-    let messages: Vec<Value> = chat_messages("", state).into_iter().skip(1).collect();
-    let pending: Vec<Value> = state.pending_calls().iter().map(serialize).collect();
-    json!({
-        "run_id": state.run_id().map(|r| r.to_string()),
-        "session_id": state.session_id().map(|s| s.to_string()),
-        "last_seq": state.last_seq().0,
-        "next_step": serialize(&state.next_step()),
-        "pending_tool_calls": pending,
-        "parked": state.parked().map(serialize),
-        "terminal": state.terminal().map(serialize),
-        "counters": serialize(state.counters()),
-        "messages": messages,
-    })
-}
-
-fn stopped_json(run: &RunId, stopped: &Stopped) -> Value {
-    let (status, detail) = match stopped {
-        Stopped::Finished(terminal) => ("finished", json!({"terminal": serialize(terminal)})),
-        Stopped::Parked(parked) => ("parked", json!({"parked": serialize(parked)})),
-        Stopped::WaitingForInput => ("waiting_for_input", json!({})),
-        Stopped::StepCap | Stopped::StopRequested => ("stopped", json!({})),
-    };
-    let mut value = json!({"run_id": run.to_string(), "status": status});
-    if let (Value::Object(map), Value::Object(extra)) = (&mut value, detail) {
-        map.extend(extra);
-    }
-    value
-}
+use sdk::{serialize, state_json, stopped_json};
 
 /// A run ID from Python: refused when empty.
 fn parse_run_id(text: &str) -> PyResult<RunId> {
-    if text.trim().is_empty() {
-        return Err(invalid("a run ID must not be empty"));
-    }
-    Ok(RunId::new(text))
-}
-
-/// The holder ID of a process of this package, unless one is given: role, host, PID.
-/// Random, so two hosts or workers in one process never share a holder ID (one would take
-/// the other's runs over as its own).
-fn default_id(role: &str) -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "local".into());
-    let nonce = SystemClock::shared().nonce();
-    format!(
-        "{role}-{host}-{}-{}",
-        std::process::id(),
-        &nonce[..nonce.len().min(8)]
-    )
+    sdk::run_id(text).map_err(py_failure)
 }
 
 fn open_state_dir(given: Option<PathBuf>) -> PyResult<LogDir> {
-    let dir = match given {
-        Some(dir) => dir,
-        None => rekindle::store::log::default_dir().map_err(|e| py_error(e.into()))?,
-    };
-    LogDir::open(dir).map_err(|e| py_error(e.into()))
+    sdk::state_dir(given).map_err(py_failure)
 }
 
 /// A Rekindle store: a local directory, `s3://bucket/prefix`, or `memory://`.
@@ -312,54 +253,17 @@ impl Store {
         retries: usize,
         create: bool,
     ) -> PyResult<Self> {
-        let parsed = StoreUrl::parse(url).map_err(|e| py_error(e.into()))?;
-        let sealer = match rekindle::store::seal::SealKeys::from_env()
-            .map_err(|e| py_error(e.into()))?
-        {
-            Some(keys) => Some(Arc::new(
-                rekindle::store::seal::Sealer::configure(&keys).map_err(|e| py_error(e.into()))?,
-            )),
-            None => None,
-        };
-        let settings = StoreSettings {
+        let options = sdk::StoreOptions {
             endpoint,
-            addressing: if virtual_hosted_style {
-                S3Addressing::VirtualHosted
-            } else {
-                S3Addressing::Path
-            },
-            allow_http: allow_http.unwrap_or_else(|| {
-                std::env::var("AWS_ALLOW_HTTP")
-                    .is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-            }),
+            allow_http,
             region,
-            retry: RetryPolicy {
-                attempt_timeout: Duration::from_millis(timeout_ms.max(1)),
-                max_retries: retries,
-                ..RetryPolicy::default()
-            },
-            sealer,
-            faults: None,
-            skip_probe: !create,
+            virtual_hosted_style,
+            timeout_ms,
+            retries,
+            create,
         };
-        let inner = call(py, async move {
-            let store = rekindle::store::Store::open(&parsed, &settings, SystemClock::shared())
-                .await
-                .map_err(Error::from)?;
-            if !create {
-                store.check_exists().await.map_err(Error::from)?;
-            }
-            Ok(store)
-        })
-        .map_err(|error| {
-            // Name the store: the library's message names the object it failed on (a probe).
-            let message = error.value(py).to_string();
-            let named = format!("cannot open store '{url}': {message}");
-            match error.get_type(py).call1((named,)) {
-                Ok(renamed) => PyErr::from_value(renamed),
-                Err(_) => error,
-            }
-        })?;
+        let named = url.to_owned();
+        let inner = shared(py, async move { sdk::open_store(&named, &options).await })?;
         Ok(Store {
             url: url.to_owned(),
             inner,
@@ -375,12 +279,7 @@ impl Store {
     /// Requests this process sent to the store so far, by kind (`get`, `put`,
     /// `conditional_put`, ...), with `requests` their total.
     fn requests(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let metrics = self.inner.metrics();
-        let mut value = serialize(&metrics);
-        if let Value::Object(map) = &mut value {
-            map.insert("requests".into(), metrics.requests().into());
-        }
-        to_py(py, &value)
+        to_py(py, &sdk::requests_json(&self.inner))
     }
 
     /// Spawns the recovery of `source_run_id` under `recovery_id` (JSON of its record).
@@ -402,7 +301,7 @@ impl Store {
             Takeover::IfSilent
         };
         let record = call(py, async move {
-            let holder = Holder::new(&store, default_id("py-admit"), Duration::from_secs(15));
+            let holder = Holder::new(&store, sdk::default_id("py-admit"), Duration::from_secs(15));
             rekindle::fleet::spawn_recovery(&store, &holder, &source, &id, force, takeover).await
         })?;
         to_py(py, &serialize(&record))
@@ -420,25 +319,17 @@ impl Store {
         question_id: Option<String>,
         text: Option<String>,
     ) -> PyResult<()> {
-        let answer = match (call_id, approve, question_id, text) {
-            (Some(call), Some(approve), None, None) => Answer::Confirm {
-                call_id: CallId::new(call),
-                approve,
-            },
-            (None, None, Some(question), Some(text)) => Answer::Question {
-                question_id: QuestionId::new(question),
-                text,
-            },
-            _ => {
-                return Err(invalid(
-                    "answer takes either call_id= and approve= or question_id= and text=",
-                ));
-            }
-        };
+        let answer = sdk::answer(call_id, approve, question_id, text).map_err(|_| {
+            invalid("answer takes either call_id= and approve= or question_id= and text=")
+        })?;
         let store = self.inner.clone();
         let run = parse_run_id(run_id)?;
         call(py, async move {
-            let holder = Holder::new(&store, default_id("py-answer"), Duration::from_secs(15));
+            let holder = Holder::new(
+                &store,
+                sdk::default_id("py-answer"),
+                Duration::from_secs(15),
+            );
             rekindle::fleet::answer(&store, &holder, &run, answer).await
         })
     }
@@ -559,35 +450,23 @@ impl Config {
         steps_per_resume: Option<i64>,
         thinking: Option<String>,
     ) -> PyResult<Self> {
-        if model_name.trim().is_empty() {
-            return Err(invalid("Config: model_name must not be empty"));
-        }
-        let limit = |name: &str, value: Option<i64>, least: i64| -> PyResult<Option<u64>> {
-            match value {
-                Some(v) if v < least => Err(invalid(format!(
-                    "Config: {name} is {v}; it must be at least {least}"
-                ))),
-                other => Ok(other.map(|v| v as u64)),
-            }
+        let options = sdk::ConfigOptions {
+            model_name,
+            system_prompt,
+            max_iterations,
+            max_tokens,
+            max_tool_rounds,
+            steps_per_resume,
+            thinking,
         };
-        let max_iterations = limit("max_iterations", max_iterations, 1)?;
-        let max_tokens = limit("max_tokens", max_tokens, 1)?;
-        let max_tool_rounds = limit("max_tool_rounds", max_tool_rounds, 0)?;
-        let steps_per_resume = limit("steps_per_resume", steps_per_resume, 1)?
-            .map(|v| u32::try_from(v).unwrap_or(u32::MAX));
-        let mut text = String::from("[model]\nkind = \"openai\"\nname = \"\"\n");
-        text.push_str("base_url = \"http://unused\"\n");
-        let mut inner = RustConfig::parse(&text).map_err(invalid)?;
-        inner.model.kind = "python".into();
-        inner.model.base_url = None;
-        inner.model.name = model_name;
-        inner.model.thinking = thinking;
-        inner.system_prompt = system_prompt;
-        inner.budgets.max_iterations = max_iterations;
-        inner.budgets.max_tokens = max_tokens;
-        inner.budgets.max_tool_rounds = max_tool_rounds;
-        inner.budgets.steps_per_resume = steps_per_resume;
-        inner.dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let names = [
+            "model_name",
+            "max_iterations",
+            "max_tokens",
+            "max_tool_rounds",
+            "steps_per_resume",
+        ];
+        let inner = sdk::config(options, names).map_err(py_failure)?;
         Ok(Config { inner })
     }
 
@@ -613,11 +492,12 @@ impl Config {
     /// `(name, description, schema_json, confirm)`, as the package's `Tool`s give them).
     #[pyo3(signature = (tools=None))]
     fn fingerprint(&self, tools: Option<Vec<ToolSpecTuple>>) -> PyResult<String> {
-        let mut config = self.inner.clone();
-        if let Some(tools) = tools {
-            config.tools = tool_configs(tools)?;
+        match tools {
+            Some(tools) => {
+                sdk::fingerprint_with(&self.inner, tool_specs(tools)?).map_err(py_failure)
+            }
+            None => Ok(self.inner.fingerprint().sha256()),
         }
-        Ok(config.fingerprint().sha256())
     }
 
     fn __repr__(&self) -> String {
@@ -632,66 +512,47 @@ impl Config {
 /// A tool as the Python side declares it: name, description, JSON Schema, confirm.
 type ToolSpecTuple = (String, String, String, bool);
 
-fn tool_configs(tools: Vec<ToolSpecTuple>) -> PyResult<Vec<ToolConfig>> {
-    let mut configs: Vec<ToolConfig> = Vec::new();
-    for (name, description, schema, confirm) in tools {
-        if configs.iter().any(|t| t.name == name) {
-            return Err(invalid(format!("tool '{name}' is given twice")));
-        }
-        let schema: Value = serde_json::from_str(&schema)
-            .map_err(|e| invalid(format!("tool '{name}': its schema is not JSON: {e}")))?;
-        configs.push(ToolConfig {
-            name,
-            description,
-            schema,
-            command: Vec::new(),
-            timeout_ms: 0,
-            confirm,
-        });
-    }
-    Ok(configs)
+fn tool_specs(tools: Vec<ToolSpecTuple>) -> PyResult<Vec<sdk::ToolSpec>> {
+    tools
+        .into_iter()
+        .map(|(name, description, schema, confirm)| {
+            sdk::ToolSpec::parse(name, description, &schema, confirm).map_err(py_failure)
+        })
+        .collect()
 }
 
 /// A Python model: the package's adapter answers `_complete(messages_json, tools_json,
 /// turn)` with one assistant turn as JSON.
 struct PythonModel {
     adapter: Arc<Py<PyAny>>,
-    name: String,
 }
 
 #[async_trait]
-impl Model for PythonModel {
-    async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelTurn, ModelError> {
-        let messages = Value::from(chat_messages(request.system_prompt, request.state)).to_string();
-        let tools = Value::from(chat_tools(request.tools)).to_string();
-        let turn = request.state.counters().model_turns;
+impl sdk::ForeignModel for PythonModel {
+    async fn complete(
+        &self,
+        messages: String,
+        tools: String,
+        turn: u64,
+    ) -> Result<String, ModelFailure> {
         let adapter = Arc::clone(&self.adapter);
-        let url = format!("python model '{}'", self.name);
         let answered = tokio::task::spawn_blocking(move || {
             Python::attach(|py| {
                 adapter
                     .bind(py)
                     .call_method1("_complete", (messages, tools, turn))
                     .and_then(|turn| turn.extract::<String>())
-                    .map_err(|error| (is_programming_error(py, &error), error.to_string()))
+                    .map_err(|error| {
+                        if is_programming_error(py, &error) {
+                            ModelFailure::Bug(error.to_string())
+                        } else {
+                            ModelFailure::Failed(error.to_string())
+                        }
+                    })
             })
         })
-        .await
-        .map_err(|e| (false, e.to_string()));
-        match answered {
-            Ok(Ok(text)) => serde_json::from_str(&text).map_err(|e| ModelError::Garbage {
-                url,
-                message: e.to_string(),
-            }),
-            // A bug in the model's code (or a turn of the wrong shape) is not retried away:
-            // it is invalid input, as a malformed response from an endpoint is.
-            Ok(Err((true, message))) | Err((true, message)) => {
-                Err(ModelError::Garbage { url, message })
-            }
-            Ok(Err((false, message))) | Err((false, message)) => {
-                Err(ModelError::Endpoint { url, message })
-            }
-        }
+        .await;
+        answered.unwrap_or_else(|e| Err(ModelFailure::Failed(e.to_string())))
     }
 }
 
@@ -709,61 +570,34 @@ fn is_programming_error(py: Python<'_>, error: &PyErr) -> bool {
         || error.is_instance_of::<PyIndexError>(py)
 }
 
-/// A model for runs whose host drives its own loop: never asked.
-struct HostDriven;
-
-#[async_trait]
-impl Model for HostDriven {
-    async fn complete(&self, _request: ModelRequest<'_>) -> Result<ModelTurn, ModelError> {
-        Err(ModelError::Config(
-            "this host has no model: pass model= to Host (or a Config.load()ed rekindle.toml with one) for Rekindle to drive runs; start() and resume() journal runs without one".into(),
-        ))
-    }
-}
-
 /// Python tools: the package's adapter runs `_call(name, arguments, run_id, call_id, epoch)`
 /// and answers `(output, is_error)`.
 struct PythonTools {
     adapter: Arc<Py<PyAny>>,
-    definitions: Vec<ToolDefinition>,
-    confirm: HashSet<String>,
 }
 
 #[async_trait]
-impl Tools for PythonTools {
-    fn definitions(&self) -> Vec<ToolDefinition> {
-        self.definitions.clone()
-    }
-
-    fn needs_confirmation(&self, name: &str) -> bool {
-        self.confirm.contains(name)
-    }
-
-    async fn call(&self, call: &ToolCall, context: &ToolContext) -> ToolOutput {
+impl sdk::ForeignTools for PythonTools {
+    async fn call(&self, call: ForeignCall) -> (String, bool) {
         let adapter = Arc::clone(&self.adapter);
+        let name = call.name.clone();
         let args = (
-            call.name.clone(),
-            call.arguments.clone(),
-            context.run_id.clone(),
-            call.id.to_string(),
-            context.epoch.0,
+            call.name,
+            call.arguments,
+            call.run_id,
+            call.call_id,
+            call.epoch,
         );
-        let started = rekindle::clock::Stopwatch::start();
         let result = tokio::task::spawn_blocking(move || {
             Python::attach(|py| -> PyResult<(String, bool)> {
                 adapter.bind(py).call_method1("_call", args)?.extract()
             })
         })
         .await;
-        let (output, is_error) = match result {
+        match result {
             Ok(Ok(pair)) => pair,
-            Ok(Err(error)) => (format!("tool '{}' failed: {error}", call.name), true),
-            Err(error) => (format!("tool '{}' failed: {error}", call.name), true),
-        };
-        ToolOutput {
-            output,
-            is_error,
-            duration_ms: started.elapsed().as_millis() as u64,
+            Ok(Err(error)) => (format!("tool '{name}' failed: {error}"), true),
+            Err(error) => (format!("tool '{name}' failed: {error}"), true),
         }
     }
 }
@@ -775,86 +609,27 @@ fn agent(
     model: Option<Bound<'_, PyAny>>,
     tools: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Agent> {
-    let mut config = config.inner.clone();
-    let tools: Arc<dyn Tools> = match tools {
+    let tools = match tools {
         Some(adapter) => {
             let specs: Vec<ToolSpecTuple> = adapter.call_method0("_specs")?.extract()?;
-            config.tools = tool_configs(specs)?;
-            let definitions = config
-                .tools
-                .iter()
-                .map(|t| ToolDefinition {
-                    name: t.name.clone(),
-                    description: t.description.clone(),
-                    schema: t.schema.clone(),
-                })
-                .collect();
-            let confirm = config
-                .tools
-                .iter()
-                .filter(|t| t.confirm)
-                .map(|t| t.name.clone())
-                .collect();
-            Arc::new(PythonTools {
+            let foreign: Arc<dyn sdk::ForeignTools> = Arc::new(PythonTools {
                 adapter: Arc::new(adapter.unbind()),
-                definitions,
-                confirm,
-            })
+            });
+            Some((foreign, tool_specs(specs)?))
         }
-        None => Arc::new(CommandTools::new(config.tools.clone())),
+        None => None,
     };
-    let model: Arc<dyn Model> = match model {
-        Some(adapter) => Arc::new(PythonModel {
+    let model = model.map(|adapter| {
+        Arc::new(PythonModel {
             adapter: Arc::new(adapter.unbind()),
-            name: config.model.name.clone(),
-        }),
-        None if config.model.kind == "python" => Arc::new(HostDriven),
-        None => {
-            let built = Agent::from_config(config.clone()).map_err(py_error)?;
-            built.model
-        }
-    };
-    Ok(Agent {
-        config,
-        model,
-        tools,
-    })
+        }) as Arc<dyn sdk::ForeignModel>
+    });
+    sdk::agent(&config.inner, model, tools).map_err(py_failure)
 }
 
-/// A process's lease holder, beating from creation until `close()` (or until the object is
-/// dropped): the runs it holds stay its own while it lives, and are recovered once it stops.
-struct Beating {
-    holder: Arc<Holder>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Beating {
-    fn start(py: Python<'_>, holder: Arc<Holder>) -> PyResult<Beating> {
-        let first = Arc::clone(&holder);
-        call(py, async move { Ok(first.beat().await?) })?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let beating = Arc::clone(&holder);
-        let flag = Arc::clone(&stop);
-        runtime().spawn(async move {
-            let _ = beating.spawn_heartbeat(flag).await;
-        });
-        Ok(Beating { holder, stop })
-    }
-
-    /// Stops beating and removes the heartbeat, so the fleet sees this process gone at once.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if self.stop.swap(true, Ordering::SeqCst) {
-            return Ok(());
-        }
-        let holder = Arc::clone(&self.holder);
-        call(py, async move { Ok(holder.retire().await?) })
-    }
-}
-
-impl Drop for Beating {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
+/// Starts a host's heartbeat (see [`sdk::Beating`]).
+fn start_beating(py: Python<'_>, holder: Arc<Holder>) -> PyResult<sdk::Beating> {
+    shared(py, async move { sdk::Beating::start(holder).await })
 }
 
 /// A stop flag for one `Host.run` / `resume_run` call: `set()` asks that run (only) to stop
@@ -891,7 +666,7 @@ struct Host {
     node: Node,
     /// Shared with every `JournalRun` this host started: the heartbeat lasts while any of
     /// them (or the host) is alive and not closed.
-    beating: Arc<Beating>,
+    beating: Arc<sdk::Beating>,
     /// The stop flags of the runs this host drives now; `stop()` sets each.
     stops: Arc<std::sync::Mutex<Vec<std::sync::Weak<AtomicBool>>>>,
 }
@@ -900,7 +675,7 @@ impl Host {
     /// This host's node for one call, with a stop flag of its own (a stop ends the runs in
     /// flight, not the host): refused once the host is closed.
     fn node_for_call(&self, token: Option<&StopToken>) -> PyResult<(Node, Arc<AtomicBool>)> {
-        if self.beating.stop.load(Ordering::SeqCst) {
+        if self.beating.is_closed() {
             return Err(invalid(format!(
                 "host '{}' is closed; open a new Host",
                 self.node.holder.id()
@@ -950,10 +725,10 @@ impl Host {
         let logs = open_state_dir(state_dir)?;
         let holder = Holder::new(
             &store.inner,
-            holder_id.unwrap_or_else(|| default_id("py-host")),
+            holder_id.unwrap_or_else(|| sdk::default_id("py-host")),
             Duration::from_millis(lease_ttl_ms),
         );
-        let beating = Arc::new(Beating::start(py, Arc::clone(&holder))?);
+        let beating = Arc::new(start_beating(py, Arc::clone(&holder))?);
         Ok(Host {
             node: Node {
                 store: store.inner.clone(),
@@ -1102,7 +877,8 @@ impl Host {
     /// once. Later calls on this host are refused.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.stop();
-        self.beating.close(py)
+        let beating = Arc::clone(&self.beating);
+        shared(py, async move { beating.close().await })
     }
 }
 
@@ -1110,85 +886,24 @@ impl Host {
 /// conditional PUT) before it returns.
 #[pyclass(module = "rekindle")]
 struct JournalRun {
-    node: Node,
-    run: RunId,
-    /// Keeps the host's heartbeat alive while this run is open, even if the `Host` object is
-    /// gone.
-    _beating: Arc<Beating>,
-    journaled: Arc<tokio::sync::Mutex<Slot>>,
-}
-
-/// A journal run's state on this host: open, or handed back (and how).
-enum Slot {
-    Open(Box<Journaled>),
-    HandedBack(&'static str),
-}
-
-impl Slot {
-    fn open(&mut self) -> Option<&mut Journaled> {
-        match self {
-            Slot::Open(journaled) => Some(journaled),
-            Slot::HandedBack(_) => None,
-        }
-    }
-
-    /// Hands the run back: records where it stands, releases its lease.
-    async fn hand_back(&mut self, node: &Node) -> rekindle::Result<()> {
-        if let Slot::Open(journaled) = self {
-            node.close_journaled(journaled).await?;
-            let state = journaled.state();
-            *self = Slot::HandedBack(if state.terminal().is_some() {
-                "it finished"
-            } else if state.parked().is_some() {
-                "it parked"
-            } else {
-                "it was closed"
-            });
-        }
-        Ok(())
-    }
+    inner: sdk::Journal,
 }
 
 impl JournalRun {
-    fn new(node: Node, beating: Arc<Beating>, journaled: Journaled) -> Self {
+    fn new(node: Node, beating: Arc<sdk::Beating>, journaled: rekindle::fleet::Journaled) -> Self {
         JournalRun {
-            node,
-            run: journaled.run_id().clone(),
-            _beating: beating,
-            journaled: Arc::new(tokio::sync::Mutex::new(Slot::Open(Box::new(journaled)))),
+            inner: sdk::Journal::new(node, beating, journaled),
         }
     }
 
-    /// Records one fact; with `close`, then hands the run back (it ended or parked). A
-    /// hand-back whose fact landed but whose index update failed is finished by calling it
-    /// again. Never dropped mid-commit: a signal is raised after the commit returns.
+    /// Records one fact; with `close`, then hands the run back (it ended or parked). Never
+    /// dropped mid-commit: a signal is raised after the commit returns.
     fn record(&self, py: Python<'_>, body: FactBody, close: bool) -> PyResult<Py<PyAny>> {
-        let slot = Arc::clone(&self.journaled);
-        let node = self.node.clone();
-        let run = self.run.clone();
+        let journal = self.inner.clone();
         let state = block(py, OnSignal::Finish, async move {
-            let mut guard = slot.lock().await;
-            let journaled = match &mut *guard {
-                Slot::Open(journaled) => journaled,
-                Slot::HandedBack(why) => {
-                    return Err(rekindle::fleet::FleetError::HandedBack {
-                        run,
-                        why: (*why).to_owned(),
-                    }
-                    .into());
-                }
-            };
-            if !(close && journaled.last_is(&body)) {
-                let now = node.store.clock().wall_ms();
-                journaled.record(body, now).await?;
-            }
-            let state = state_json(journaled.state());
-            if close {
-                guard.hand_back(&node).await?;
-            }
-            Ok(state)
+            journal.record(body, close).await
         })?
-        .map_err(py_error)?;
+        .map_err(py_failure)?;
         to_py(py, &state)
     }
 }
@@ -1197,25 +912,21 @@ impl JournalRun {
 impl JournalRun {
     #[getter]
     fn run_id(&self) -> String {
-        self.run.to_string()
+        self.inner.run_id().to_string()
     }
 
     /// The committed state (`None` once handed back).
     fn state(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let slot = Arc::clone(&self.journaled);
-        let state = block(py, OnSignal::Finish, async move {
-            slot.lock().await.open().map(|j| state_json(j.state()))
-        })?;
+        let journal = self.inner.clone();
+        let state = block(py, OnSignal::Finish, async move { journal.state().await })?;
         to_py(py, &state.unwrap_or(Value::Null))
     }
 
     /// The lease epoch this host journals at (a tool's idempotency key includes it).
     #[getter]
     fn epoch(&self, py: Python<'_>) -> PyResult<Option<u64>> {
-        let slot = Arc::clone(&self.journaled);
-        block(py, OnSignal::Finish, async move {
-            slot.lock().await.open().map(|j| j.epoch().0)
-        })
+        let journal = self.inner.clone();
+        block(py, OnSignal::Finish, async move { journal.epoch().await })
     }
 
     /// Records the model's turn: its text and the tool calls it made (`{"id", "name",
@@ -1230,45 +941,13 @@ impl JournalRun {
         output_tokens: u64,
         reasoning: Option<String>,
     ) -> PyResult<Py<PyAny>> {
-        let run = &self.run;
-        let mut calls = Vec::new();
-        if let Some(list) = tool_calls {
-            let value = from_py(py, list)?;
-            let Value::Array(items) = value else {
-                return Err(invalid(format!(
-                    "run \"{run}\": tool_calls must be a list of {{\"id\", \"name\", \"arguments\"}}"
-                )));
-            };
-            for (i, value) in items.iter().enumerate() {
-                let id = value["id"].as_str().ok_or_else(|| {
-                    invalid(format!("run \"{run}\": tool call {i} needs a string 'id'"))
-                })?;
-                let name = value["name"].as_str().ok_or_else(|| {
-                    invalid(format!(
-                        "run \"{run}\": tool call '{id}' needs a string 'name'"
-                    ))
-                })?;
-                let arguments = match &value["arguments"] {
-                    Value::String(text) => text.clone(),
-                    Value::Null => "{}".into(),
-                    other => other.to_string(),
-                };
-                calls.push(ToolCall {
-                    id: CallId::new(id),
-                    name: name.to_owned(),
-                    arguments,
-                });
-            }
-        }
-        let body = FactBody::ModelTurn(ModelTurn {
-            content,
-            tool_calls: calls,
-            reasoning,
-            usage: Usage {
-                input_tokens,
-                output_tokens,
-            },
-        });
+        let calls = tool_calls.map(|list| from_py(py, list)).transpose()?;
+        let usage = Usage {
+            input_tokens,
+            output_tokens,
+        };
+        let body = sdk::model_turn(self.inner.run_id(), content, calls, usage, reasoning)
+            .map_err(py_failure)?;
         self.record(py, body, false)
     }
 
@@ -1325,13 +1004,7 @@ impl JournalRun {
     /// back.
     #[pyo3(signature = (outcome="completed", message=String::new()))]
     fn finish(&self, py: Python<'_>, outcome: &str, message: String) -> PyResult<Py<PyAny>> {
-        let outcome: Outcome = serde_json::from_value(Value::String(outcome.to_owned()))
-            .map_err(|_| {
-                invalid(format!(
-                    "run \"{}\": outcome '{outcome}' is not one of completed, failed, cancelled, budget, step_cap",
-                    self.run
-                ))
-            })?;
+        let outcome = sdk::outcome(self.inner.run_id(), outcome).map_err(py_failure)?;
         let body = FactBody::Terminal(Terminal { outcome, message });
         self.record(py, body, true)
     }
@@ -1339,12 +1012,8 @@ impl JournalRun {
     /// Hands the run back unfinished: its lease is released, and the fleet recovers it once
     /// this host stops beating (or this host resumes it later).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let slot = Arc::clone(&self.journaled);
-        let node = self.node.clone();
-        block(py, OnSignal::Finish, async move {
-            slot.lock().await.hand_back(&node).await
-        })?
-        .map_err(py_error)
+        let journal = self.inner.clone();
+        block(py, OnSignal::Finish, async move { journal.close().await })?.map_err(py_failure)
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -1363,18 +1032,18 @@ impl JournalRun {
     }
 
     fn __repr__(&self) -> String {
-        format!("rekindle.JournalRun({:?})", self.run.as_str())
+        format!("rekindle.JournalRun({:?})", self.inner.run_id().as_str())
     }
 }
 
 /// A worker: executes the recoveries the coordinator assigns to it, with this process's
-/// model and tools.
+/// model and tools; a full fleet member, as `rekindle-worker` is.
 #[pyclass(module = "rekindle")]
 struct Worker {
     store: rekindle::store::Store,
     agent: Agent,
     logs: LogDir,
-    options: WorkerOptions,
+    setup: sdk::WorkerSetup,
     stop: Arc<AtomicBool>,
     stats: Arc<WorkerStats>,
 }
@@ -1382,7 +1051,7 @@ struct Worker {
 #[pymethods]
 impl Worker {
     #[new]
-    #[pyo3(signature = (store, config, *, model=None, tools=None, worker_id=None, concurrency=1, queue=None, ttl_ms=30_000, poll_interval_ms=1_000, state_dir=None))]
+    #[pyo3(signature = (store, config, *, model=None, tools=None, worker_id=None, concurrency=1, queue=None, ttl_ms=30_000, poll_interval_ms=None, listen=None, advertise=None, state_dir=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         store: &Store,
@@ -1393,33 +1062,31 @@ impl Worker {
         concurrency: u32,
         queue: Option<u32>,
         ttl_ms: u64,
-        poll_interval_ms: u64,
+        poll_interval_ms: Option<u64>,
+        listen: Option<String>,
+        advertise: Option<String>,
         state_dir: Option<PathBuf>,
     ) -> PyResult<Self> {
-        if concurrency == 0 || ttl_ms == 0 || poll_interval_ms == 0 {
-            return Err(invalid(
-                "concurrency, ttl_ms and poll_interval_ms must be at least 1",
-            ));
-        }
-        if model.is_none() && config.inner.model.kind == "python" {
+        if model.is_none() && !sdk::has_model(&config.inner) {
             return Err(invalid(
                 "a worker needs a model: pass model= or a Config.load()ed rekindle.toml with one",
             ));
         }
-        let agent = agent(config, model, tools)?;
-        let mut options = WorkerOptions::new(
-            worker_id.unwrap_or_else(|| default_id("py-worker")),
+        let mut setup = sdk::WorkerSetup::new(
+            worker_id.unwrap_or_else(|| sdk::default_id("py-worker")),
             concurrency,
             Duration::from_millis(ttl_ms),
         );
-        options.poll_interval = Duration::from_millis(poll_interval_ms);
-        // As rekindle-worker: by default as many may wait as run.
-        options.queue = queue.unwrap_or(concurrency);
+        setup.queue = queue;
+        setup.poll_interval = poll_interval_ms.map(Duration::from_millis);
+        setup.listen_on(listen).map_err(py_failure)?;
+        setup.advertise = advertise;
+        setup.check().map_err(py_failure)?;
         Ok(Worker {
             store: store.inner.clone(),
-            agent,
+            agent: agent(config, model, tools)?,
             logs: open_state_dir(state_dir)?,
-            options,
+            setup,
             stop: Arc::new(AtomicBool::new(false)),
             stats: Arc::new(WorkerStats::default()),
         })
@@ -1427,7 +1094,7 @@ impl Worker {
 
     #[getter]
     fn worker_id(&self) -> String {
-        self.options.id.clone()
+        self.setup.id.clone()
     }
 
     #[getter]
@@ -1438,15 +1105,15 @@ impl Worker {
     /// Runs until `stop()` (from a signal handler or another thread) or Ctrl-C; then lets the
     /// running recoveries finish their step, hands them back and returns.
     fn run(&self, py: Python<'_>) -> PyResult<()> {
-        let work = rekindle::fleet::worker::run(
+        let work = sdk::run_worker(
             self.store.clone(),
             self.agent.clone(),
             self.logs.clone(),
-            self.options.clone(),
+            self.setup.clone(),
             Arc::clone(&self.stop),
             Arc::clone(&self.stats),
         );
-        block(py, OnSignal::Stop(&self.stop), work)?.map_err(py_error)
+        block(py, OnSignal::Stop(&self.stop), work)?.map_err(py_failure)
     }
 
     /// Asks the worker to stop gracefully.
@@ -1454,17 +1121,9 @@ impl Worker {
         self.stop.store(true, Ordering::SeqCst);
     }
 
-    /// Attempts started, recoveries finished and attempts failed so far.
+    /// Attempts started, recoveries finished, attempts failed and fenced so far.
     fn stats(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::SeqCst);
-        to_py(
-            py,
-            &json!({
-                "started": load(&self.stats.started),
-                "finished": load(&self.stats.finished),
-                "failed": load(&self.stats.failed),
-            }),
-        )
+        to_py(py, &sdk::stats_json(&self.stats))
     }
 }
 

@@ -475,7 +475,7 @@ def test_mistakes_a_new_user_makes_name_the_problem(local_url, tmp_path):
         assert "it was closed" in str(closed.value)
         with pytest.raises(rekindle.RekindleError) as no_model:
             host.run("no-model", "go")
-        assert "model=" in str(no_model.value)
+        assert "has no model" in str(no_model.value) and "Host" in str(no_model.value)
 
 
 def test_an_unreachable_store_is_named(tmp_path, monkeypatch):
@@ -512,3 +512,39 @@ def test_cancelling_one_async_run_stops_only_that_run(local_url, tmp_path):
     assert asyncio.run(main())["status"] == "finished"
     victim = store.load("victim")
     assert victim["terminal"] is None and victim["counters"]["tool_results"] < 4, victim["counters"]
+
+
+def test_a_worker_given_a_listen_address_serves_health_and_metrics(local_url, tmp_path):
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = rekindle.Store(local_url)
+    worker = rekindle.Worker(store, config(), model=model, tools=make_tools(str(tmp_path / "l")),
+                             state_dir=str(tmp_path / "w"), listen=f"127.0.0.1:{port}")
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        def get(path):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+                return response.status, response.read().decode()
+
+        def answers(path):
+            try:
+                return get(path)
+            except OSError:
+                return None
+
+        assert wait_for("/healthz", lambda: answers("/healthz")) == (200, "ok\n")
+        wait_for("/readyz to say ready", lambda: (answers("/readyz") or (0,))[0] == 200)
+        status, text = get("/metrics")
+        assert status == 200 and "rekindle_" in text
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    with pytest.raises(rekindle.InvalidInputError) as wrong:
+        rekindle.Worker(store, config(), model=model, listen="not an address")
+    assert "not an address" in str(wrong.value)

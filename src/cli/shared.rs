@@ -261,50 +261,22 @@ pub(crate) struct Endpoint {
 /// (so `/readyz` says "not ready" meanwhile, and an address in use is a startup error): the
 /// `--listen` server, with the Prometheus recorder installed for `component`, advertised as
 /// `advertise` (or the listen address when it names a host); else an ephemeral loopback
-/// endpoint for wake-ups only, which reaches processes on this machine.
+/// endpoint for wake-ups only, which reaches processes on this machine. It serves for the
+/// rest of the process.
 pub(crate) async fn endpoint(
     listen: Option<std::net::SocketAddr>,
     advertise: Option<&str>,
     component: &'static str,
 ) -> anyhow::Result<Endpoint> {
-    let wakeup: rekindle::fleet::wake::Wakeup = Arc::new(rekindle::fleet::wake::WakeSignal::new());
-    let readiness = Arc::new(rekindle::fleet::readiness::Readiness::default());
-    let Some(listen) = listen else {
-        if advertise.is_some() {
-            anyhow::bail!(
-                "--advertise needs --listen: without it, wake-ups are served on an ephemeral loopback port only this machine reaches"
-            );
-        }
-        let url = rekindle::fleet::wake::serve_loopback(Arc::clone(&wakeup))
-            .await
-            .context("serve the wake-up endpoint")?;
-        return Ok(Endpoint {
-            wakeup,
-            url: Some(url),
-            readiness,
-        });
-    };
-    let url = rekindle::fleet::wake::advertised(listen, advertise).map_err(anyhow::Error::msg)?;
-    let listener = rekindle::serve::bind(listen).await?;
-    let metrics = rekindle::metrics::install(component).map_err(anyhow::Error::msg)?;
-    let upkeep = metrics.clone();
-    tokio::spawn(async move {
-        loop {
-            rekindle::clock::sleep(Duration::from_secs(5)).await;
-            upkeep.upkeep();
-        }
-    });
-    let wake = Arc::clone(&wakeup);
-    let probe = Arc::clone(&readiness);
-    tokio::spawn(async move {
-        if let Err(error) = rekindle::serve::serve(listener, probe, Some(metrics), Some(wake)).await
-        {
-            tracing::error!(%listen, %error, "the health, metrics and wake-up server stopped");
-        }
-    });
-    if url.is_none() {
-        tracing::warn!(%listen, "no address to advertise for wake-ups (give --advertise, e.g. the pod IP); work reaches this process at its poll interval");
+    if listen.is_none() && advertise.is_some() {
+        anyhow::bail!(
+            "--advertise needs --listen: without it, wake-ups are served on an ephemeral loopback port only this machine reaches"
+        );
     }
+    let (wakeup, url, readiness) = rekindle::sdk::Endpoint::open(listen, advertise, component)
+        .await
+        .map_err(|failure| anyhow::anyhow!(failure.message))?
+        .detach();
     Ok(Endpoint {
         wakeup,
         url,

@@ -245,7 +245,7 @@ pub fn advertised(listen: SocketAddr, advertise: Option<&str>) -> Result<Option<
     let Some(given) = advertise.map(str::trim) else {
         return Ok((!listen.ip().is_unspecified()).then(|| format!("http://{listen}")));
     };
-    let refuse = |why: &str| Err(format!("--advertise '{given}': {why}"));
+    let refuse = |why: &str| Err(format!("advertised address '{given}': {why}"));
     if given.contains("://") {
         let url = match reqwest::Url::parse(given) {
             Ok(url) => url,
