@@ -7,6 +7,7 @@
 //   node agent.mjs workflow STORE LEDGER STATE WORKFLOW_ID STEPS_JSON
 //   node agent.mjs journal  STORE LEDGER STATE RUN_ID
 import fs from 'node:fs'
+import path from 'node:path'
 import { Config, Host, Store, Tool, Worker } from '../index.mjs'
 
 export const MODEL_NAME = 'js-test-model'
@@ -80,6 +81,20 @@ async function main() {
     await run.recordToolResult('a', 'step 1 done')
     console.log('journaled')
     process.kill(process.pid, 'SIGKILL')
+  } else if (role === 'ctrlc') {
+    // A commit held up by a blocked slot (its write fails and is retried) while Ctrl-C
+    // arrives: the process must exit only after the commit landed.
+    const host = await Host.open(store, config(), { stateDir: state })
+    const run = await host.start(rest[0], 'steps=1')
+    const gens = fs.readdirSync(path.join(url, 'runs')).map((p) => path.join(url, 'runs', p, rest[0], 'gen')).find((d) => fs.existsSync(d))
+    const last = fs.readdirSync(gens).sort().at(-1)
+    const blocker = path.join(gens, String(Number(last) + 1).padStart(last.length, '0'), 'blocker')
+    fs.mkdirSync(blocker, { recursive: true })
+    setTimeout(() => process.kill(process.pid, 'SIGINT'), 300)
+    setTimeout(() => fs.rmSync(path.dirname(blocker), { recursive: true }), 800)
+    console.log('recording')
+    await run.recordModelTurn(null, [{ id: 'a', name: 'step', arguments: { n: 1 } }])
+    console.log('recorded')
   } else {
     throw new Error(`unknown role ${role}`)
   }

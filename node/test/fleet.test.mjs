@@ -250,3 +250,16 @@ test('a journaling host killed mid loop is resumed by another', async () => {
     assert.deepEqual(await store.runs(), [], 'a finished run leaves the index')
   })
 })
+
+test('Ctrl-C during a journal commit exits only after the commit landed', async () => {
+  const tmp = tempDir()
+  const url = path.join(tmp, 'bucket')
+  await withFleet(url, tmp, async (fleet) => {
+    const proc = fleet.agent('ctrlc', 'ctl-c')
+    assert.equal(await proc.exited, 130, fleet.log(proc))
+    assert.ok(proc.lines.includes('recording'), fleet.log(proc))
+    const store = await Store.open(url)
+    // The interrupt came while the commit was retried; the process waited for it.
+    assert.equal((await store.load('ctl-c')).last_seq, 3)
+  })
+})
