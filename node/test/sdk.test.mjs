@@ -184,3 +184,18 @@ test('CommonJS and ES module consumers share one package', () => {
   assert.ok(new cjs.InvalidInputError('x') instanceof RekindleError)
   assert.equal(new cjs.Config('m').fingerprint(), new Config('m').fingerprint())
 })
+
+test('a process exits by itself once its work is done, even if it forgets close()', async () => {
+  const { spawnSync } = await import('node:child_process')
+  const tmp = tempDir()
+  const script = `
+    import { Store, Host, Config } from ${JSON.stringify(new URL('../index.mjs', import.meta.url).href)}
+    const store = await Store.open(${JSON.stringify(path.join(tmp, 'bucket'))})
+    const host = await Host.open(store, new Config('m'), { model: () => 'done', stateDir: ${JSON.stringify(path.join(tmp, 's'))} })
+    console.log((await host.run('r-1', 'go')).status)
+  `
+  // A process the heartbeat kept alive would be killed at the timeout: no exit status.
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 30_000 })
+  assert.equal(child.status, 0, `${child.error ?? ''} ${child.stderr}`)
+  assert.equal(child.stdout.trim(), 'finished')
+})
