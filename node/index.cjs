@@ -52,8 +52,8 @@ function lift(error) {
     }
   }
   // A value the native half could not convert (a wrong type) is the caller's mistake.
-  if (error && (error.code === 'InvalidArg' || error.code === 'NumberExpected' || error.code === 'StringExpected' || error.code === 'ObjectExpected' || error.code === 'BooleanExpected')) {
-    return new classes.invalid_input(text)
+  if (/^Failed to convert|Expected$/.test(text) || (error && /Expected$|^InvalidArg$/.test(String(error.code)))) {
+    return new classes.invalid_input(`an argument has the wrong type: ${text}`)
   }
   return new classes.internal(text, { cause: error })
 }
@@ -67,11 +67,14 @@ function sync(fn) {
   }
 }
 
-/** Awaits a native promise: its value, or its failure (a NativeFailure) as a RekindleError. */
-async function settle(promise) {
+/**
+ * Calls a native method and awaits its promise: its value, or its failure (a NativeFailure,
+ * or a conversion error thrown by the call itself) as a RekindleError.
+ */
+async function settle(call) {
   let value
   try {
-    value = await promise
+    value = await call()
   } catch (error) {
     throw lift(error)
   }
@@ -82,8 +85,8 @@ async function settle(promise) {
   return value
 }
 
-async function json(promise) {
-  return JSON.parse(await settle(promise))
+async function json(call) {
+  return JSON.parse(await settle(call))
 }
 
 function invalid(message) {
@@ -128,7 +131,7 @@ class Store {
    */
   static async open(url, options = {}) {
     if (typeof url !== 'string' || url.trim() === '') throw invalid('Store.open: the URL must be a non-empty string')
-    const handle = await settle(native.openStore(url, {
+    const handle = await settle(() => native.openStore(url, {
       endpoint: options.endpoint,
       allowHttp: options.allowHttp,
       region: options.region,
@@ -154,17 +157,20 @@ class Store {
    * admitting the same ID again answers the same record. Resolves to the record.
    */
   spawnRecoveryWithRunId(sourceRunId, recoveryId, { force = false, takeover = false } = {}) {
-    return json(this._native.spawnRecovery(String(sourceRunId), String(recoveryId), !!force, !!takeover))
+    return json(() => this._native.spawnRecovery(String(sourceRunId), String(recoveryId), !!force, !!takeover))
   }
 
   /** Answers a parked run: `{callId, approve}` or `{questionId, text}`. */
   async answer(runId, answer = {}) {
-    await json(this._native.answer(String(runId), answer.callId, answer.approve, answer.questionId, answer.text))
+    if (answer === null || typeof answer !== 'object') {
+      throw invalid(`answer to run "${runId}": give {callId, approve} or {questionId, text}`)
+    }
+    await json(() => this._native.answer(String(runId), answer.callId, answer.approve, answer.questionId, answer.text))
   }
 
   /** One look at the fleet: the leader, workers, runs not yet done, stuck work. */
   status() {
-    return json(this._native.status())
+    return json(() => this._native.status())
   }
 
   /** The runs not yet done, each with its state and recovery. */
@@ -174,12 +180,12 @@ class Store {
 
   /** A run's committed state, folded: messages, pending tool calls, park, end. */
   load(runId) {
-    return json(this._native.load(String(runId)))
+    return json(() => this._native.load(String(runId)))
   }
 
   /** The recovery record of `recoveryId`, or null. */
   recovery(recoveryId) {
-    return json(this._native.recovery(String(recoveryId)))
+    return json(() => this._native.recovery(String(recoveryId)))
   }
 
   /**
@@ -194,12 +200,12 @@ class Store {
       return Promise.reject(invalid(`session '${sessionId}': the data is not JSON: ${error.message}`))
     }
     if (text === undefined) return Promise.reject(invalid(`session '${sessionId}': the data is not JSON`))
-    return json(this._native.saveSession(String(sessionId), text, expected ?? undefined))
+    return json(() => this._native.saveSession(String(sessionId), text, expected ?? undefined))
   }
 
   /** The newest session snapshot (`{data, generation, digest}`), or null. */
   loadSession(sessionId) {
-    return json(this._native.loadSession(String(sessionId)))
+    return json(() => this._native.loadSession(String(sessionId)))
   }
 }
 
@@ -431,6 +437,9 @@ function checkStore(store) {
 function stopFor(signal) {
   const stop = new native.NativeStop()
   if (!signal) return { stop, done() {} }
+  if (typeof signal.addEventListener !== 'function' || typeof signal.aborted !== 'boolean') {
+    throw invalid('signal must be an AbortSignal (new AbortController().signal)')
+  }
   if (signal.aborted) stop.set()
   const onAbort = () => stop.set()
   signal.addEventListener('abort', onAbort, { once: true })
@@ -458,7 +467,7 @@ class Host {
     const handle = sync(() => new native.NativeHost(store._native, config._native, a.model, a.tools, a.declarations, {
       stateDir, holderId, leaseTtlMs,
     }))
-    await settle(handle.begin())
+    await settle(() => handle.begin())
     const host = Object.create(Host.prototype)
     host.store = store
     host.config = config
@@ -480,9 +489,10 @@ class Host {
    * finished|parked|waiting_for_input|stopped, terminal | parked}`.
    */
   async run(runId, prompt, { sessionId, signal } = {}) {
+    if (typeof prompt !== 'string') throw invalid(`run "${runId}": the prompt must be a string`)
     const { stop, done } = stopFor(signal)
     try {
-      return await json(this._native.run(String(runId), String(prompt), sessionId, stop))
+      return await json(() => this._native.run(String(runId), String(prompt), sessionId, stop))
     } finally {
       done()
     }
@@ -492,7 +502,7 @@ class Host {
   async resumeRun(runId, { signal } = {}) {
     const { stop, done } = stopFor(signal)
     try {
-      return await json(this._native.resumeRun(String(runId), stop))
+      return await json(() => this._native.resumeRun(String(runId), stop))
     } finally {
       done()
     }
@@ -500,12 +510,13 @@ class Host {
 
   /** Starts a run whose loop this host drives: record each step on the Journal. */
   async start(runId, prompt, { sessionId } = {}) {
-    return new Journal(await settle(committing(this._native.start(String(runId), String(prompt), sessionId))))
+    if (typeof prompt !== 'string') throw invalid(`run "${runId}": the prompt must be a string`)
+    return new Journal(await settle(() => committing(this._native.start(String(runId), String(prompt), sessionId))))
   }
 
   /** Takes a run over (fencing its earlier holder) to journal the rest of its loop. */
   async resume(runId) {
-    return new Journal(await settle(committing(this._native.resume(String(runId)))))
+    return new Journal(await settle(() => committing(this._native.resume(String(runId)))))
   }
 
   /**
@@ -516,7 +527,7 @@ class Host {
   parallelResumable(specs, workflowId, { pollMs = 500 } = {}) {
     if (!Array.isArray(specs)) return Promise.reject(invalid('parallelResumable: specs must be an array'))
     const steps = specs.map((s) => ({ step: s.step, prompt: s.prompt, session_id: s.sessionId ?? s.session_id }))
-    return json(this._native.parallelResumable(JSON.stringify(steps), String(workflowId), pollMs))
+    return json(() => this._native.parallelResumable(JSON.stringify(steps), String(workflowId), pollMs))
   }
 
   /** Asks the runs this host drives now to stop after their current step. */
@@ -529,7 +540,7 @@ class Host {
    * this host leaves unfinished is the fleet's to recover at once.
    */
   close() {
-    return settle(this._native.close())
+    return settle(() => this._native.close())
   }
 }
 
@@ -545,16 +556,16 @@ class Journal {
 
   /** The committed state, or null once handed back. */
   state() {
-    return json(this._native.state())
+    return json(() => this._native.state())
   }
 
   /** The lease epoch this host journals at, or null once handed back. */
   epoch() {
-    return json(this._native.epoch())
+    return json(() => this._native.epoch())
   }
 
-  _record(promise) {
-    return json(committing(promise))
+  _record(call) {
+    return json(() => committing(call()))
   }
 
   /** Records the model's turn: its text and tool calls (`[{id, name, arguments}]`). */
@@ -564,37 +575,39 @@ class Journal {
       if (!Array.isArray(toolCalls)) return Promise.reject(invalid(`run "${this.runId}": toolCalls must be an array of {id, name, arguments}`))
       calls = JSON.stringify(toolCalls)
     }
-    return this._record(this._native.recordModelTurn(content ?? undefined, calls, inputTokens, outputTokens, reasoning))
+    return this._record(() => this._native.recordModelTurn(content ?? undefined, calls, inputTokens, outputTokens, reasoning))
   }
 
   /** Records a tool call's result. */
   recordToolResult(callId, output, { isError = false, durationMs = 0 } = {}) {
-    return this._record(this._native.recordToolResult(String(callId), String(output), !!isError, durationMs))
+    // As a tool function's result: a string as it is, anything else as JSON.
+    const text = typeof output === 'string' ? output : JSON.stringify(output ?? null)
+    return this._record(() => this._native.recordToolResult(String(callId), text, !!isError, durationMs))
   }
 
   /** Records more user input. */
   recordUserMessage(text) {
-    return this._record(this._native.recordUserMessage(String(text)))
+    return this._record(() => this._native.recordUserMessage(String(text)))
   }
 
   /** Parks the run until a human approves or denies `callId` (Store.answer); hands it back. */
   askConfirmation(callId, prompt) {
-    return this._record(this._native.askConfirmation(String(callId), String(prompt)))
+    return this._record(() => this._native.askConfirmation(String(callId), String(prompt)))
   }
 
   /** Parks the run until a human answers `questionId`; hands it back. */
   askQuestion(questionId, text) {
-    return this._record(this._native.askQuestion(String(questionId), String(text)))
+    return this._record(() => this._native.askQuestion(String(questionId), String(text)))
   }
 
   /** Ends the run (completed, failed, cancelled, budget, step_cap) and hands it back. */
   finish(outcome = 'completed', message = '') {
-    return this._record(this._native.finish(String(outcome), String(message)))
+    return this._record(() => this._native.finish(String(outcome), String(message)))
   }
 
   /** Hands the run back unfinished: its lease is released. */
   close() {
-    return settle(committing(this._native.close()))
+    return settle(() => committing(this._native.close()))
   }
 }
 
@@ -606,6 +619,11 @@ class Journal {
 class Worker {
   constructor(store, config, { model, tools, workerId, concurrency, queue, ttlMs, pollIntervalMs, listen, advertise, stateDir } = {}) {
     checkStore(store)
+    for (const [name, value] of Object.entries({ concurrency, queue, ttlMs, pollIntervalMs })) {
+      if (value !== undefined && !(Number.isInteger(value) && value >= (name === 'queue' ? 0 : 1))) {
+        throw invalid(`Worker: ${name} is ${JSON.stringify(value)}; it must be a whole number of at least ${name === 'queue' ? 0 : 1}`)
+      }
+    }
     const a = adapters(config, model, tools)
     this.store = store
     this.config = config
@@ -630,7 +648,7 @@ class Worker {
       signal.addEventListener('abort', onAbort, { once: true })
     }
     try {
-      await settle(this._native.run())
+      await settle(() => this._native.run())
     } finally {
       if (signal) signal.removeEventListener('abort', onAbort)
     }

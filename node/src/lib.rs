@@ -193,7 +193,7 @@ impl NativeStore {
         let store = self.inner.clone();
         spawn_json(env, move || async move {
             let source = sdk::run_id(&source)?;
-            let id = RecoveryId::new(recovery_id);
+            let id = sdk::recovery_id(&recovery_id)?;
             let takeover = if takeover {
                 Takeover::Now
             } else {

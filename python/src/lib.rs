@@ -294,7 +294,7 @@ impl Store {
     ) -> PyResult<Py<PyAny>> {
         let store = self.inner.clone();
         let source = parse_run_id(source_run_id)?;
-        let id = RecoveryId::new(recovery_id);
+        let id = sdk::recovery_id(recovery_id).map_err(py_failure)?;
         let takeover = if takeover {
             Takeover::Now
         } else {

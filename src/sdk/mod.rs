@@ -21,8 +21,8 @@ pub use foreign::{
 };
 pub use journal::{Beating, Journal, answer, model_turn, outcome};
 pub use open::{
-    ConfigOptions, Endpoint, StoreOptions, config, default_id, has_model, open_store, run_id,
-    state_dir,
+    ConfigOptions, Endpoint, StoreOptions, config, default_id, has_model, open_store, recovery_id,
+    run_id, state_dir,
 };
 pub use shapes::{requests_json, serialize, state_json, stats_json, stopped_json};
 pub use worker::{WorkerSetup, run_worker};

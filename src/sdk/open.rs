@@ -174,6 +174,14 @@ pub fn run_id(text: &str) -> Result<RunId> {
     Ok(RunId::new(text))
 }
 
+/// A recovery ID from a package: refused when empty.
+pub fn recovery_id(text: &str) -> Result<crate::core::fact::RecoveryId> {
+    if text.trim().is_empty() {
+        return Err(Failure::invalid("a recovery ID must not be empty"));
+    }
+    Ok(crate::core::fact::RecoveryId::new(text))
+}
+
 /// The holder ID of a package's process, unless one is given: role, host, PID and a nonce,
 /// so two hosts or workers in one process never share one (one would take the other's runs
 /// over as its own).

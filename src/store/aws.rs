@@ -95,7 +95,9 @@ fn check_endpoint(endpoint: &str, allow_http: bool) -> Result<(), String> {
     match url.scheme() {
         "https" => Ok(()),
         "http" if allow_http => Ok(()),
-        "http" => Err("is plain HTTP; allow it with --allow-http (or AWS_ALLOW_HTTP=true)".into()),
+        "http" => {
+            Err("is plain HTTP; allow plain HTTP explicitly (or set AWS_ALLOW_HTTP=true)".into())
+        }
         other => Err(format!("has scheme '{other}'; expected http or https")),
     }
 }
@@ -166,7 +168,7 @@ mod tests {
         let refused = |endpoint: &str| check_endpoint(endpoint, false).unwrap_err();
         assert!(refused("not-a-url").contains("not an absolute URL"));
         assert!(refused("").contains("not an absolute URL"));
-        assert!(refused("http://127.0.0.1:9").contains("--allow-http"));
+        assert!(refused("http://127.0.0.1:9").contains("AWS_ALLOW_HTTP"));
         assert!(refused("ftp://x").contains("scheme 'ftp'"));
     }
     use aws_credential_types::Credentials;

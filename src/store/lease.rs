@@ -154,7 +154,7 @@ pub enum LeaseError {
     /// A new run's lease already exists: the run ID is taken; choose another, or continue
     /// an interrupted run with `rekindle recover`.
     #[error(
-        "run \"{run}\" already exists (its lease is there); choose another run ID (an interrupted run is continued with `rekindle recover`)"
+        "run \"{run}\" already exists (its lease is there); choose another run ID (an interrupted run is continued by resuming or recovering it)"
     )]
     Exists {
         /// The run ID that is taken.

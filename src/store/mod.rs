@@ -163,7 +163,7 @@ pub enum StoreError {
     /// bucket or prefix without the format marker): a command that only reads refuses it
     /// rather than report an empty store.
     #[error(
-        "no Rekindle store at {url}: {reason} (check --store / REKINDLE_STORE; a store is created by the first run, worker or coordinator that writes to it)"
+        "no Rekindle store at {url}: {reason} (check the store URL; a store is created by the first run, worker or coordinator that writes to it)"
     )]
     NoStore {
         /// The store URL as opened.

@@ -93,7 +93,7 @@ pub enum RecoveryError {
     },
     /// No run has this ID in the store: no lease, no generation (a typo, or another store).
     #[error(
-        "run \"{source_run}\" does not exist in this store (no lease, no generation); check the run ID (`rekindle runs ls` lists the runs not done)"
+        "run \"{source_run}\" does not exist in this store (no lease, no generation); check the run ID (the runs not done are listed by `runs`)"
     )]
     NoSuchRun {
         /// The run asked for.
