@@ -1216,7 +1216,7 @@ async fn recover_refuses_a_live_holder_without_takeover() {
         ),
         "{error}"
     );
-    assert!(error.to_string().contains("--takeover"), "{error}");
+    assert!(error.to_string().contains("the takeover option"), "{error}");
     let lease = lease::read_lease(&store, &run).await.unwrap().unwrap();
     assert_eq!((lease.lease.epoch, lease.etag), (held.epoch, held.etag));
     assert!(recovery::read(&store, &id).await.unwrap().is_none());
@@ -1368,7 +1368,7 @@ async fn recover_without_takeover_refuses_a_holder_that_came_after_the_silence_c
         "the live answerer was fenced without --takeover (admission: {outcome:?})"
     );
     let error = outcome.unwrap_err();
-    assert!(error.to_string().contains("--takeover"), "{error}");
+    assert!(error.to_string().contains("the takeover option"), "{error}");
     // Refused: no record. (The claim stays: giving it back races an admission of the same
     // ID that the answerer may be completing, see `fleet::answer_run`; the same ID admits
     // later, another ID is refused naming it.)

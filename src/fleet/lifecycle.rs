@@ -59,7 +59,7 @@ pub enum LifecycleError {
     /// Admission without a takeover saw the source run's holder show a sign of life: its
     /// lease or heartbeat changed while it was watched.
     #[error(
-        "run \"{run}\" is held by '{holder}' at epoch {epoch}, whose heartbeat changed within its {ttl_ms} ms TTL: it is alive. Wait for it, or take it over explicitly (a takeover); then its in-flight tool call may run twice"
+        "run \"{run}\" is held by '{holder}' at epoch {epoch}, whose heartbeat changed within its {ttl_ms} ms TTL: it is alive. Wait for it, or take it over explicitly with the takeover option; then its in-flight tool call may run twice"
     )]
     HolderAlive {
         /// The source run whose holder is alive.
