@@ -548,6 +548,10 @@ class Host {
 class Journal {
   constructor(handle) {
     this._native = handle
+    // Records land in the order they were called, even when the caller does not await each
+    // one before the next (two native calls in flight could otherwise reach the run in
+    // either order, and a tool result before its model turn is refused).
+    this._tail = Promise.resolve()
   }
 
   get runId() {
@@ -565,7 +569,9 @@ class Journal {
   }
 
   _record(call) {
-    return json(() => committing(call()))
+    const recorded = this._tail.then(() => json(() => committing(call())))
+    this._tail = recorded.catch(() => {})
+    return recorded
   }
 
   /** Records the model's turn: its text and tool calls (`[{id, name, arguments}]`). */
@@ -605,9 +611,11 @@ class Journal {
     return this._record(() => this._native.finish(String(outcome), String(message)))
   }
 
-  /** Hands the run back unfinished: its lease is released. */
+  /** Hands the run back unfinished (after the records called before it): its lease is released. */
   close() {
-    return settle(() => committing(this._native.close()))
+    const closed = this._tail.then(() => settle(() => committing(this._native.close())))
+    this._tail = closed.catch(() => {})
+    return closed
   }
 }
 

@@ -213,3 +213,39 @@ test('a process exits by itself once its work is done, even if it forgets close(
   assert.equal(child.status, 0, `${child.error ?? ''} ${child.stderr}`)
   assert.equal(child.stdout.trim(), 'finished')
 })
+
+test('journal records called without awaiting each land in call order', async () => {
+  const tmp = tempDir()
+  const store = await Store.open(path.join(tmp, 'bucket'))
+  const host = await Host.open(store, config(), { stateDir: path.join(tmp, 's') })
+  const run = await host.start('unawaited', 'steps=2')
+  const calls = []
+  for (let n = 1; n <= 5; n++) {
+    calls.push(run.recordModelTurn(null, [{ id: `c${n}`, name: 'step', arguments: { n } }]))
+    calls.push(run.recordToolResult(`c${n}`, `step ${n} done`))
+  }
+  calls.push(run.recordModelTurn('done'))
+  calls.push(run.finish())
+  const states = await Promise.all(calls)
+  assert.equal(states.at(-1).terminal.outcome, 'completed')
+  const seqs = states.map((s) => s.last_seq)
+  assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b), 'each record saw the ones called before it')
+  await host.close()
+})
+
+test('a second worker with a live worker\'s ID waits for it instead of taking over; the first is never fenced', async () => {
+  const tmp = tempDir()
+  const store = await Store.open(path.join(tmp, 'bucket'))
+  const first = new Worker(store, config(), { model, workerId: 'same-id', stateDir: path.join(tmp, 'a') })
+  const running = first.run()
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  const second = new Worker(store, config(), { model, workerId: 'same-id', stateDir: path.join(tmp, 'b') })
+  const controller = new AbortController()
+  const timer = setTimeout(() => controller.abort(), 5000)
+  const outcome = await second.run({ signal: controller.signal }).then(() => 'stopped', (error) => error)
+  clearTimeout(timer)
+  first.stop()
+  await running
+  assert.equal(outcome, 'stopped', 'it waited for the live ID until its signal stopped it')
+  assert.equal(first.stats().fenced, 0)
+})
