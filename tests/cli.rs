@@ -521,6 +521,10 @@ fn a_small_crash_recover_bench_reports_every_figure() {
         (number("cpu_ms_per_step") - cpu * 1000.0 / number("steps_left")).abs() < 1e-6,
         "{report}"
     );
+    assert!(
+        (number("steps_per_cpu_s") - number("steps_left") / cpu).abs() < 1e-6,
+        "steps_per_cpu_s is steps over CPU seconds: {report}"
+    );
 }
 
 // New-user pass: `recover RUN --recovery-id ID` announced "watching its heartbeat for up to

@@ -246,6 +246,9 @@ pub struct CrashRecoverReport {
     /// `recovery_cpu_s` per recovered step, in ms: the whole fleet's CPU cost of a step,
     /// admissions and starts included.
     pub cpu_ms_per_step: f64,
+    /// Recovered steps per second of that CPU (`steps_left` over `recovery_cpu_s`): what a
+    /// core buys, whatever the number of cores.
+    pub steps_per_cpu_s: f64,
 }
 
 impl CrashRecoverReport {
@@ -506,6 +509,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
         cores_busy: recovery_cpu_s / wall.as_secs_f64().max(1e-9),
         cores: std::thread::available_parallelism().map_or(1, usize::from),
         cpu_ms_per_step: recovery_cpu_s * 1000.0 / steps_left.max(1) as f64,
+        steps_per_cpu_s: steps_left as f64 / recovery_cpu_s.max(1e-9),
     })
 }
 
@@ -565,6 +569,9 @@ pub struct ScaleRow {
     pub steps_per_s: f64,
     /// `steps_per_s` over `workers` times the one-worker figure.
     pub efficiency: f64,
+    /// Recovered steps per CPU-second of the run (see [`CrashRecoverReport::steps_per_cpu_s`]),
+    /// which does not depend on how many cores the machine has.
+    pub steps_per_cpu_s: f64,
     /// The crash-recover run behind the row.
     pub run: CrashRecoverReport,
 }
@@ -591,6 +598,7 @@ pub async fn scale(workload: &Workload, counts: &[usize]) -> Result<Vec<ScaleRow
             workers,
             steps_per_s: run.steps_per_s,
             efficiency: run.steps_per_s / (workers as f64 * base),
+            steps_per_cpu_s: run.steps_per_cpu_s,
             run,
         });
     }
