@@ -57,7 +57,7 @@ impl Journaled {
         self.held.epoch
     }
 
-    /// Appends one fact: checked against the run's rules, journaled locally (fsync), then
+    /// Appends one fact: checked against the run's rules, journaled locally (a trace), then
     /// committed (one create-if-absent PUT, fenced by any newer epoch). Returns once it is in
     /// the store.
     ///

@@ -1,17 +1,21 @@
 //! The local fact log: one append-only JSONL file per run on a worker's or host's disk.
 //!
-//! This module owns the file format on disk, durability (every append is written and
-//! fsynced before it returns; a new log's directory is fsynced on its first append), the
-//! single-writer lock (an advisory `flock` the kernel drops when the process dies), safe file
+//! This module owns the file format on disk, the single-writer lock (an advisory `flock` the kernel drops when the process dies), safe file
 //! names for any run ID, and the permissions of the state directory (0700) and logs (0600).
 //! It does not validate run rules: that is the fold's job. It only keeps seq order.
+//!
+//! A log is not where a fact is durable: the bucket is (a node commits each fact's generation
+//! before its next step). A log is read back only while its writer lives, and a run whose
+//! writer died is seeded from the bucket, so an append is one `pwrite` to the page cache and
+//! no fsync: a killed process loses nothing written, and a machine that crashed leaves at
+//! worst a torn last line in a log nobody will resume from.
 //!
 //! Reading tolerates exactly one torn last line — the partial write a crash leaves — and
 //! reports damage anywhere else with its line number. Opening a log for append cuts a torn
 //! tail off first, so the next fact never lands glued to garbage.
 
 use std::fs::{self, DirBuilder, File, OpenOptions, TryLockError};
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -232,9 +236,6 @@ impl LogDir {
                 swept += 1;
             }
         }
-        if swept > 0 {
-            let _ = File::open(&self.root).and_then(|dir| dir.sync_all());
-        }
         swept
     }
 
@@ -282,16 +283,15 @@ fn remove_locked(path: PathBuf) -> Result<(), LogError> {
         action: "remove",
         error: source,
     })?;
-    sync_dir(&path)?;
     drop(file);
     Ok(())
 }
 
-/// Runs a log's blocking file work (open, write, fsync) without holding up the other tasks
-/// of a multi-threaded tokio runtime: its worker thread hands them to another thread for the
-/// duration (`block_in_place`). An fsync on a busy disk takes milliseconds, and a fleet
-/// process runs on two worker threads: done inline, every commit of every run on the node
-/// waited behind it. Outside a runtime, and on a current-thread one (the simulation's,
+/// Runs a log's opening and removal (a read of the whole file, an unlink) without holding up
+/// the other tasks of a multi-threaded tokio runtime: its worker thread hands them to another
+/// thread for the duration (`block_in_place`). A fleet process runs on two worker threads,
+/// and a slow disk would hold every run on the node behind it. An append is one `pwrite` to
+/// the page cache and runs inline: the hand-off would cost more than the write. Outside a runtime, and on a current-thread one (the simulation's,
 /// which must replay the same way every time and cannot hand tasks off), it runs inline.
 fn blocking<T>(io: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
@@ -311,9 +311,6 @@ pub struct FactLog {
     /// Length of the file's known-good content.
     len: u64,
     next_seq: Seq,
-    /// Set when this process created the file: the directory entry is fsynced with the first
-    /// append, or a crash could lose the whole file even though its data was synced.
-    dir_sync_pending: bool,
     poisoned: bool,
 }
 
@@ -321,32 +318,18 @@ impl FactLog {
     /// Opens or creates the log at `path`, takes its lock, reads it, and cuts off a torn tail.
     pub fn open(path: impl Into<PathBuf>) -> Result<(FactLog, Contents), LogError> {
         let path = path.into();
-        let (file, created) = match options().create_new(true).open(&path) {
-            Ok(file) => (file, true),
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
-                let file = options().open(&path).map_err(|source| LogError::Io {
-                    path: path.clone(),
-                    action: "open",
-                    error: source,
-                })?;
-                (file, false)
-            }
-            Err(source) => {
-                return Err(LogError::Io {
-                    path,
-                    action: "create",
-                    error: source,
-                });
-            }
-        };
-        Self::from_file(path, file, created)
+        let file = options()
+            .create(true)
+            .open(&path)
+            .map_err(|source| LogError::Io {
+                path: path.clone(),
+                action: "open",
+                error: source,
+            })?;
+        Self::from_file(path, file)
     }
 
-    fn from_file(
-        path: PathBuf,
-        mut file: File,
-        created: bool,
-    ) -> Result<(FactLog, Contents), LogError> {
+    fn from_file(path: PathBuf, mut file: File) -> Result<(FactLog, Contents), LogError> {
         lock(&path, &file)?;
         let mut facts = Vec::new();
         let scan = scan(&path, &mut file, |fact| {
@@ -362,17 +345,15 @@ impl FactLog {
             path,
             file,
             len: scan.good_len,
-            dir_sync_pending: created,
             poisoned: false,
         };
         if scan.torn_tail.is_some() {
             log.file
                 .set_len(scan.good_len)
-                .and_then(|()| log.file.sync_data())
                 .map_err(|source| log.io("cut off the torn last line", source))?;
         } else if scan.missing_newline {
             // The last fact is whole but its newline never made it to disk.
-            log.write_synced(b"\n")?;
+            log.write_at_end(b"\n")?;
         }
         Ok((log, contents))
     }
@@ -387,12 +368,12 @@ impl FactLog {
         self.next_seq
     }
 
-    /// Appends one fact durably: when this returns `Ok`, the fact survives a crash.
+    /// Appends one fact: when this returns `Ok`, the fact survives this process being killed.
     pub fn append(&mut self, fact: &Fact) -> Result<(), LogError> {
         self.append_all(std::slice::from_ref(fact))
     }
 
-    /// Appends several facts with one write and one fsync (used to seed a log).
+    /// Appends several facts with one write (used to seed a log).
     pub fn append_all(&mut self, facts: &[Fact]) -> Result<(), LogError> {
         if self.poisoned {
             return Err(LogError::Poisoned {
@@ -429,31 +410,27 @@ impl FactLog {
         if buffer.is_empty() {
             return Ok(());
         }
-        blocking(|| self.write_synced(&buffer))?;
+        self.write_at_end(&buffer)?;
         self.next_seq = expected;
         Ok(())
     }
 
-    /// Writes at the end of the good content and fsyncs. On failure, tries to cut the file
-    /// back; if even that fails, the log is poisoned. After a failed fsync the page cache
-    /// cannot be trusted either, so that also poisons it: only a reopen, which reads what is
-    /// really on disk, is safe.
-    fn write_synced(&mut self, bytes: &[u8]) -> Result<(), LogError> {
-        let result = self
-            .file
-            .seek(SeekFrom::Start(self.len))
-            .and_then(|_| self.file.write_all(bytes))
-            .and_then(|()| self.file.sync_data());
-        if let Err(source) = result {
+    /// Writes at the end of the good content, with one `pwrite` and no fsync: the log is this
+    /// process's trace of its run, read back only while the process lives (by itself, never:
+    /// it holds the state; by `rekindle fold`), and a crash ends the writer, whose run is then
+    /// seeded from the bucket. A fact is durable once its generation is committed, and a node
+    /// commits each fact before it takes the next step. A write to the
+    /// page cache survives the process being killed; only a crash of the machine can cut it,
+    /// and that leaves at worst a torn last line, which a reopen cuts off. On failure the log
+    /// is poisoned: only a reopen, which reads what is really there, is safe.
+    fn write_at_end(&mut self, bytes: &[u8]) -> Result<(), LogError> {
+        use std::os::unix::fs::FileExt;
+        if let Err(source) = self.file.write_all_at(bytes, self.len) {
             self.poisoned = true;
             let _ = self.file.set_len(self.len);
             return Err(self.io("append", source));
         }
         self.len += bytes.len() as u64;
-        if self.dir_sync_pending {
-            sync_dir(&self.path)?;
-            self.dir_sync_pending = false;
-        }
         Ok(())
     }
 
@@ -555,17 +532,6 @@ fn options() -> OpenOptions {
     let mut options = OpenOptions::new();
     options.read(true).write(true).mode(0o600);
     options
-}
-
-fn sync_dir(path: &Path) -> Result<(), LogError> {
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    File::open(dir)
-        .and_then(|dir| dir.sync_all())
-        .map_err(|source| LogError::Io {
-            path: dir.to_owned(),
-            action: "fsync the log directory",
-            error: source,
-        })
 }
 
 struct Scan {
