@@ -525,6 +525,58 @@ fn a_small_crash_recover_bench_reports_every_figure() {
         (number("steps_per_cpu_s") - number("steps_left") / cpu).abs() < 1e-6,
         "steps_per_cpu_s is steps over CPU seconds: {report}"
     );
+    let total = number_at(&report["requests_per_recovered_run"]);
+    let roles = report["requests_per_recovered_run_by_role"]
+        .as_object()
+        .unwrap_or_else(|| panic!("requests by role missing: {report}"));
+    for role in ["coordinator", "workers", "operator"] {
+        assert!(roles.contains_key(role), "{role} missing: {report}");
+    }
+    let by_roles: f64 = roles.values().map(number_at).sum();
+    assert!(
+        (by_roles - total).abs() < 1e-6,
+        "the roles' requests add up to the total: {report}"
+    );
+}
+
+fn number_at(requests: &serde_json::Value) -> f64 {
+    requests["total"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no total in {requests}"))
+}
+
+#[test]
+fn the_round_trips_bench_counts_the_sequential_path_to_the_first_tool_call() {
+    let out = rekindle(&[
+        "bench",
+        "round-trips",
+        "--steps",
+        "6",
+        "--step-ms",
+        "50",
+        "--latency-ms",
+        "40",
+        "--pairs",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.lines().next().unwrap_or_default()).expect("one JSON line");
+    assert_eq!(report["bench"], "round-trips", "{report}");
+    assert_eq!(report["latency_ms"], 40, "{report}");
+    assert_eq!(report["pairs"], 1, "{report}");
+    for list in ["without_latency_ms", "with_latency_ms"] {
+        assert_eq!(report[list].as_array().map(Vec::len), Some(1), "{report}");
+    }
+    let trips = report["round_trips_to_first_tool_call"].as_f64().unwrap();
+    // At least the recovery lease and the seed generation lie on the path.
+    assert!(trips >= 1.0, "{report}");
+    assert_eq!(
+        report["round_trips_to_first_committed_step"].as_f64(),
+        Some(trips + 1.0),
+        "{report}"
+    );
 }
 
 // New-user pass: `recover RUN --recovery-id ID` announced "watching its heartbeat for up to

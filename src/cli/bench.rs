@@ -138,6 +138,17 @@ pub(crate) enum BenchCommand {
         #[arg(long, default_value = "1,2,4,8", value_delimiter = ',', value_parser = parse_worker_count)]
         counts: Vec<usize>,
     },
+    /// Count the store round trips one after another from a recovery's admission to its
+    /// first tool call: one run killed and recovered by takeover without injected latency,
+    /// then with --latency-ms (50 if 0 or not given) on every request, no jitter; the extra time over the latency
+    /// is the count. Prints both times of each pair and the median count.
+    RoundTrips {
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        /// Pairs of runs to measure (the median is reported).
+        #[arg(long, default_value_t = 3, value_parser = cli::shared::at_least_one::<usize>)]
+        pairs: usize,
+    },
     /// The host side of crash-recover (started and killed by it).
     #[command(hide = true)]
     Host {
@@ -309,6 +320,20 @@ pub(crate) async fn run(command: BenchCommand) -> anyhow::Result<()> {
             if !broken.is_empty() {
                 anyhow::bail!("the benchmark broke an invariant: {}", broken.join("; "));
             }
+        }
+        BenchCommand::RoundTrips {
+            workload: args,
+            pairs,
+        } => {
+            let latency = if args.latency_ms == 0 {
+                50
+            } else {
+                args.latency_ms
+            };
+            let workload = workload(args)?;
+            let report =
+                bench::round_trips(&workload, Duration::from_millis(latency), pairs).await?;
+            print(&report);
         }
         BenchCommand::Host {
             store,

