@@ -570,7 +570,7 @@ fn the_round_trips_bench_counts_the_sequential_path_to_the_first_tool_call() {
         assert_eq!(report[list].as_array().map(Vec::len), Some(1), "{report}");
     }
     let trips = report["round_trips_to_first_tool_call"].as_f64().unwrap();
-    // At least the record and the recovery lease lie on the path.
+    // At least the recovery lease and the seed generation lie on the path.
     assert!(trips >= 1.0, "{report}");
     assert_eq!(
         report["round_trips_to_first_committed_step"].as_f64(),

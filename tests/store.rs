@@ -222,78 +222,6 @@ async fn takeover_fences_the_old_writer(store: Store) {
     ));
 }
 
-/// A seeded writer (a recovery run's first holding) writes nothing until its first commit,
-/// which writes the seed and the commit's facts as generation 1; a first commit that fails
-/// keeps the seed for the next; `write_seed` writes a seed no commit wrote, once; and a chain
-/// that exists already (another writer's generation 1) fails the first commit, overwriting
-/// nothing.
-async fn a_seeded_writer_writes_its_seed_with_its_first_commit(store: Store) {
-    let facts = sample::run("run-s", 12, 3);
-    let run = RunId::new("run-s");
-    let policy = SnapshotPolicy::default();
-    let requests = store.metrics().requests();
-    let mut writer =
-        RunWriter::seeded_as(&store, run.clone(), facts[..4].to_vec(), Epoch(2), policy).unwrap();
-    assert_eq!(
-        store.metrics().requests(),
-        requests,
-        "seeding writes nothing"
-    );
-    assert_eq!(writer.generation(), 0);
-    assert_eq!(writer.state().last_seq(), Seq(4));
-    assert!(matches!(
-        generation::load(&store, &run, None).await,
-        Err(GenerationError::NotFound { .. })
-    ));
-    // A fact that does not continue the seed is refused; the seed stays held.
-    let mut broken = facts[5].clone();
-    broken.seq = Seq(9);
-    assert!(matches!(
-        writer.commit(vec![broken]).await,
-        Err(GenerationError::Fold { .. })
-    ));
-    assert_eq!(writer.state().last_seq(), Seq(4));
-    writer.commit(vec![facts[4].clone()]).await.unwrap();
-    assert_eq!(writer.generation(), 1);
-    assert_eq!(writer.committed(), Seq(5));
-    let loaded = generation::load(&store, &run, None).await.unwrap();
-    assert_eq!(loaded.state.facts(), &facts[..5]);
-    assert_eq!((loaded.generation, loaded.epoch), (1, Epoch(2)));
-    // Written: nothing more to write.
-    writer.write_seed().await.unwrap();
-    assert_eq!(writer.generation(), 1);
-
-    // A seed no commit wrote is written by `write_seed`.
-    let parked = RunId::new("run-s-parked");
-    let other = sample::run("run-s-parked", 6, 4);
-    let mut writer = RunWriter::seeded_as(
-        &store,
-        parked.clone(),
-        other[..3].to_vec(),
-        Epoch(2),
-        policy,
-    )
-    .unwrap();
-    writer.write_seed().await.unwrap();
-    assert_eq!(writer.generation(), 1);
-    let loaded = generation::load(&store, &parked, None).await.unwrap();
-    assert_eq!(loaded.state.facts(), &other[..3]);
-
-    // Another writer's generation 1 is there: the first commit fails and leaves it alone.
-    let mut late =
-        RunWriter::seeded_as(&store, run.clone(), facts[..4].to_vec(), Epoch(2), policy).unwrap();
-    let error = late.commit(vec![facts[4].clone()]).await.unwrap_err();
-    assert!(
-        matches!(
-            error,
-            GenerationError::Conflict { .. } | GenerationError::Fenced { .. }
-        ),
-        "{error}"
-    );
-    let loaded = generation::load(&store, &run, None).await.unwrap();
-    assert_eq!(loaded.state.facts(), &facts[..5]);
-}
-
 /// Leases: one holder at a time, epochs only grow, release hands over at once, and a holder
 /// that stops beating is taken over after a TTL observed on the contender's own clock.
 async fn leases(store: Store) {
@@ -987,7 +915,6 @@ macro_rules! conformance {
             conformance!(@case $open, probe_passes);
             conformance!(@case $open, commit_and_load);
             conformance!(@case $open, takeover_fences_the_old_writer);
-            conformance!(@case $open, a_seeded_writer_writes_its_seed_with_its_first_commit);
             conformance!(@case $open, leases);
             conformance!(@case $open, recovery_records);
             conformance!(@case $open, bad_objects_are_named);

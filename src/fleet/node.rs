@@ -467,8 +467,6 @@ impl Node {
                 }
             }
         };
-        // A run that stopped before its first commit still has a held seed to write.
-        runner.writer.write_seed().await?;
         // Done driving: drop the runner (and its lease watcher) before the lease is released.
         let generation = runner.writer.generation();
         drop(runner);
@@ -551,10 +549,7 @@ impl Node {
             let store = &self.store.writing_as(self.holder.id());
             // Continue the recovery run if an earlier attempt started it, else seed it. The first
             // attempt (the lifecycle counts every start) cannot find one, so it seeds at once; a
-            // run that exists anyway makes the seed's create fail (or, for a held seed, the
-            // first commit, and the next attempt resumes it). An attempt that stops before its
-            // first commit of a held seed leaves no chain: the next one seeds again from the
-            // pin, which gc keeps (see the retention contract).
+            // run that exists anyway makes the seed's create fail, and it is resumed.
             let earlier = if record.attempts > 1 {
                 RunWriter::resume(store, &run, held.epoch, policy).await
             } else {
@@ -592,25 +587,20 @@ impl Node {
                         }
                         .into());
                     }
-                    let facts = source.state.into_facts();
-                    if held.epoch == floor {
-                        // The run's first holding (its lease created at the floor, which
-                        // any later holding exceeds): no other writer can exist, so the
-                        // seed is held, not written, and the first commit writes it with
-                        // the first step's facts (one round trip fewer before the first
-                        // tool call). A later holding writes the seed at once, which fences
-                        // an earlier holder that never committed.
-                        RunWriter::seeded_as(store, run.clone(), facts, held.epoch, policy)?
-                    } else {
-                        match RunWriter::create_as(store, run.clone(), facts, held.epoch, policy)
-                            .await
-                        {
-                            Ok(writer) => writer,
-                            Err(GenerationError::AlreadyExists { .. }) => {
-                                RunWriter::resume(store, &run, held.epoch, policy).await?
-                            }
-                            Err(other) => return Err(other.into()),
+                    match RunWriter::create_as(
+                        store,
+                        run.clone(),
+                        source.state.into_facts(),
+                        held.epoch,
+                        policy,
+                    )
+                    .await
+                    {
+                        Ok(writer) => writer,
+                        Err(GenerationError::AlreadyExists { .. }) => {
+                            RunWriter::resume(store, &run, held.epoch, policy).await?
                         }
+                        Err(other) => return Err(other.into()),
                     }
                 }
                 Err(other) => return Err(other.into()),

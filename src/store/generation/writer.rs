@@ -28,9 +28,6 @@ pub struct RunWriter {
     generation: u64,
     /// Seq of the last fact committed.
     committed: Seq,
-    /// Seq of the last fact a seeded writer holds that no generation holds yet (see
-    /// [`RunWriter::seeded_as`]); the first commit writes them. `Seq(0)` when none.
-    seeded: Seq,
     base: u64,
     epoch_starts: Vec<(Epoch, u64)>,
     snapshot_bytes: u64,
@@ -80,8 +77,32 @@ impl RunWriter {
         epoch: Epoch,
         policy: SnapshotPolicy,
     ) -> Result<RunWriter, GenerationError> {
-        let mut writer = Self::seeded_as(store, run, facts, epoch, policy)?;
-        match writer.commit_facts(Vec::new(), true).await {
+        let state = crate::core::fold::fold(facts).map_err(|error| GenerationError::Fold {
+            key: "(new run)".into(),
+            error,
+        })?;
+        let mut writer = RunWriter {
+            chain: Chain::new(store, layout::run_base(run.as_str())),
+            run,
+            epoch,
+            nonce: store.writer_nonce(),
+            state: RunState::default(),
+            generation: 0,
+            committed: Seq(0),
+            base: 0,
+            epoch_starts: Vec::new(),
+            snapshot_bytes: 0,
+            delta_count: 0,
+            delta_bytes: 0,
+            policy,
+            newest_digest: None,
+            in_flight: false,
+            // A new chain: its first generation never gets a hint (see `advance_hint_from`).
+            hint: HintState::Absent,
+            unsure: None,
+        };
+        let facts = state.into_facts();
+        match writer.commit_facts(facts, true).await {
             Err(GenerationError::Fenced { .. } | GenerationError::Conflict { .. }) => {
                 // Generation 1 of a retired run stays forever (an epoch's first slot), so a
                 // retired ID lands here; say so rather than "exists".
@@ -94,57 +115,6 @@ impl RunWriter {
             Err(other) => Err(other),
             Ok(()) => Ok(writer),
         }
-    }
-
-    /// Starts run `run` from `facts` without writing anything yet: the first commit writes
-    /// them with its own facts, as generation 1 (a snapshot). A recovery seeds its run this
-    /// way: its source's facts are durable already (pinned in the source's chain), so a
-    /// generation of them alone would only put a round trip between the recovery's lease
-    /// and its first tool call. Until that commit the run has no chain, and a later attempt
-    /// seeds it again; a chain that exists anyway (another writer's generation 1) makes the
-    /// first commit fail as a create would.
-    pub fn seeded_as(
-        store: &Store,
-        run: RunId,
-        facts: Vec<Fact>,
-        epoch: Epoch,
-        policy: SnapshotPolicy,
-    ) -> Result<RunWriter, GenerationError> {
-        let state = crate::core::fold::fold(facts).map_err(|error| GenerationError::Fold {
-            key: "(new run)".into(),
-            error,
-        })?;
-        Ok(RunWriter {
-            chain: Chain::new(store, layout::run_base(run.as_str())),
-            run,
-            epoch,
-            nonce: store.writer_nonce(),
-            seeded: state.last_seq(),
-            state,
-            generation: 0,
-            committed: Seq(0),
-            base: 0,
-            epoch_starts: Vec::new(),
-            snapshot_bytes: 0,
-            delta_count: 0,
-            delta_bytes: 0,
-            policy,
-            newest_digest: None,
-            in_flight: false,
-            hint: HintState::Absent,
-            unsure: None,
-        })
-    }
-
-    /// Writes the facts a seeded writer holds (see [`Self::seeded_as`]) if no commit wrote
-    /// them yet: a run that stops before its first commit (parked on a question its seed
-    /// asked, a step cap, a stop) keeps its seed in the chain, where an answer or the next
-    /// attempt finds it. Nothing for any other writer.
-    pub async fn write_seed(&mut self) -> Result<(), GenerationError> {
-        if self.generation > 0 || self.seeded == Seq(0) {
-            return Ok(());
-        }
-        self.commit_facts(Vec::new(), true).await
     }
 
     /// Takes over a run at a (new, higher) lease epoch: loads it, then writes the fence
@@ -191,7 +161,6 @@ impl RunWriter {
                 epoch,
                 nonce: store.writer_nonce(),
                 committed: loaded.state.last_seq(),
-                seeded: Seq(0),
                 state: loaded.state,
                 generation: loaded.generation,
                 base: loaded.base,
@@ -296,8 +265,7 @@ impl RunWriter {
         if facts.is_empty() {
             return Ok(());
         }
-        // A seeded writer's first commit starts the chain (see `seeded_as`).
-        self.commit_facts(facts, self.generation == 0).await
+        self.commit_facts(facts, false).await
     }
 
     async fn commit_facts(&mut self, facts: Vec<Fact>, first: bool) -> Result<(), GenerationError> {
@@ -312,13 +280,10 @@ impl RunWriter {
         // The new facts are folded into the live state directly (no copy of the whole run per
         // commit); if anything fails before the generation lands, the state is rolled back to
         // the committed prefix.
-        // A seeded writer's facts that no generation holds yet go first.
-        let held = self.committed.max(self.seeded);
-        let mut new_facts = self.state.facts()[self.committed.0 as usize..held.0 as usize].to_vec();
-        new_facts.reserve(facts.len());
+        let mut new_facts = Vec::with_capacity(facts.len());
         for fact in facts {
-            // Already held facts must be identical (the fold checks) and are skipped.
-            let is_new = fact.seq > held;
+            // Already committed facts must be identical (the fold checks) and are skipped.
+            let is_new = fact.seq > self.committed;
             let applied = if is_new {
                 self.state
                     .apply(fact.clone())
@@ -348,11 +313,10 @@ impl RunWriter {
         written
     }
 
-    /// Returns the state to the committed facts (and a seeded writer's seed) after a commit
-    /// that did not land.
+    /// Returns the state to the committed facts after a commit that did not land.
     fn roll_back(&mut self) -> Result<(), GenerationError> {
         let mut facts = std::mem::take(&mut self.state).into_facts();
-        facts.truncate(self.committed.max(self.seeded).0 as usize);
+        facts.truncate(self.committed.0 as usize);
         // A prefix of facts that folded before folds again.
         self.state = crate::core::fold::fold(facts).map_err(|error| GenerationError::Fold {
             key: "(rollback)".into(),
