@@ -486,10 +486,7 @@ fn a_small_crash_recover_bench_reports_every_figure() {
         "--mode",
         "takeover",
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let report: serde_json::Value =
-        serde_json::from_str(stdout.lines().next().unwrap_or_default()).expect("one JSON line");
+    let report = bench_report(&out);
     assert_eq!(report["bench"], "crash-recover", "{report}");
     assert_eq!(report["ledger_violations"], 0, "{report}");
     let runs = report["runs"].as_u64().unwrap();
@@ -559,10 +556,7 @@ fn the_round_trips_bench_counts_the_sequential_path_to_the_first_tool_call() {
         "--pairs",
         "1",
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let report: serde_json::Value =
-        serde_json::from_str(stdout.lines().next().unwrap_or_default()).expect("one JSON line");
+    let report = bench_report(&out);
     assert_eq!(report["bench"], "round-trips", "{report}");
     assert_eq!(report["latency_ms"], 40, "{report}");
     assert_eq!(report["pairs"], 1, "{report}");
@@ -902,4 +896,11 @@ fn runs_show_says_why_a_run_has_no_generation_and_memory_is_refused() {
             "{args:?}: {stderr}"
         );
     }
+}
+
+/// The report a bench command that succeeded prints as its first line of stdout.
+fn bench_report(out: &std::process::Output) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().next().unwrap_or_default()).expect("one JSON line")
 }
