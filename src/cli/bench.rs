@@ -149,6 +149,57 @@ pub(crate) enum BenchCommand {
         #[arg(long, default_value_t = 3, value_parser = cli::shared::at_least_one::<usize>)]
         pairs: usize,
     },
+    /// A mass outage in a big bucket: --active runs written as their hosts left them, of which
+    /// --interrupted are held by hosts that die at once; --coordinators coordinator processes
+    /// and the workers recover them (one step each). Reports the steady state before (the
+    /// coordinators' requests per second and memory per active run), then the time from the
+    /// TTL's expiry until every interrupted run is admitted, resumed and finished,
+    /// interruption→resumption p50/p99, requests and dollars per recovered run; exits non-zero
+    /// if an interrupted run was not recovered, a step is missing or repeated twice, or a
+    /// healthy run was recovered.
+    #[command(mut_arg("runs", |arg| arg.hide(true)), mut_arg("steps", |arg| arg.hide(true)))]
+    Outage {
+        #[command(flatten)]
+        workload: WorkloadArgs,
+        /// Active runs in the bucket (M).
+        #[arg(long, default_value_t = 100_000, value_parser = cli::shared::at_least_one::<usize>)]
+        active: usize,
+        /// Runs whose hosts die at once (K), at most --active.
+        #[arg(long, default_value_t = 10_000, value_parser = cli::shared::at_least_one::<usize>)]
+        interrupted: usize,
+        /// Coordinator processes.
+        #[arg(long, default_value_t = 1, value_parser = cli::shared::at_least_one::<usize>)]
+        coordinators: usize,
+        /// Live hosts holding the healthy runs (they keep beating).
+        #[arg(long, default_value_t = 20, value_parser = cli::shared::at_least_one::<usize>)]
+        hosts: usize,
+        /// Hosts that die, holding the interrupted runs between them.
+        #[arg(long, default_value_t = 10, value_parser = cli::shared::at_least_one::<usize>)]
+        dead_hosts: usize,
+        /// Seconds after the fleet starts before the steady state is measured (the
+        /// coordinators' first scan of the bucket).
+        #[arg(long, default_value_t = 15)]
+        warmup_s: u64,
+        /// Seconds of steady state measured before the outage.
+        #[arg(long, default_value_t = 20, value_parser = cli::shared::at_least_one::<u64>)]
+        steady_s: u64,
+    },
+    /// A coordinator of the outage bench (started and stopped by it).
+    #[command(hide = true)]
+    Coordinator {
+        #[arg(long)]
+        store: StoreUrl,
+        #[command(flatten)]
+        store_settings: StoreSettingsArgs,
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
+        #[arg(long, default_value_t = 0)]
+        jitter_ms: u64,
+    },
     /// The host side of crash-recover (started and killed by it).
     #[command(hide = true)]
     Host {
@@ -334,6 +385,58 @@ pub(crate) async fn run(command: BenchCommand) -> anyhow::Result<()> {
             let report =
                 bench::round_trips(&workload, Duration::from_millis(latency), pairs).await?;
             print(&report);
+        }
+        BenchCommand::Outage {
+            workload: args,
+            active,
+            interrupted,
+            coordinators,
+            hosts,
+            dead_hosts,
+            warmup_s,
+            steady_s,
+        } => {
+            if interrupted > active {
+                anyhow::bail!(
+                    "--interrupted ({interrupted}) must not exceed --active ({active})"
+                );
+            }
+            let outage = bench::Outage {
+                active,
+                interrupted,
+                coordinators,
+                hosts,
+                dead_hosts,
+                warmup: Duration::from_secs(warmup_s),
+                steady: Duration::from_secs(steady_s),
+                workload: workload(args)?,
+            };
+            let report = bench::outage(&outage).await?;
+            print(&report);
+            if let Some(broken) = report.violation() {
+                anyhow::bail!("the benchmark broke an invariant: {broken}");
+            }
+        }
+        BenchCommand::Coordinator {
+            store,
+            store_settings,
+            id,
+            ttl_ms,
+            latency_ms,
+            jitter_ms,
+        } => {
+            let settings = bench::host_settings(
+                &store_settings.settings(false)?,
+                Duration::from_millis(latency_ms),
+                Duration::from_millis(jitter_ms),
+            );
+            let store = rekindle::store::Store::open(
+                &store,
+                &settings,
+                rekindle::clock::SystemClock::shared(),
+            )
+            .await?;
+            bench::coordinator_process(store, id, Duration::from_millis(ttl_ms)).await?;
         }
         BenchCommand::Host {
             store,

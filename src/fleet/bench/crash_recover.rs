@@ -117,7 +117,7 @@ pub async fn crash_recover(workload: &Workload, mode: Mode) -> Result<CrashRecov
     let agent = bench_agent(&config, &ledger, workload.step_time)?;
 
     // The fleet, idle and registered before the outage; each role counts its own requests.
-    let fleet = Fleet::start(&store, &agent, dir.path(), workload, &prefix).await?;
+    let fleet = Fleet::start(&store, &agent, dir.path(), workload, &prefix, true).await?;
     let fleet_store = store.with_fresh_metrics();
 
     // The host: a real process, killed -9 half-way.

@@ -38,9 +38,11 @@ use crate::store::log::LogDir;
 use crate::store::{MetricsSnapshot, Store, StoreSettings, StoreUrl};
 
 mod crash_recover;
+mod outage;
 mod round_trips;
 mod scale;
 pub use crash_recover::{CrashRecoverReport, crash_recover};
+pub use outage::{CoordinatorSample, Outage, OutageReport, SteadyState, coordinator_process, outage};
 pub use round_trips::{RoundTripsReport, round_trips};
 pub use scale::{IdleReport, ScaleRow, idle, scale};
 
@@ -242,7 +244,8 @@ pub async fn host(
     Ok(())
 }
 
-/// A coordinator and workers in this process, each with its own wake-up endpoint.
+/// Workers in this process, with a coordinator (unless the bench runs its own as
+/// processes), each with its own wake-up endpoint.
 struct Fleet {
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -257,6 +260,7 @@ impl Fleet {
         dir: &Path,
         workload: &Workload,
         prefix: &str,
+        with_coordinator: bool,
     ) -> Result<Fleet> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
@@ -268,14 +272,17 @@ impl Fleet {
                 .map_err(setup("serve a wake-up endpoint"))?;
             Ok::<_, BenchError>((wakeup, Some(url)))
         };
-        let mut options = CoordinatorOptions::new(format!("{prefix}-coordinator"), workload.ttl);
-        options.wake = Some(endpoint().await?);
-        let (task_store, task_stop) = (stores[0].clone(), Arc::clone(&stop));
-        tasks.push(tokio::spawn(async move {
-            if let Err(error) = coordinator::run(task_store, options, task_stop).await {
-                tracing::error!(%error, "the coordinator stopped");
-            }
-        }));
+        if with_coordinator {
+            let mut options =
+                CoordinatorOptions::new(format!("{prefix}-coordinator"), workload.ttl);
+            options.wake = Some(endpoint().await?);
+            let (task_store, task_stop) = (stores[0].clone(), Arc::clone(&stop));
+            tasks.push(tokio::spawn(async move {
+                if let Err(error) = coordinator::run(task_store, options, task_stop).await {
+                    tracing::error!(%error, "the coordinator stopped");
+                }
+            }));
+        }
         for i in 0..workload.workers {
             let mut options = WorkerOptions::new(
                 format!("{prefix}-worker-{i}"),
@@ -627,23 +634,38 @@ fn audit(
 
 /// Peak resident memory of this process, in MiB (0 where /proc is not available).
 pub fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+    status_mib("self", "VmHWM:")
+}
+
+/// Resident memory of process `pid` (`self` for this one) now, in MiB.
+pub fn rss_mib_of(pid: &str) -> f64 {
+    status_mib(pid, "VmRSS:")
+}
+
+fn status_mib(pid: &str, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| {
             status
                 .lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
 /// CPU time this process has used, user and system, in seconds (0 where /proc is not
-/// available): fields 14 and 15 of `/proc/self/stat`, in the kernel's `USER_HZ` ticks, which
-/// Linux fixes at 100 for every architecture's user-space ABI.
+/// available).
 pub fn process_cpu_s() -> f64 {
+    process_cpu_s_of("self")
+}
+
+/// CPU time process `pid` has used, user and system, in seconds (0 where /proc is not
+/// available): fields 14 and 15 of `/proc/<pid>/stat`, in the kernel's `USER_HZ` ticks, which
+/// Linux fixes at 100 for every architecture's user-space ABI.
+pub fn process_cpu_s_of(pid: &str) -> f64 {
     const USER_HZ: f64 = 100.0;
-    std::fs::read_to_string("/proc/self/stat")
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {
             // The command name (field 2) may hold spaces; the fields after it are plain.

@@ -29,7 +29,7 @@ pub async fn idle(workload: &Workload, duration: Duration, warmup: Duration) -> 
     let config = write_config(dir.path(), workload.steps)?;
     let agent = bench_agent(&config, &dir.path().join("ledger"), workload.step_time)?;
     let prefix = format!("idle-{}", &store.clock().nonce()[..8]);
-    let fleet = Fleet::start(&store, &agent, dir.path(), workload, &prefix).await?;
+    let fleet = Fleet::start(&store, &agent, dir.path(), workload, &prefix, true).await?;
     crate::clock::sleep(warmup).await;
     let before = fleet.metrics();
     let window = Stopwatch::start();
