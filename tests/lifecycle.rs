@@ -2211,7 +2211,7 @@ async fn a_stale_heartbeat_does_not_make_the_watch_spin() {
 }
 
 // Proves sources whose admission keeps failing cannot starve the rest: 17 runs with a
-// corrupt chain sort before a valid interrupted run, more than one batch of admissions, and
+// corrupt chain sort before a valid interrupted run, every one attempted on every tick, and
 // the valid one is still admitted within a few scans.
 #[tokio::test(start_paused = true)]
 async fn failing_admissions_do_not_starve_the_others() {

@@ -8,7 +8,6 @@ use super::*;
 /// Actions (admissions, lifecycle events) executed at once per tick, and records read at once.
 /// After an outage every index entry changes at once; with S3's 20–30 ms per request, 16 at a
 /// time made a tick over 200 recoveries take over a second before the first worker was told.
-/// (Admissions are batched by [`ADMISSION_BATCH`] on top.)
 pub(super) const ACTION_CONCURRENCY: usize = 256;
 
 /// Whether the run's index entry is still the one the decision was made on. A tick can take

@@ -28,8 +28,6 @@ pub(super) struct Observer {
     /// change, whatever TTL applies next (a worker judged dead mid-attempt is idle once its
     /// attempt is handed back, and its long idle TTL must not bring it back to life).
     pub(super) gone: BTreeMap<String, ETag>,
-    /// Where the next batch of admissions starts among the runs waiting for one.
-    pub(super) admit_cursor: usize,
     /// Recoveries offered to a worker and not started yet: to whom, and since when. An offer
     /// not taken within the worker's full TTL moves on (the worker answered its wake-up but
     /// died, or has no wake-up address and died while idle, judged by its long idle TTL).

@@ -55,7 +55,7 @@ pub(super) async fn tick(
         store.clock().wall_ms(),
         &mut observer.interrupted_since,
     );
-    let actions = decide(observer, &workers, &runs, options);
+    let actions = decide(&workers, &runs, options);
     // Leadership was checked as the tick began; a pause or a slow read since may have cost it,
     // and an admission fences a host on this tick's verdict. Checked again before admitting
     // (one GET, only in a tick that admits; other actions are compare-and-swaps on records,
@@ -259,35 +259,16 @@ fn judge(
     (workers, runs, alive)
 }
 
-/// `decide`'s actions, admissions cut to this tick's window. After an outage every run needs
-/// one, and the first ones are assigned (by the tick that follows at once) while the rest are
-/// still being admitted. The window moves on every tick, so sources whose admission keeps
-/// failing (a corrupt chain, a newer format) cannot hold the batch and starve the rest.
+/// `decide`'s actions: every admission due, however many (an outage's worth is executed side
+/// by side, [`ACTION_CONCURRENCY`] at a time). Each is attempted on every tick until it lands,
+/// so a source whose admission keeps failing (a corrupt chain, a newer format) holds up no
+/// other.
 fn decide(
-    observer: &mut Observer,
     workers: &[WorkerView],
     runs: &[RunView],
     options: &CoordinatorOptions,
 ) -> Vec<Action> {
-    let mut actions = placement::decide(workers, runs, options.max_attempts);
-    let total = actions
-        .iter()
-        .filter(|action| matches!(action, Action::Admit { .. }))
-        .count();
-    if total > ADMISSION_BATCH {
-        let start = observer.admit_cursor % total;
-        let mut nth = 0;
-        actions.retain(|action| {
-            if !matches!(action, Action::Admit { .. }) {
-                return true;
-            }
-            let keep = (nth + total - start) % total < ADMISSION_BATCH;
-            nth += 1;
-            keep
-        });
-        observer.admit_cursor = observer.admit_cursor.wrapping_add(ADMISSION_BATCH);
-    }
-    actions
+    placement::decide(workers, runs, options.max_attempts)
 }
 
 /// What executing a tick's actions left.
@@ -380,8 +361,3 @@ fn watch_the_living(observer: &mut Observer, workers: &[WorkerView], runs: &[Run
         )
         .collect();
 }
-
-/// Admissions the coordinator starts per tick: the first ones are assigned by the tick that
-/// follows at once while the rest wait their turn, and sources whose admission keeps failing
-/// cannot hold the others back (the window moves on every tick).
-pub(super) const ADMISSION_BATCH: usize = 64;
