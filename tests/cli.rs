@@ -573,6 +573,67 @@ fn the_round_trips_bench_counts_the_sequential_path_to_the_first_tool_call() {
     );
 }
 
+// The outage bench end to end at a small size: every interrupted run recovered once, no
+// healthy run touched, the steady state measured, coordinators sampled as processes.
+#[test]
+fn the_outage_bench_recovers_every_interrupted_run_and_no_healthy_one() {
+    let out = rekindle(&[
+        "bench",
+        "outage",
+        "--active",
+        "300",
+        "--interrupted",
+        "40",
+        "--coordinators",
+        "2",
+        "--workers",
+        "2",
+        "--hosts",
+        "3",
+        "--dead-hosts",
+        "2",
+        "--ttl-ms",
+        "1500",
+        "--warmup-s",
+        "1",
+        "--steady-s",
+        "2",
+    ]);
+    let report = bench_report(&out);
+    assert_eq!(report["bench"], "outage", "{report}");
+    assert_eq!(report["recovered"], 40, "{report}");
+    assert_eq!(report["ledger_violations"], 0, "{report}");
+    assert_eq!(report["interruption_to_resumption"]["n"], 40, "{report}");
+    // The runs come back only after their hosts' TTL ran out.
+    assert!(
+        report["interruption_to_resumption"]["p50_ms"].as_f64().unwrap() >= 1500.0,
+        "{report}"
+    );
+    assert_eq!(
+        report["coordinator_peak_rss_mib"].as_array().map(Vec::len),
+        Some(2),
+        "{report}"
+    );
+    assert!(
+        report["steady"]["coordinator_requests_per_s"]["total"].as_f64().unwrap() > 0.0,
+        "the leader's steady state makes requests: {report}"
+    );
+    let roles = report["requests_per_recovered_run_by_role"].as_object().unwrap();
+    assert!(number_at(&roles["coordinators"]) > 0.0, "{report}");
+    assert!(number_at(&roles["workers"]) > 0.0, "{report}");
+}
+
+#[test]
+fn the_outage_bench_refuses_more_interrupted_runs_than_active_ones() {
+    let out = rekindle(&["bench", "outage", "--active", "10", "--interrupted", "11"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--interrupted (11) must not exceed --active (10)"),
+        "{stderr}"
+    );
+}
+
 // New-user pass: `recover RUN --recovery-id ID` announced "watching its heartbeat for up to
 // 30 s" and then refused at once, because ID already names a run. The watch is announced only
 // when the admission will really wait.
