@@ -606,7 +606,10 @@ fn the_outage_bench_recovers_every_interrupted_run_and_no_healthy_one() {
     assert_eq!(report["interruption_to_resumption"]["n"], 40, "{report}");
     // The runs come back only after their hosts' TTL ran out.
     assert!(
-        report["interruption_to_resumption"]["p50_ms"].as_f64().unwrap() >= 1500.0,
+        report["interruption_to_resumption"]["p50_ms"]
+            .as_f64()
+            .unwrap()
+            >= 1500.0,
         "{report}"
     );
     assert_eq!(
@@ -615,10 +618,15 @@ fn the_outage_bench_recovers_every_interrupted_run_and_no_healthy_one() {
         "{report}"
     );
     assert!(
-        report["steady"]["coordinator_requests_per_s"]["total"].as_f64().unwrap() > 0.0,
+        report["steady"]["coordinator_requests_per_s"]["total"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
         "the leader's steady state makes requests: {report}"
     );
-    let roles = report["requests_per_recovered_run_by_role"].as_object().unwrap();
+    let roles = report["requests_per_recovered_run_by_role"]
+        .as_object()
+        .unwrap();
     assert!(number_at(&roles["coordinators"]) > 0.0, "{report}");
     assert!(number_at(&roles["workers"]) > 0.0, "{report}");
 }

@@ -397,9 +397,7 @@ pub(crate) async fn run(command: BenchCommand) -> anyhow::Result<()> {
             steady_s,
         } => {
             if interrupted > active {
-                anyhow::bail!(
-                    "--interrupted ({interrupted}) must not exceed --active ({active})"
-                );
+                anyhow::bail!("--interrupted ({interrupted}) must not exceed --active ({active})");
             }
             let outage = bench::Outage {
                 active,

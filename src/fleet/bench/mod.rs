@@ -42,7 +42,9 @@ mod outage;
 mod round_trips;
 mod scale;
 pub use crash_recover::{CrashRecoverReport, crash_recover};
-pub use outage::{CoordinatorSample, Outage, OutageReport, SteadyState, coordinator_process, outage};
+pub use outage::{
+    CoordinatorSample, Outage, OutageReport, SteadyState, coordinator_process, outage,
+};
 pub use round_trips::{RoundTripsReport, round_trips};
 pub use scale::{IdleReport, ScaleRow, idle, scale};
 

@@ -219,7 +219,10 @@ pub async fn outage(outage: &Outage) -> Result<OutageReport> {
             .map(|i| Holder::new(&plain, format!("{prefix}-{what}-{i}"), workload.ttl))
             .collect()
     };
-    let (live, dying) = (holders("host", outage.hosts), holders("dying", outage.dead_hosts));
+    let (live, dying) = (
+        holders("host", outage.hosts),
+        holders("dying", outage.dead_hosts),
+    );
     for holder in live.iter().chain(&dying) {
         holder.beat().await?;
     }
@@ -282,7 +285,13 @@ pub async fn outage(outage: &Outage) -> Result<OutageReport> {
     // The fleet: coordinators as processes, workers here.
     let mut coordinators = Vec::new();
     for i in 0..outage.coordinators {
-        coordinators.push(CoordinatorProcess::start(outage, &store_url, dir.path(), &prefix, i)?);
+        coordinators.push(CoordinatorProcess::start(
+            outage,
+            &store_url,
+            dir.path(),
+            &prefix,
+            i,
+        )?);
     }
     let fleet = Fleet::start(&store, &agent, dir.path(), workload, &prefix, false).await?;
     crate::clock::sleep(outage.warmup).await;
@@ -406,7 +415,9 @@ pub async fn outage(outage: &Outage) -> Result<OutageReport> {
         .filter(|run| !interrupted.contains(**run))
         .count();
     // A recovery of a healthy run is a fenced live process, whether or not it ran anything.
-    let listed = plain.list_all(crate::core::layout::recoveries_prefix()).await?;
+    let listed = plain
+        .list_all(crate::core::layout::recoveries_prefix())
+        .await?;
     let expected: BTreeSet<String> = ids
         .iter()
         .map(|run| {
@@ -471,7 +482,10 @@ pub async fn outage(outage: &Outage) -> Result<OutageReport> {
         dollars_per_recovered_run: per_run.dollars(),
         requests_per_recovered_run: per_run,
         requests_per_recovered_run_by_role: [
-            ("coordinators", Requests::per(&coordinators_spent, recovered as f64)),
+            (
+                "coordinators",
+                Requests::per(&coordinators_spent, recovered as f64),
+            ),
             ("workers", Requests::per(&workers_spent, recovered as f64)),
         ]
         .into_iter()
@@ -554,10 +568,13 @@ impl CoordinatorProcess {
             .await
             .map_err(setup("read a coordinator's sample"))?
             .ok_or_else(|| {
-                BenchError::Host("a coordinator process exited (see its log in the work directory)".into())
+                BenchError::Host(
+                    "a coordinator process exited (see its log in the work directory)".into(),
+                )
             })?;
-        serde_json::from_str(&line)
-            .map_err(|error| BenchError::Host(format!("a coordinator's sample is not JSON: {error}")))
+        serde_json::from_str(&line).map_err(|error| {
+            BenchError::Host(format!("a coordinator's sample is not JSON: {error}"))
+        })
     }
 
     fn cpu_s(&self) -> f64 {

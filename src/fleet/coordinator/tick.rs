@@ -263,11 +263,7 @@ fn judge(
 /// by side, [`ACTION_CONCURRENCY`] at a time). Each is attempted on every tick until it lands,
 /// so a source whose admission keeps failing (a corrupt chain, a newer format) holds up no
 /// other.
-fn decide(
-    workers: &[WorkerView],
-    runs: &[RunView],
-    options: &CoordinatorOptions,
-) -> Vec<Action> {
+fn decide(workers: &[WorkerView], runs: &[RunView], options: &CoordinatorOptions) -> Vec<Action> {
     placement::decide(workers, runs, options.max_attempts)
 }
 
