@@ -223,7 +223,7 @@ pub struct Metrics {
 }
 
 /// A copy of the counters at one moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MetricsSnapshot {
     /// GET requests (reads and read-backs).
     pub get: u64,

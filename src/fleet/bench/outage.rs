@@ -33,55 +33,13 @@ pub struct Outage {
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct CoordinatorSample {
     /// Its store requests so far.
-    pub requests: MetricsCounts,
+    pub requests: MetricsSnapshot,
     /// Resident memory now, and its peak, in MiB.
     pub rss_mib: f64,
     /// See `rss_mib`.
     pub peak_rss_mib: f64,
     /// CPU time used so far, user and system, in seconds.
     pub cpu_s: f64,
-}
-
-/// [`MetricsSnapshot`]'s counters, as they cross a process boundary.
-#[derive(Clone, Copy, Debug, Default, Serialize, serde::Deserialize)]
-pub struct MetricsCounts {
-    /// GETs.
-    pub get: u64,
-    /// HEADs.
-    pub head: u64,
-    /// Unconditional PUTs.
-    pub put: u64,
-    /// Conditional PUTs.
-    pub conditional_put: u64,
-    /// LIST pages.
-    pub list: u64,
-    /// DELETEs.
-    pub delete: u64,
-}
-
-impl MetricsCounts {
-    fn of(metrics: &MetricsSnapshot) -> Self {
-        MetricsCounts {
-            get: metrics.get,
-            head: metrics.head,
-            put: metrics.put,
-            conditional_put: metrics.conditional_put,
-            list: metrics.list,
-            delete: metrics.delete,
-        }
-    }
-
-    fn snapshot(&self) -> MetricsSnapshot {
-        MetricsSnapshot {
-            get: self.get,
-            head: self.head,
-            put: self.put,
-            conditional_put: self.conditional_put,
-            list: self.list,
-            delete: self.delete,
-            ..MetricsSnapshot::default()
-        }
-    }
 }
 
 /// The steady state: M active runs, nothing dying.
@@ -309,7 +267,7 @@ pub async fn outage(outage: &Outage) -> Result<OutageReport> {
     let steady_spent = sum(steady_after
         .iter()
         .zip(&steady_before)
-        .map(|(after, before)| after.requests.snapshot().since(&before.requests.snapshot())));
+        .map(|(after, before)| after.requests.since(&before.requests)));
     let per_s = Requests::per(&steady_spent, seconds);
     let rss: Vec<f64> = steady_after.iter().map(|s| s.rss_mib).collect();
     let steady = SteadyState {
@@ -401,7 +359,7 @@ pub async fn outage(outage: &Outage) -> Result<OutageReport> {
     let coordinators_spent = sum(coordinators_after
         .iter()
         .zip(&coordinators_before)
-        .map(|(after, before)| after.requests.snapshot().since(&before.requests.snapshot())));
+        .map(|(after, before)| after.requests.since(&before.requests)));
 
     // What the ledger and the bucket say.
     let lines = read_ledger(&ledger);
@@ -610,7 +568,7 @@ pub async fn coordinator_process(store: Store, id: String, ttl: Duration) -> Res
         }
     });
     let sample = || CoordinatorSample {
-        requests: MetricsCounts::of(&store.metrics()),
+        requests: store.metrics(),
         rss_mib: rss_mib_of("self"),
         peak_rss_mib: peak_rss_mib(),
         cpu_s: process_cpu_s(),
