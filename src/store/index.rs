@@ -6,13 +6,14 @@
 //! [`IndexScan`] lists the index and fetches only entries whose ETag changed since the last
 //! scan, so a steady fleet costs one LIST per page per scan. Never decides what a run needs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use futures::StreamExt;
 
 use crate::core::fact::RunId;
 use crate::core::layout::{self, ObjectError};
-use crate::core::record::{INDEX_ENTRY_KIND, IndexEntry};
+use crate::core::record::{INDEX_ENTRY_KIND, IndexEntry, Phase};
 use crate::store::{ETag, Store, StoreError};
 
 /// Why reading or writing an index entry failed.
@@ -146,4 +147,194 @@ impl IndexScan {
         entries.sort_by(|a, b| a.run_id.cmp(&b.run_id));
         Ok((entries, bad))
     }
+}
+
+/// The coordinator's incremental view of the index, small per run: like [`IndexScan`], but a
+/// run its host drives (phase Running, a holder named, no recovery) is kept only as who holds
+/// it and the TTL it declared — the only things a tick needs of it until its holder is judged
+/// gone — and every other entry (those the control plane acts on) in full. A version is kept
+/// as a hash of the listed ETag. About 100 bytes per run its host drives (see
+/// ARCHITECTURE.md, "Coordinator memory").
+#[derive(Debug, Default)]
+pub struct IndexWatch {
+    slots: HashMap<Box<str>, Slot>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    version: u64,
+    kept: Kept,
+}
+
+#[derive(Debug)]
+enum Kept {
+    Held {
+        holder: Arc<str>,
+        ttl_ms: Option<u64>,
+    },
+    Other(Box<IndexEntry>),
+}
+
+/// The runs that heartbeat key holds, as one [`IndexWatch::scan`] listed them: how many, and
+/// the longest TTL their entries declare.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Holding {
+    /// Runs the holder drives.
+    pub runs: usize,
+    /// The longest TTL their entries declare, if any does.
+    pub ttl_ms: Option<u64>,
+}
+
+/// One [`IndexWatch::scan`]: the entries the control plane acts on, in full, by run ID; the
+/// holders of the runs their hosts drive; the keys that could not be read.
+#[derive(Debug, Default)]
+pub struct Scanned {
+    /// Every entry that is not a run its host drives, sorted by run ID.
+    pub entries: Vec<IndexEntry>,
+    /// Each holder of runs its host drives (by heartbeat key), with what it holds.
+    pub holders: BTreeMap<Arc<str>, Holding>,
+    /// Entries that could not be read.
+    pub bad: Vec<BadEntry>,
+}
+
+fn version_of(etag: &ETag) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same on every run, so nothing depends on a random seed.
+    let mut hasher = std::hash::DefaultHasher::new();
+    etag.0.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// An entry its host drives: who holds it, and the TTL it declared.
+fn held(entry: &IndexEntry) -> Option<(&str, Option<u64>)> {
+    match (&entry.phase, &entry.holder, &entry.recovery_id) {
+        (Phase::Running, Some(holder), None) => Some((holder.as_str(), entry.holder_ttl_ms)),
+        _ => None,
+    }
+}
+
+impl IndexWatch {
+    /// Lists the whole index, fetching only new or changed entries (as [`IndexScan::scan`]).
+    pub async fn scan(&mut self, store: &Store) -> Result<Scanned, StoreError> {
+        let mut slots = HashMap::with_capacity(self.slots.len());
+        let mut fetch = Vec::new();
+        for listed in store.list_all(layout::index_prefix()).await? {
+            let version = listed.etag.as_ref().map(version_of);
+            match self.slots.remove_entry(listed.key.as_str()) {
+                Some((key, slot)) if Some(slot.version) == version => {
+                    slots.insert(key, slot);
+                }
+                _ => fetch.push(listed),
+            }
+        }
+        let fetched: Vec<_> = futures::stream::iter(fetch)
+            .map(|listed| async move {
+                let object = store.read(&listed.key).await;
+                (listed, object)
+            })
+            .buffered(SCAN_CONCURRENCY)
+            .collect()
+            .await;
+        let mut holders: BTreeMap<Arc<str>, Holding> = BTreeMap::new();
+        for slot in slots.values() {
+            if let Kept::Held { holder, ttl_ms } = &slot.kept {
+                hold(&mut holders, Arc::clone(holder), *ttl_ms);
+            }
+        }
+        let mut bad = Vec::new();
+        for (listed, object) in fetched {
+            let Some(object) = object? else {
+                continue;
+            };
+            let entry = match layout::decode_object::<IndexEntry>(
+                &listed.key,
+                INDEX_ENTRY_KIND,
+                &object.bytes,
+            ) {
+                Ok(entry) => entry,
+                Err(error) => {
+                    bad.push(BadEntry {
+                        key: listed.key,
+                        error: error.into(),
+                    });
+                    continue;
+                }
+            };
+            // Kept under the listing's ETag, which the next listing reports again if the
+            // entry is unchanged.
+            let version = version_of(listed.etag.as_ref().unwrap_or(&object.etag));
+            let kept = match held(&entry) {
+                Some((holder, ttl_ms)) => {
+                    let holder = match holders.get_key_value(holder) {
+                        Some((interned, _)) => Arc::clone(interned),
+                        None => Arc::from(holder),
+                    };
+                    hold(&mut holders, Arc::clone(&holder), ttl_ms);
+                    Kept::Held { holder, ttl_ms }
+                }
+                None => Kept::Other(Box::new(entry)),
+            };
+            slots.insert(listed.key.into_boxed_str(), Slot { version, kept });
+        }
+        self.slots = slots;
+        let mut entries: Vec<IndexEntry> = self
+            .slots
+            .values()
+            .filter_map(|slot| match &slot.kept {
+                Kept::Other(entry) => Some(IndexEntry::clone(entry)),
+                Kept::Held { .. } => None,
+            })
+            .collect();
+        entries.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        Ok(Scanned {
+            entries,
+            holders,
+            bad,
+        })
+    }
+
+    /// The entries of the runs `holders` drove at the last scan, read again now: those still
+    /// driven by the same holder, sorted by run ID (one that changed since is left to the next
+    /// scan). Reads side by side; one that fails is left to the next tick.
+    pub async fn held_by(&self, store: &Store, holders: &BTreeSet<String>) -> Vec<IndexEntry> {
+        // Owned, so that the reads' futures borrow nothing from this view.
+        let mut keys: Vec<(String, Arc<str>)> = self
+            .slots
+            .iter()
+            .filter_map(|(key, slot)| match &slot.kept {
+                Kept::Held { holder, .. } if holders.contains(&**holder) => {
+                    Some((key.to_string(), Arc::clone(holder)))
+                }
+                _ => None,
+            })
+            .collect();
+        keys.sort_unstable();
+        let read: Vec<_> = futures::stream::iter(keys)
+            .map(|(key, holder)| async move {
+                let entry = match store.read(&key).await {
+                    Ok(Some(object)) => {
+                        layout::decode_object::<IndexEntry>(&key, INDEX_ENTRY_KIND, &object.bytes)
+                            .ok()
+                    }
+                    Ok(None) => None,
+                    Err(error) => {
+                        tracing::warn!(%key, %error, "cannot read the index entry of a run whose holder is gone");
+                        None
+                    }
+                };
+                entry.filter(|entry| held(entry).is_some_and(|(now, _)| now == &*holder))
+            })
+            .buffered(SCAN_CONCURRENCY)
+            .collect()
+            .await;
+        let mut entries: Vec<IndexEntry> = read.into_iter().flatten().collect();
+        entries.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        entries
+    }
+}
+
+fn hold(holders: &mut BTreeMap<Arc<str>, Holding>, holder: Arc<str>, ttl_ms: Option<u64>) {
+    let holding = holders.entry(holder).or_default();
+    holding.runs += 1;
+    holding.ttl_ms = holding.ttl_ms.max(ttl_ms);
 }

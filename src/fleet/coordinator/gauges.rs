@@ -14,16 +14,19 @@ pub(super) const RUN_STATES: [&str; 5] = [
 ];
 pub(super) const RECOVERY_PHASES: [&str; 3] = ["admitted", "assigned", "running"];
 
-/// The leader's view of the fleet as gauges: runs by state, recoveries by phase, the oldest
-/// interrupted run's age, live workers. `interrupted_since` remembers when this leader first
-/// saw each run interrupted (an index entry's time is when its host started it).
+/// The leader's view of the fleet as gauges: runs by state (`driven`: the runs live hosts
+/// drive, kept only as counts), recoveries by phase, the oldest interrupted run's age, live
+/// workers. `interrupted_since` remembers when this leader first saw each run interrupted (an
+/// index entry's time is when its host started it).
 pub(super) fn export_fleet(
     runs: &[RunView],
+    driven: usize,
     workers: &[WorkerView],
     now_ms: u64,
     interrupted_since: &mut BTreeMap<RunId, u64>,
 ) {
     let mut states = RUN_STATES.map(|s| (s, 0.0));
+    states[0].1 = driven as f64;
     let mut phases = RECOVERY_PHASES.map(|p| (p, 0.0));
     let mut oldest: Option<u64> = None;
     let mut still = BTreeMap::new();

@@ -12,7 +12,7 @@ use super::*;
 /// The coordinator's memory between ticks: caches and liveness observations.
 #[derive(Default)]
 pub(super) struct Observer {
-    pub(super) index: IndexScan,
+    pub(super) index: IndexWatch,
     // Ordered maps: the order of store calls must not depend on a hasher's random seed, so a
     // seeded simulation replays exactly.
     pub(super) registrations: BTreeMap<String, (Option<ETag>, Registration)>,
@@ -261,6 +261,7 @@ pub(super) fn judge_liveness(
     options: &CoordinatorOptions,
     observer: &mut Observer,
     runs: &[RunView],
+    held: &BTreeMap<Arc<str>, Holding>,
     heartbeats: Vec<(String, ETag)>,
     seen: Seen,
 ) -> HashMap<String, bool> {
@@ -281,6 +282,10 @@ pub(super) fn judge_liveness(
     let mut declared: Vec<(String, u64)> = runs
         .iter()
         .filter_map(|run| Some((run.entry.holder.clone()?, run.entry.holder_ttl_ms?)))
+        .chain(
+            held.iter()
+                .filter_map(|(key, holding)| Some((key.to_string(), holding.ttl_ms?))),
+        )
         .collect();
     for (_, registration) in observer.registrations.values() {
         let is_busy = running.contains(registration.worker.as_str());
@@ -304,6 +309,7 @@ pub(super) fn judge_liveness(
     let named = runs
         .iter()
         .filter_map(|run| run.entry.holder.as_deref())
+        .chain(held.keys().map(|key| &**key))
         .chain(
             observer
                 .registrations

@@ -52,7 +52,7 @@ use crate::fleet::admission::Takeover;
 use crate::fleet::lifecycle;
 use crate::fleet::lifecycle::LifecycleError;
 use crate::fleet::wake::Wakeup;
-use crate::store::index::{IndexError, IndexScan};
+use crate::store::index::{Holding, IndexError, IndexWatch};
 use crate::store::lease::{Attempt, Held, Holder, LeaseError};
 use crate::store::recovery::{self, RecoveryError};
 use crate::store::{ETag, Store, StoreError};

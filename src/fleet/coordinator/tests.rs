@@ -379,9 +379,16 @@ async fn an_absent_named_heartbeat_is_gone_only_after_a_ttl() {
     let key = host.heartbeat_key();
     let judge = |observer: &mut Observer| {
         let seen = Seen::at(store.clock().monotonic());
-        judge_liveness(&options, observer, &runs, Vec::new(), seen)
-            .get(&key)
-            .copied()
+        judge_liveness(
+            &options,
+            observer,
+            &runs,
+            &BTreeMap::new(),
+            Vec::new(),
+            seen,
+        )
+        .get(&key)
+        .copied()
     };
     assert_eq!(
         judge(&mut observer),

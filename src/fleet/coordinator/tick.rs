@@ -42,15 +42,46 @@ pub(super) async fn tick(
 ) -> Result<TickReport, TickError> {
     let Read {
         runs,
+        held,
         recheck,
         heartbeats,
         seen,
         versions,
         named,
     } = read_the_bucket(store, holder, options, observer, leading).await?;
-    let (workers, runs, alive) = judge(options, observer, runs, heartbeats, seen, &versions);
+    let (workers, mut runs, alive) =
+        judge(options, observer, runs, &held, heartbeats, seen, &versions);
+    // The runs of holders judged gone, read again in full: interrupted (the rest of the
+    // runs hosts drive need nothing but their holder's watch).
+    let gone: std::collections::BTreeSet<String> = held
+        .keys()
+        .filter(|key| !alive.get(&***key).copied().unwrap_or(false))
+        .map(|key| key.to_string())
+        .collect();
+    if !gone.is_empty() {
+        runs.extend(
+            observer
+                .index
+                .held_by(store, &gone)
+                .await
+                .into_iter()
+                .map(|entry| RunView {
+                    entry,
+                    holder_alive: false,
+                    recovery: None,
+                    answered: false,
+                }),
+        );
+        runs.sort_by(|a, b| a.entry.run_id.cmp(&b.entry.run_id));
+    }
+    let driven = held
+        .iter()
+        .filter(|(key, _)| !gone.contains(&***key))
+        .map(|(_, holding)| holding.runs)
+        .sum();
     export_fleet(
         &runs,
+        driven,
         &workers,
         store.clock().wall_ms(),
         &mut observer.interrupted_since,
@@ -103,11 +134,11 @@ pub(super) async fn tick(
     // made a recovery assignable; a worker to offer around): a failing action cannot spin.
     let again = newly_unreachable || acted.progressed || acted.stale;
     judge_offered_busy(observer, &acted.offered);
-    watch_the_living(observer, &workers, &runs);
+    watch_the_living(observer, &workers, &runs, &held, &alive);
     if let Some(named) = &named {
         remove_the_dead(store, holder, observer, &versions, &alive, named).await;
     }
-    let busy = !runs.is_empty();
+    let busy = !runs.is_empty() || !held.is_empty();
     let mut runs = runs;
     apply_offers(&mut runs, &acted.offered);
     observer.last_view = Some((workers, runs, crate::clock::Stopwatch::start()));
@@ -121,11 +152,13 @@ pub(super) async fn tick(
     })
 }
 
-/// What a tick read: the runs (index entries with their records), the heartbeat listing
-/// (judged as of when it went out), its versions, and the holders the index names (`None`
-/// while an entry is unreadable: it might name any heartbeat, so none is removed).
+/// What a tick read: the runs the control plane acts on (index entries with their records),
+/// the holders of the runs hosts drive, the heartbeat listing (judged as of when it went out),
+/// its versions, and the holders the index names (`None` while an entry is unreadable: it
+/// might name any heartbeat, so none is removed).
 struct Read {
     runs: Vec<RunView>,
+    held: BTreeMap<Arc<str>, Holding>,
     recheck: Option<Duration>,
     heartbeats: Vec<(String, ETag)>,
     seen: Seen,
@@ -157,10 +190,18 @@ async fn read_the_bucket(
     observer.claims.clear();
     let (checked, scanned) = futures::join!(checking, observer.index.scan(store));
     checked.map_err(TickError::NotLeading)?;
-    let (entries, bad) = scanned?;
-    let named = bad
-        .is_empty()
-        .then(|| entries.iter().filter_map(|e| e.holder.clone()).collect());
+    let crate::store::index::Scanned {
+        entries,
+        holders: held,
+        bad,
+    } = scanned?;
+    let named = bad.is_empty().then(|| {
+        entries
+            .iter()
+            .filter_map(|e| e.holder.clone())
+            .chain(held.keys().map(|key| key.to_string()))
+            .collect()
+    });
     for bad in bad {
         tracing::warn!(key = %bad.key, error = %bad.error, "ignoring a bad index entry");
     }
@@ -207,6 +248,7 @@ async fn read_the_bucket(
     }
     Ok(Read {
         runs,
+        held,
         recheck,
         heartbeats,
         seen,
@@ -221,11 +263,12 @@ fn judge(
     options: &CoordinatorOptions,
     observer: &mut Observer,
     runs: Vec<RunView>,
+    held: &BTreeMap<Arc<str>, Holding>,
     heartbeats: Vec<(String, ETag)>,
     seen: Seen,
     versions: &BTreeMap<String, ETag>,
 ) -> (Vec<WorkerView>, Vec<RunView>, HashMap<String, bool>) {
-    let alive = judge_liveness(options, observer, &runs, heartbeats, seen);
+    let alive = judge_liveness(options, observer, &runs, held, heartbeats, seen);
     pass_over_untaken_offers(observer, &runs, versions, options.ttl);
     let still: BTreeMap<String, ETag> = observer
         .unreachable
@@ -344,11 +387,22 @@ async fn act(
 /// The heartbeats whose silence would need action: hosts of running runs and workers running
 /// (or offered) a recovery, while they live. If one falls silent, the watch brings the next
 /// tick at once.
-fn watch_the_living(observer: &mut Observer, workers: &[WorkerView], runs: &[RunView]) {
+fn watch_the_living(
+    observer: &mut Observer,
+    workers: &[WorkerView],
+    runs: &[RunView],
+    held: &BTreeMap<Arc<str>, Holding>,
+    alive: &HashMap<String, bool>,
+) {
     observer.watched = runs
         .iter()
         .filter(|run| run.entry.phase == Phase::Running && run.holder_alive)
         .filter_map(|run| run.entry.holder.clone())
+        .chain(
+            held.keys()
+                .filter(|key| alive.get(&***key).copied().unwrap_or(false))
+                .map(|key| key.to_string()),
+        )
         .chain(
             workers
                 .iter()
