@@ -10,6 +10,7 @@ use rekindle::fleet::lifecycle::LifecycleError;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use rekindle::core::fact::{RecoveryId, RunId, Seq};
 use rekindle::core::layout;
 use rekindle::core::lifecycle::Event;
@@ -639,6 +640,122 @@ async fn index_scans(store: Store) {
     assert_eq!(spent.get, 2, "only the changed and the new entry are read");
 }
 
+/// The coordinator's view of the index keeps a run its host drives as its holder only, every
+/// other entry in full, and reads a gone holder's runs again: only those still its own.
+async fn index_watches(store: Store) {
+    use rekindle::store::index::{self, Holding, IndexWatch};
+    let held = |run: &str, holder: &str, ttl| {
+        let mut entry = IndexEntry::new(RunId::new(run), None, Phase::Running, "fp".into(), 1);
+        entry.holder = Some(holder.into());
+        entry.holder_ttl_ms = Some(ttl);
+        entry
+    };
+    for entry in [
+        held("a1", "hb/a", 300),
+        held("a2", "hb/a", 500),
+        held("b1", "hb/b", 300),
+        IndexEntry::new(RunId::new("p"), None, Phase::Parked, "fp".into(), 1),
+    ] {
+        index::put(&store, &entry).await.unwrap();
+    }
+    let mut watch = IndexWatch::default();
+    let scanned = watch.scan(&store).await.unwrap();
+    let ids: Vec<&str> = scanned.entries.iter().map(|e| e.run_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["p"],
+        "only the entry the control plane acts on, in full"
+    );
+    let holders: Vec<(&str, Holding)> = scanned
+        .holders
+        .iter()
+        .map(|(key, holding)| (&**key, *holding))
+        .collect();
+    assert_eq!(
+        holders,
+        [
+            (
+                "hb/a",
+                Holding {
+                    runs: 2,
+                    ttl_ms: Some(500)
+                }
+            ),
+            (
+                "hb/b",
+                Holding {
+                    runs: 1,
+                    ttl_ms: Some(300)
+                }
+            ),
+        ]
+    );
+    let before = store.metrics();
+    let again = watch.scan(&store).await.unwrap();
+    assert_eq!(
+        store.metrics().since(&before).get,
+        0,
+        "unchanged entries are not read"
+    );
+    assert_eq!(again.holders, scanned.holders);
+
+    // a2 moved on (admitted) since the scan: only a1 is still hb/a's.
+    let mut moved = held("a2", "hb/a", 500);
+    moved.phase = Phase::Recovering;
+    moved.holder = None;
+    index::put(&store, &moved).await.unwrap();
+    let gone = std::collections::BTreeSet::from(["hb/a".to_owned()]);
+    let ids: Vec<String> = watch
+        .held_by(&store, &gone)
+        .await
+        .into_iter()
+        .map(|e| e.run_id.as_str().to_owned())
+        .collect();
+    assert_eq!(ids, ["a1"]);
+    let scanned = watch.scan(&store).await.unwrap();
+    let ids: Vec<&str> = scanned.entries.iter().map(|e| e.run_id.as_str()).collect();
+    assert_eq!(ids, ["a2", "p"]);
+    assert_eq!(scanned.holders.get("hb/a").map(|h| h.runs), Some(1));
+}
+
+/// A listing of a sharded prefix in 16 ranges side by side gives the same keys in the same
+/// order as paging it, for at most one more page per range.
+async fn a_sharded_listing_matches_the_paged_one(store: Store) {
+    let keys: Vec<String> = (0..2600)
+        .map(|i| layout::index_entry(&format!("run-{i}")))
+        .collect();
+    futures::stream::iter(keys.iter())
+        .map(|key| store.put(key, Bytes::from_static(b"{}")))
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .for_each(|put| {
+            put.unwrap();
+        });
+    let paged: Vec<String> = store
+        .list_all(layout::index_prefix())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|listed| listed.key)
+        .collect();
+    let before = store.metrics();
+    let sharded: Vec<String> = store
+        .list_sharded(layout::index_prefix())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|listed| listed.key)
+        .collect();
+    let spent = store.metrics().since(&before);
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(paged, sorted);
+    assert_eq!(sharded, paged);
+    assert!(spent.list <= 3 + 16, "{} LISTs", spent.list);
+}
+
 /// gc deletes superseded generations (once their snapshot is past the grace period) but keeps
 /// every epoch's first one, so a zombie is still fenced afterwards and the run still loads.
 async fn gc_keeps_fences(store: Store) {
@@ -921,6 +1038,8 @@ macro_rules! conformance {
             conformance!(@case $open, session_snapshots);
             conformance!(@case $open, loop_and_workflow_checkpoints);
             conformance!(@case $open, index_scans);
+            conformance!(@case $open, index_watches);
+            conformance!(@case $open, a_sharded_listing_matches_the_paged_one);
             conformance!(@case $open, gc_keeps_fences);
             conformance!(@case $open, commit_costs_one_put);
             conformance!(@case $open, a_load_probes_from_the_hint);

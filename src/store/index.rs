@@ -218,7 +218,7 @@ impl IndexWatch {
     pub async fn scan(&mut self, store: &Store) -> Result<Scanned, StoreError> {
         let mut slots = HashMap::with_capacity(self.slots.len());
         let mut fetch = Vec::new();
-        for listed in store.list_all(layout::index_prefix()).await? {
+        for listed in store.list_sharded(layout::index_prefix()).await? {
             let version = listed.etag.as_ref().map(version_of);
             match self.slots.remove_entry(listed.key.as_str()) {
                 Some((key, slot)) if Some(slot.version) == version => {

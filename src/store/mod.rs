@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
     GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
@@ -1127,6 +1127,67 @@ impl Store {
             all.extend(page);
             if !full {
                 return Ok(all);
+            }
+        }
+    }
+
+    /// [`Store::list_all`] for a prefix whose keys all start with a hex shard
+    /// (`<prefix><shard>/…`, as `layout::index_entry`'s do): once it holds more than one
+    /// page, the rest is listed as 16 ranges side by side, one per first hex digit, so a
+    /// listing of N keys on S3 takes about N / 16 000 round trips after the first instead of
+    /// N / 1 000. The same keys in the same order; the local backend walks once as before.
+    pub async fn list_sharded(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        if matches!(self.backend, Backend::Local { .. }) {
+            return self.list_all(prefix).await;
+        }
+        let mut all = self.list(prefix, None, LIST_PAGE).await?;
+        let Some(last) = all.last().map(|listed| listed.key.clone()) else {
+            return Ok(all);
+        };
+        if all.len() < LIST_PAGE {
+            return Ok(all);
+        }
+        let base = prefix.trim_end_matches('/');
+        // Range `h` holds the keys from `<base>/<h>` to `<base>/<h + 1>` (the last one to the
+        // end); the ranges partition everything after the first page's last key.
+        let ranges = (0..16u32).filter_map(|h| {
+            let start = format!("{base}/{h:x}");
+            let end = (h < 15).then(|| format!("{base}/{:x}", h + 1));
+            if end.as_deref().is_some_and(|end| end <= last.as_str()) {
+                return None;
+            }
+            Some((start.max(last.clone()), end))
+        });
+        let ranges: Vec<Vec<Listed>> = futures::stream::iter(ranges)
+            .map(|(after, end)| self.list_range(prefix, after, end))
+            .buffered(16)
+            .try_collect()
+            .await?;
+        all.extend(ranges.into_iter().flatten());
+        Ok(all)
+    }
+
+    /// The keys under `prefix` after `after` and before `end` (to the end without one), a
+    /// page at a time.
+    async fn list_range(
+        &self,
+        prefix: &str,
+        mut after: String,
+        end: Option<String>,
+    ) -> Result<Vec<Listed>, StoreError> {
+        let mut range = Vec::new();
+        loop {
+            let page = self.list(prefix, Some(&after), LIST_PAGE).await?;
+            let full = page.len() == LIST_PAGE;
+            for listed in page {
+                if end.as_deref().is_some_and(|end| listed.key.as_str() >= end) {
+                    return Ok(range);
+                }
+                range.push(listed);
+            }
+            match range.last() {
+                Some(last) if full => after = last.key.clone(),
+                _ => return Ok(range),
             }
         }
     }
