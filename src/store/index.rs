@@ -158,11 +158,16 @@ impl IndexScan {
 #[derive(Debug, Default)]
 pub struct IndexWatch {
     slots: HashMap<Box<str>, Slot>,
+    /// One copy of each holder's key, shared by the slots of its runs.
+    holders: std::collections::HashSet<Arc<str>>,
+    /// Scans so far: a slot not listed by the latest is dropped.
+    pass: u32,
 }
 
 #[derive(Debug)]
 struct Slot {
     version: u64,
+    pass: u32,
     kept: Kept,
 }
 
@@ -214,35 +219,41 @@ fn held(entry: &IndexEntry) -> Option<(&str, Option<u64>)> {
 }
 
 impl IndexWatch {
+    fn intern(&mut self, holder: &str) -> Arc<str> {
+        match self.holders.get(holder) {
+            Some(interned) => Arc::clone(interned),
+            None => {
+                let interned: Arc<str> = Arc::from(holder);
+                self.holders.insert(Arc::clone(&interned));
+                interned
+            }
+        }
+    }
+
     /// Lists the whole index, fetching only new or changed entries (as [`IndexScan::scan`]).
     pub async fn scan(&mut self, store: &Store) -> Result<Scanned, StoreError> {
-        let mut slots = HashMap::with_capacity(self.slots.len());
+        // Updated in place, and each fetched entry decoded as it lands: a second map or the
+        // whole first scan's objects held at once would set the process's memory high-water
+        // mark at several times what the view keeps.
+        self.pass = self.pass.wrapping_add(1);
+        let pass = self.pass;
         let mut fetch = Vec::new();
         for listed in store.list_sharded(layout::index_prefix()).await? {
             let version = listed.etag.as_ref().map(version_of);
-            match self.slots.remove_entry(listed.key.as_str()) {
-                Some((key, slot)) if Some(slot.version) == version => {
-                    slots.insert(key, slot);
-                }
+            match self.slots.get_mut(listed.key.as_str()) {
+                Some(slot) if Some(slot.version) == version => slot.pass = pass,
                 _ => fetch.push(listed),
             }
         }
-        let fetched: Vec<_> = futures::stream::iter(fetch)
+        let mut fetched = futures::stream::iter(fetch)
             .map(|listed| async move {
                 let object = store.read(&listed.key).await;
                 (listed, object)
             })
-            .buffered(SCAN_CONCURRENCY)
-            .collect()
-            .await;
-        let mut holders: BTreeMap<Arc<str>, Holding> = BTreeMap::new();
-        for slot in slots.values() {
-            if let Kept::Held { holder, ttl_ms } = &slot.kept {
-                hold(&mut holders, Arc::clone(holder), *ttl_ms);
-            }
-        }
+            .buffered(SCAN_CONCURRENCY);
         let mut bad = Vec::new();
-        for (listed, object) in fetched {
+        while let Some((listed, object)) = fetched.next().await {
+            // Gone since it was listed: its slot, if any, goes with the unlisted ones.
             let Some(object) = object? else {
                 continue;
             };
@@ -264,19 +275,28 @@ impl IndexWatch {
             // entry is unchanged.
             let version = version_of(listed.etag.as_ref().unwrap_or(&object.etag));
             let kept = match held(&entry) {
-                Some((holder, ttl_ms)) => {
-                    let holder = match holders.get_key_value(holder) {
-                        Some((interned, _)) => Arc::clone(interned),
-                        None => Arc::from(holder),
-                    };
-                    hold(&mut holders, Arc::clone(&holder), ttl_ms);
-                    Kept::Held { holder, ttl_ms }
-                }
+                Some((holder, ttl_ms)) => Kept::Held {
+                    holder: self.intern(holder),
+                    ttl_ms,
+                },
                 None => Kept::Other(Box::new(entry)),
             };
-            slots.insert(listed.key.into_boxed_str(), Slot { version, kept });
+            let slot = Slot {
+                version,
+                pass,
+                kept,
+            };
+            self.slots.insert(listed.key.into_boxed_str(), slot);
         }
-        self.slots = slots;
+        drop(fetched);
+        self.slots.retain(|_, slot| slot.pass == pass);
+        self.holders.retain(|holder| Arc::strong_count(holder) > 1);
+        let mut holders: BTreeMap<Arc<str>, Holding> = BTreeMap::new();
+        for slot in self.slots.values() {
+            if let Kept::Held { holder, ttl_ms } = &slot.kept {
+                hold(&mut holders, Arc::clone(holder), *ttl_ms);
+            }
+        }
         let mut entries: Vec<IndexEntry> = self
             .slots
             .values()
