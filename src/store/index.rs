@@ -238,13 +238,20 @@ impl IndexWatch {
         self.pass = self.pass.wrapping_add(1);
         let pass = self.pass;
         let mut fetch = Vec::new();
-        for listed in store.list_sharded(layout::index_prefix()).await? {
-            let version = listed.etag.as_ref().map(version_of);
-            match self.slots.get_mut(listed.key.as_str()) {
-                Some(slot) if Some(slot.version) == version => slot.pass = pass,
-                _ => fetch.push(listed),
-            }
-        }
+        let slots = &mut self.slots;
+        store
+            .for_each_sharded(layout::index_prefix(), |listed| {
+                let version = listed.etag.as_ref().map(version_of);
+                match slots.get_mut(listed.key.as_str()) {
+                    Some(slot) if Some(slot.version) == version => slot.pass = pass,
+                    _ => fetch.push(listed),
+                }
+            })
+            .await?;
+        // In key order, once each (a retried page lists some twice): the reads go out in the
+        // same order whatever order the ranges came back in.
+        fetch.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        fetch.dedup_by(|a, b| a.key == b.key);
         let mut fetched = futures::stream::iter(fetch)
             .map(|listed| async move {
                 let object = store.read(&listed.key).await;

@@ -1131,22 +1131,56 @@ impl Store {
         }
     }
 
-    /// [`Store::list_all`] for a prefix whose keys all start with a hex shard
-    /// (`<prefix><shard>/…`, as `layout::index_entry`'s do): once it holds more than one
-    /// page, the rest is listed as 16 ranges side by side, one per first hex digit, so a
-    /// listing of N keys on S3 takes about N / 16 000 round trips after the first instead of
-    /// N / 1 000. The same keys in the same order; the local backend walks once as before.
-    pub async fn list_sharded(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+    /// Calls `each` with every key under `prefix`, a prefix whose keys all start with a hex
+    /// shard (`<prefix><shard>/…`, as `layout::index_entry`'s do), in no particular order and
+    /// never holding more than a few pages: a big index is never held twice in memory (as
+    /// listed, and as its reader keeps it). On S3, once the prefix holds more than one page,
+    /// the rest is listed as 16 ranges side by side, one per first hex digit: N keys take
+    /// about N / 16 000 round trips one after another after the first page, not N / 1 000.
+    /// A retried page may hand `each` some keys twice.
+    pub async fn for_each_sharded(
+        &self,
+        prefix: &str,
+        each: impl FnMut(Listed) + Send,
+    ) -> Result<(), StoreError> {
+        let each = Mutex::new(each);
+        let each = |listed: Listed| (each.lock().unwrap_or_else(|e| e.into_inner()))(listed);
         if matches!(self.backend, Backend::Local { .. }) {
-            return self.list_all(prefix).await;
+            // One walk, as `list_all`'s, handed on as it goes instead of sorted first.
+            return self
+                .retrying("list", prefix, || async {
+                    bump(&self.metrics.list, 1);
+                    let mut stream = self
+                        .inner
+                        .list(Some(&self.path(prefix.trim_end_matches('/'))));
+                    let mut walked = 0usize;
+                    loop {
+                        match stream.next().await {
+                            Some(Ok(meta)) => {
+                                walked += 1;
+                                if walked.is_multiple_of(1000) {
+                                    bump(&self.metrics.list, 1);
+                                }
+                                each(self.listed(meta));
+                            }
+                            Some(Err(object_store::Error::NotFound { .. })) | None => {
+                                return Ok(());
+                            }
+                            Some(Err(error)) => return Err(classify("list", prefix, error)),
+                        }
+                    }
+                })
+                .await;
         }
-        let mut all = self.list(prefix, None, LIST_PAGE).await?;
-        let Some(last) = all.last().map(|listed| listed.key.clone()) else {
-            return Ok(all);
+        let first = self.list(prefix, None, LIST_PAGE).await?;
+        let last = match first.last() {
+            Some(last) if first.len() == LIST_PAGE => last.key.clone(),
+            _ => {
+                first.into_iter().for_each(each);
+                return Ok(());
+            }
         };
-        if all.len() < LIST_PAGE {
-            return Ok(all);
-        }
+        first.into_iter().for_each(each);
         let base = prefix.trim_end_matches('/');
         // Range `h` holds the keys from `<base>/<h>` to `<base>/<h + 1>` (the last one to the
         // end); the ranges partition everything after the first page's last key.
@@ -1158,38 +1192,34 @@ impl Store {
             }
             Some((start.max(last.clone()), end))
         });
-        let ranges: Vec<Vec<Listed>> = futures::stream::iter(ranges)
-            .map(|(after, end)| self.list_range(prefix, after, end))
-            .buffered(16)
-            .try_collect()
-            .await?;
-        all.extend(ranges.into_iter().flatten());
-        Ok(all)
-    }
-
-    /// The keys under `prefix` after `after` and before `end` (to the end without one), a
-    /// page at a time.
-    async fn list_range(
-        &self,
-        prefix: &str,
-        mut after: String,
-        end: Option<String>,
-    ) -> Result<Vec<Listed>, StoreError> {
-        let mut range = Vec::new();
-        loop {
-            let page = self.list(prefix, Some(&after), LIST_PAGE).await?;
-            let full = page.len() == LIST_PAGE;
-            for listed in page {
-                if end.as_deref().is_some_and(|end| listed.key.as_str() >= end) {
-                    return Ok(range);
+        let pages = ranges.map(|(after, end)| {
+            Box::pin(futures::stream::try_unfold(Some(after), move |after| {
+                let end = end.clone();
+                async move {
+                    let Some(after) = after else {
+                        return Ok::<_, StoreError>(None);
+                    };
+                    let page = self.list(prefix, Some(&after), LIST_PAGE).await?;
+                    let full = page.len() == LIST_PAGE;
+                    let page: Vec<Listed> = page
+                        .into_iter()
+                        .take_while(|listed| {
+                            end.as_deref().is_none_or(|end| listed.key.as_str() < end)
+                        })
+                        .collect();
+                    let next = match page.last() {
+                        Some(last) if full && page.len() == LIST_PAGE => Some(last.key.clone()),
+                        _ => None,
+                    };
+                    Ok(Some((page, next)))
                 }
-                range.push(listed);
-            }
-            match range.last() {
-                Some(last) if full => after = last.key.clone(),
-                _ => return Ok(range),
-            }
+            }))
+        });
+        let mut pages = futures::stream::select_all(pages);
+        while let Some(page) = pages.try_next().await? {
+            page.into_iter().for_each(each);
         }
+        Ok(())
     }
 
     /// Lists up to `limit` keys under `prefix` (a key prefix ending in `/`), in key order,
@@ -1209,10 +1239,6 @@ impl Store {
             };
             // The local backend lists in directory order: read it whole, then sort and cut.
             let local = matches!(self.backend, Backend::Local { .. });
-            // A memory bucket lives inside one process and has no clock of its own: its
-            // timestamps are that process's system clock, which tests and the simulation
-            // replace with an injected one. Only a store with its own clock reports times.
-            let timed = !matches!(self.backend, Backend::Memory);
             let mut listed = Vec::new();
             while local || listed.len() < limit {
                 match stream.next().await {
@@ -1221,14 +1247,7 @@ impl Store {
                         if !listed.is_empty() && listed.len().is_multiple_of(1000) {
                             bump(&self.metrics.list, 1);
                         }
-                        listed.push(Listed {
-                            key: self.relative(&meta.location),
-                            etag: meta.e_tag.map(ETag),
-                            size: meta.size,
-                            modified_ms: u64::try_from(meta.last_modified.timestamp_millis())
-                                .ok()
-                                .filter(|&ms| timed && ms > 0),
-                        });
+                        listed.push(self.listed(meta));
                     }
                     Some(Err(object_store::Error::NotFound { .. })) | None => break,
                     Some(Err(error)) => return Err(classify("list", prefix, error)),
@@ -1241,6 +1260,22 @@ impl Store {
             Ok(listed)
         })
         .await
+    }
+
+    /// A listed object as the store reports it.
+    fn listed(&self, meta: object_store::ObjectMeta) -> Listed {
+        // A memory bucket lives inside one process and has no clock of its own: its
+        // timestamps are that process's system clock, which tests and the simulation replace
+        // with an injected one. Only a store with its own clock reports times.
+        let timed = !matches!(self.backend, Backend::Memory);
+        Listed {
+            key: self.relative(&meta.location),
+            etag: meta.e_tag.map(ETag),
+            size: meta.size,
+            modified_ms: u64::try_from(meta.last_modified.timestamp_millis())
+                .ok()
+                .filter(|&ms| timed && ms > 0),
+        }
     }
 
     /// Runs the capability probe unless this process already passed it for this URL.
