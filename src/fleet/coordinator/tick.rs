@@ -139,7 +139,6 @@ pub(super) async fn tick(
         remove_the_dead(store, holder, observer, &versions, &alive, named).await;
     }
     let busy = !runs.is_empty() || !held.is_empty();
-    let mut runs = runs;
     apply_offers(&mut runs, &acted.offered);
     observer.last_view = Some((workers, runs, crate::clock::Stopwatch::start()));
     observer.liveness_at = Some(crate::clock::Stopwatch::start());
