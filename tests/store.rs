@@ -721,8 +721,11 @@ async fn index_watches(store: Store) {
 /// A sharded prefix listed a few pages at a time (16 ranges side by side on S3) hands on
 /// every key under it, each once, for at most one more page per range than paging it.
 async fn a_sharded_listing_hands_on_every_key_once(store: Store) {
+    // Keys at the ranges' bounds (`index/a` ends one range and `index/f` opens the last) and
+    // one that is not sharded at all are listed like any other.
     let keys: Vec<String> = (0..2600)
         .map(|i| layout::index_entry(&format!("run-{i}")))
+        .chain(["index/a", "index/f", "index/zz"].map(String::from))
         .collect();
     futures::stream::iter(keys.iter())
         .map(|key| store.put(key, Bytes::from_static(b"{}")))

@@ -1184,13 +1184,21 @@ impl Store {
         let base = prefix.trim_end_matches('/');
         // Range `h` holds the keys from `<base>/<h>` to `<base>/<h + 1>` (the last one to the
         // end); the ranges partition everything after the first page's last key.
+        // A range ends at its bound inclusive (a key equal to `<base>/<h + 1>` is its, and the
+        // next range lists strictly after it); the first starts right after `last`, so keys
+        // that sort before `<base>/0` are listed too. Nothing after `last` is skipped.
         let ranges = (0..16u32).filter_map(|h| {
             let start = format!("{base}/{h:x}");
             let end = (h < 15).then(|| format!("{base}/{:x}", h + 1));
-            if end.as_deref().is_some_and(|end| end <= last.as_str()) {
+            if end.as_deref().is_some_and(|end| end < last.as_str()) {
                 return None;
             }
-            Some((start.max(last.clone()), end))
+            let after = if h == 0 {
+                last.clone()
+            } else {
+                start.max(last.clone())
+            };
+            Some((after, end))
         });
         let pages = ranges.map(|(after, end)| {
             Box::pin(futures::stream::try_unfold(Some(after), move |after| {
@@ -1204,7 +1212,7 @@ impl Store {
                     let page: Vec<Listed> = page
                         .into_iter()
                         .take_while(|listed| {
-                            end.as_deref().is_none_or(|end| listed.key.as_str() < end)
+                            end.as_deref().is_none_or(|end| listed.key.as_str() <= end)
                         })
                         .collect();
                     let next = match page.last() {
