@@ -423,17 +423,7 @@ pub(crate) async fn run(command: BenchCommand) -> anyhow::Result<()> {
             latency_ms,
             jitter_ms,
         } => {
-            let settings = bench::host_settings(
-                &store_settings.settings(false)?,
-                Duration::from_millis(latency_ms),
-                Duration::from_millis(jitter_ms),
-            );
-            let store = rekindle::store::Store::open(
-                &store,
-                &settings,
-                rekindle::clock::SystemClock::shared(),
-            )
-            .await?;
+            let store = open_child_store(&store, &store_settings, latency_ms, jitter_ms).await?;
             bench::coordinator_process(store, id, Duration::from_millis(ttl_ms)).await?;
         }
         BenchCommand::Host {
@@ -448,17 +438,7 @@ pub(crate) async fn run(command: BenchCommand) -> anyhow::Result<()> {
             latency_ms,
             jitter_ms,
         } => {
-            let settings = bench::host_settings(
-                &store_settings.settings(false)?,
-                Duration::from_millis(latency_ms),
-                Duration::from_millis(jitter_ms),
-            );
-            let store = rekindle::store::Store::open(
-                &store,
-                &settings,
-                rekindle::clock::SystemClock::shared(),
-            )
-            .await?;
+            let store = open_child_store(&store, &store_settings, latency_ms, jitter_ms).await?;
             bench::host(
                 store,
                 &dir,
@@ -472,6 +452,26 @@ pub(crate) async fn run(command: BenchCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The store a bench's child process (a host, a coordinator) opens: the parent's settings,
+/// with its injected latency.
+async fn open_child_store(
+    store: &StoreUrl,
+    store_settings: &StoreSettingsArgs,
+    latency_ms: u64,
+    jitter_ms: u64,
+) -> anyhow::Result<rekindle::store::Store> {
+    use std::time::Duration;
+    let settings = rekindle::fleet::bench::host_settings(
+        &store_settings.settings(false)?,
+        Duration::from_millis(latency_ms),
+        Duration::from_millis(jitter_ms),
+    );
+    Ok(
+        rekindle::store::Store::open(store, &settings, rekindle::clock::SystemClock::shared())
+            .await?,
+    )
 }
 
 /// One JSON line for any report.
