@@ -15,7 +15,9 @@ use shared::StoreArgs;
 mod shared;
 
 /// Finds interrupted agent runs and assigns their recoveries to live workers. Several may
-/// run: one leads (by a lease), the others stand by and take over when it stops.
+/// run: in a bucket of one partition one leads (by a lease) and the others stand by; in a
+/// bucket split into partitions (--partitions) each owns a share, and the others take a
+/// stopped one's share over.
 #[derive(Parser)]
 #[command(name = "rekindle-coordinator", version)]
 struct Args {
@@ -44,6 +46,13 @@ struct Args {
     /// dead-lettered. Step-cap yields, parks and graceful hand-backs do not count.
     #[arg(long, default_value_t = rekindle::core::placement::DEFAULT_MAX_ATTEMPTS, value_parser = shared::at_least_one::<u32>)]
     max_attempts: u32,
+    /// Split the bucket's coordination into this many partitions (1 to 256), if it is not
+    /// split yet; every replica then owns a share, each partition through a lease of its own.
+    /// The count is fixed once set: a bucket split into another count refuses to start.
+    /// Default: the bucket's own count (one partition if it names none: one replica leads,
+    /// the others stand by).
+    #[arg(long, env = "REKINDLE_PARTITIONS", value_parser = clap::value_parser!(u32).range(1..=256))]
+    partitions: Option<u32>,
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
@@ -77,6 +86,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         watch_interval: Duration::from_millis(args.watch_interval_ms),
         wake: Some((endpoint.wakeup, endpoint.url)),
         readiness: Some(endpoint.readiness),
+        partitions: args.partitions,
     };
     coordinator::run(store, options, stop)
         .await

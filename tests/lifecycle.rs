@@ -686,6 +686,7 @@ impl Harness {
             watch_interval: Duration::from_millis(200),
             wake: None,
             readiness: None,
+            partitions: None,
             max_attempts,
         };
         let store = store.clone();
@@ -1132,6 +1133,7 @@ async fn a_refused_start_writes_nothing() {
         watch_interval: Duration::from_millis(100),
         wake: None,
         readiness: None,
+        partitions: None,
         max_attempts: 5,
     };
     let actions = coordinator::tick_once(&store, &coordinator, &options)
@@ -2446,6 +2448,7 @@ async fn write_inbox_with_offer(
             record: offer,
             etag: etag.into(),
         }],
+        ..Default::default()
     };
     store
         .put(&layout::inbox(worker), layout::encode_object(&inbox))

@@ -1145,6 +1145,7 @@ fn coordinator_options(id: &str, ttl: Duration) -> CoordinatorOptions {
         watch_interval: Duration::from_millis(400),
         wake: None,
         readiness: None,
+        partitions: None,
         max_attempts: rekindle::core::placement::DEFAULT_MAX_ATTEMPTS,
     }
 }

@@ -756,6 +756,37 @@ async fn a_sharded_listing_hands_on_every_key_once(store: Store) {
     handed.sort();
     assert_eq!(handed, sorted, "every key once");
     assert!(spent.list <= 3 + 16, "{} LISTs", spent.list);
+    // A partition's shards, listed alone: exactly the keys of those shards, once each, for
+    // ranges that hold more than a page (split side by side) and ranges that hold a few keys.
+    let shard_of = |key: &str| {
+        let shard = key.strip_prefix("index/")?.get(..3)?.strip_suffix('/')?;
+        u8::from_str_radix(shard, 16).ok()
+    };
+    for range in [
+        (0u8, 0u8),
+        (0, 127),
+        (3, 200),
+        (128, 255),
+        (255, 255),
+        (17, 17),
+    ] {
+        let mut handed = Vec::new();
+        store
+            .for_each_in_shards(layout::index_prefix(), range, |listed| {
+                handed.push(listed.key)
+            })
+            .await
+            .unwrap();
+        handed.sort();
+        handed.dedup();
+        let wanted: Vec<String> = sorted
+            .iter()
+            .filter(|key| shard_of(key).is_some_and(|s| (range.0..=range.1).contains(&s)))
+            .cloned()
+            .collect();
+        assert!(!wanted.is_empty());
+        assert_eq!(handed, wanted, "shards {range:?}");
+    }
 }
 
 /// gc deletes superseded generations (once their snapshot is past the grace period) but keeps

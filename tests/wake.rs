@@ -1137,6 +1137,7 @@ async fn a_stale_inbox_entry_is_looked_at_once_not_in_a_loop() {
         recoveries: vec![id.clone()],
         coordinator_wake: None,
         offers: Vec::new(),
+        ..Inbox::default()
     };
     fleet
         .store

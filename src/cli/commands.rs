@@ -686,7 +686,7 @@ async fn all_runs(store: &Store) -> anyhow::Result<Vec<RunId>> {
                 Err(_) => continue,
             }
         };
-        if run.as_str() != layout::COORDINATOR_LEASE_RUN {
+        if !layout::is_coordinator_lease(run.as_str()) {
             runs.push(run);
         }
     }
@@ -781,7 +781,7 @@ fn show_unstarted_recovery(
 /// Why `run` has no generation, in words: never leased (a wrong ID), or leased and never
 /// committed.
 async fn never_committed(store: &Store, run: &RunId) -> anyhow::Result<String> {
-    if run.as_str() == layout::COORDINATOR_LEASE_RUN {
+    if layout::is_coordinator_lease(run.as_str()) {
         return Ok(format!(
             "{run} is the coordinators' leadership lease, not a run (`rekindle status` shows the leader)"
         ));

@@ -5,6 +5,7 @@
 //! derived from the source run ([`recovery_id_for`]) and admission is idempotent.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::layout::FORMAT_VERSION;
@@ -97,6 +98,83 @@ pub struct Inbox {
     /// swap and is read as usual.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offers: Vec<Offer>,
+    /// Where every coordinator that wrote a part takes wake-ups (a bucket split into
+    /// partitions: a slot that frees may serve any of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coordinator_wakes: Vec<String>,
+    /// In a bucket split into partitions, each partition's part, written by its owner by
+    /// compare-and-swap on the inbox; the fields above are their union, so a worker reads the
+    /// inbox the same way whoever wrote it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parts: BTreeMap<u32, InboxPart>,
+}
+
+/// What one partition's owner assigned a worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboxPart {
+    /// The recoveries, each with when it was admitted (the union lists oldest first).
+    pub queued: Vec<(RecoveryId, u64)>,
+    /// Where the partition's owner takes wake-ups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator_wake: Option<String>,
+    /// The records of the recoveries its last write offered (see [`Inbox::offers`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offers: Vec<Offer>,
+}
+
+impl Inbox {
+    /// Where the worker wakes its coordinators: every part's writer, or the one coordinator
+    /// of a bucket of one partition.
+    pub fn wakes(&self) -> Vec<String> {
+        if self.coordinator_wakes.is_empty() {
+            self.coordinator_wake.iter().cloned().collect()
+        } else {
+            self.coordinator_wakes.clone()
+        }
+    }
+
+    /// Replaces the parts of the partitions `owned` with `mine` (an empty part goes) and
+    /// recomputes the union the worker reads: every part's recoveries, oldest admission
+    /// first, their offers, and their writers' wake-up addresses.
+    pub fn merge(
+        &mut self,
+        owned: &std::collections::BTreeSet<u32>,
+        mine: BTreeMap<u32, InboxPart>,
+    ) {
+        self.parts.retain(|partition, _| !owned.contains(partition));
+        self.parts.extend(
+            mine.into_iter()
+                .filter(|(partition, part)| owned.contains(partition) && !part.queued.is_empty()),
+        );
+        let mut queued: Vec<&(RecoveryId, u64)> =
+            self.parts.values().flat_map(|part| &part.queued).collect();
+        queued.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        queued.dedup_by(|a, b| a.0 == b.0);
+        self.recoveries = queued.into_iter().map(|(id, _)| id.clone()).collect();
+        self.offers = self
+            .parts
+            .values()
+            .flat_map(|part| part.offers.iter().cloned())
+            .collect();
+        let mut wakes: Vec<String> = self
+            .parts
+            .values()
+            .filter_map(|part| part.coordinator_wake.clone())
+            .collect();
+        wakes.sort();
+        wakes.dedup();
+        self.coordinator_wake = wakes.first().cloned();
+        self.coordinator_wakes = wakes;
+    }
+
+    /// How many recoveries the parts of partitions not in `owned` list.
+    pub fn elsewhere(&self, owned: &std::collections::BTreeSet<u32>) -> u32 {
+        self.parts
+            .iter()
+            .filter(|(partition, _)| !owned.contains(partition))
+            .map(|(_, part)| part.queued.len() as u32)
+            .sum()
+    }
 }
 
 /// A recovery record as an assignment left it, carried in the worker's inbox.
@@ -106,4 +184,65 @@ pub struct Offer {
     pub record: RecoveryRecord,
     /// Its version (the ETag the assignment's compare-and-swap returned).
     pub etag: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(ids: &[(&str, u64)], wake: &str) -> InboxPart {
+        InboxPart {
+            queued: ids
+                .iter()
+                .map(|(id, at)| (RecoveryId::new(*id), *at))
+                .collect(),
+            coordinator_wake: Some(wake.into()),
+            offers: Vec::new(),
+        }
+    }
+
+    // Two owners write their own parts of one inbox: each keeps the other's, the union lists
+    // every recovery once, oldest first, and both owners are woken; an emptied part goes.
+    #[test]
+    fn owners_merge_their_parts() {
+        let mut inbox = Inbox::default();
+        let a: std::collections::BTreeSet<u32> = [0, 2].into();
+        let b: std::collections::BTreeSet<u32> = [1].into();
+        inbox.merge(
+            &a,
+            [
+                (0, part(&[("r3", 30)], "http://a")),
+                (2, part(&[("r1", 10)], "http://a")),
+            ]
+            .into(),
+        );
+        inbox.merge(&b, [(1, part(&[("r2", 20)], "http://b"))].into());
+        assert_eq!(
+            inbox.recoveries,
+            ["r1", "r2", "r3"].map(RecoveryId::new).to_vec()
+        );
+        assert_eq!(
+            inbox.wakes(),
+            vec!["http://a".to_owned(), "http://b".to_owned()]
+        );
+        assert_eq!(inbox.elsewhere(&a), 1);
+        assert_eq!(inbox.elsewhere(&b), 2);
+        // A part for a partition not owned is not written; an empty one is removed.
+        inbox.merge(
+            &b,
+            [
+                (1, part(&[], "http://b")),
+                (0, part(&[("x", 1)], "http://b")),
+            ]
+            .into(),
+        );
+        assert_eq!(inbox.recoveries, ["r1", "r3"].map(RecoveryId::new).to_vec());
+        assert_eq!(inbox.wakes(), vec!["http://a".to_owned()]);
+        // An inbox of one partition's bucket wakes its one coordinator.
+        let single = Inbox {
+            coordinator_wake: Some("http://c".into()),
+            ..Inbox::default()
+        };
+        assert_eq!(single.wakes(), vec!["http://c".to_owned()]);
+    }
 }

@@ -1,7 +1,7 @@
 //! The bucket layout: every key Rekindle writes, in one place, under a format version.
 //!
 //! ```text
-//! <prefix>/rekindle-format                         format marker {"format":1}
+//! <prefix>/rekindle-format                         format marker {"format":1,"partitions":P}
 //! runs/<shard>/<run>/gen/<n:020>                   run generations (immutable, create-if-absent)
 //! runs/<shard>/<run>/head                          hint: newest snapshot generation (CAS, monotonic)
 //! runs/<shard>/<run>/lease                         the run's lease: holder, epoch, TTL (CAS)
@@ -9,6 +9,7 @@
 //! runs/<shard>/<run>/loop/gen/<n:020>              loop checkpoints (immutable)
 //! heartbeats/<shard>/<holder>                      one liveness object per process (overwritten)
 //! heartbeats/workers/<shard>/<worker>              worker registration: capacity, fingerprint
+//! heartbeats/coordinators/<shard>/<coordinator>    coordinator membership (shares the partitions)
 //! inbox/<shard>/<worker>                           a worker's assigned recoveries (written by the coordinator)
 //! recoveries/<shard>/<recovery>                    recovery records (create-if-absent, then CAS)
 //! index/<shard>/<run>                              active-run index entry (one per run not yet done)
@@ -142,8 +143,87 @@ pub fn heartbeats_prefix() -> &'static str {
     "heartbeats/"
 }
 
-/// The lease the leading coordinator holds (a reserved run ID).
+/// The lease the owner of partition 0 holds (a reserved run ID); in a bucket of one partition,
+/// the leading coordinator's.
 pub const COORDINATOR_LEASE_RUN: &str = "_rekindle-coordinator";
+
+/// The most partitions a bucket may be split into: one per index shard.
+pub const MAX_PARTITIONS: u32 = 256;
+
+/// The lease (a reserved run ID) the owner of `partition` holds: partition 0's is
+/// [`COORDINATOR_LEASE_RUN`], so a bucket of one partition keeps the lease it always had.
+pub fn partition_lease(partition: u32) -> String {
+    if partition == 0 {
+        COORDINATOR_LEASE_RUN.to_owned()
+    } else {
+        format!("{COORDINATOR_LEASE_RUN}-{partition}")
+    }
+}
+
+/// Whether `run` is one of the coordinators' partition leases, not a run.
+pub fn is_coordinator_lease(run: &str) -> bool {
+    match run.strip_prefix(COORDINATOR_LEASE_RUN) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix('-')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())),
+        None => false,
+    }
+}
+
+/// The partition (of `partitions`) an index shard belongs to: the shards are split into
+/// `partitions` contiguous ranges, so a partition is listed from one start key to one end key.
+pub fn partition_of_shard(shard: u8, partitions: u32) -> u32 {
+    u32::from(shard) * partitions.clamp(1, MAX_PARTITIONS) / 256
+}
+
+/// The partition a run's index entry (and so its recovery) belongs to.
+pub fn partition_of_run(run_id: &str, partitions: u32) -> u32 {
+    let shard = u8::from_str_radix(&shard(run_id), 16).unwrap_or(0);
+    partition_of_shard(shard, partitions)
+}
+
+/// The index shards of `partition` (of `partitions`), first and last: never empty, since
+/// there are at most as many partitions as shards.
+pub fn shards_of(partition: u32, partitions: u32) -> (u8, u8) {
+    let partitions = partitions.clamp(1, MAX_PARTITIONS);
+    // The first shard s with s * partitions / 256 == p is ceil(p * 256 / partitions).
+    let first = |p: u32| (p * 256).div_ceil(partitions);
+    let lo = first(partition);
+    let hi = first(partition + 1) - 1;
+    (lo.min(255) as u8, hi.min(255) as u8)
+}
+
+/// The key of a coordinator's membership: it says a coordinator under this ID takes a share of
+/// the partitions while its heartbeat beats. It lives under the heartbeats' prefix, like a
+/// worker's registration, so the heartbeat listing shows every member.
+pub fn coordinator_member(coordinator_id: &str) -> String {
+    format!("heartbeats/{}", spread("coordinators", coordinator_id))
+}
+
+/// The prefix under which every coordinator membership lives (inside [`heartbeats_prefix`]).
+pub fn coordinators_prefix() -> &'static str {
+    "heartbeats/coordinators/"
+}
+
+/// Whether a key listed under [`heartbeats_prefix`] is a coordinator's membership.
+pub fn is_member(key: &str) -> bool {
+    key.starts_with(coordinators_prefix())
+}
+
+/// The heartbeat key of the coordinator a membership key names (both are laid out from the
+/// same ID, so no read is needed).
+pub fn member_heartbeat(member_key: &str) -> Option<String> {
+    member_key
+        .strip_prefix(coordinators_prefix())
+        .map(|rest| format!("{}{rest}", heartbeats_prefix()))
+}
+
+/// Whether a key listed under [`heartbeats_prefix`] is a process's heartbeat (not a worker's
+/// registration or a coordinator's membership).
+pub fn is_heartbeat(key: &str) -> bool {
+    !is_registration(key) && !is_member(key)
+}
 
 /// The key of a recovery record.
 pub fn recovery(recovery_id: &str) -> String {
@@ -274,4 +354,54 @@ pub fn decode_object<T: serde::de::DeserializeOwned>(
         )));
     }
     serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Every shard is in exactly one partition, each partition's shards are the contiguous
+    // range `shards_of` names, and none is empty, for every count a bucket may have.
+    #[test]
+    fn partitions_cover_the_shards_once() {
+        for partitions in 1..=MAX_PARTITIONS {
+            let mut next = 0u32;
+            for partition in 0..partitions {
+                let (lo, hi) = shards_of(partition, partitions);
+                assert_eq!(u32::from(lo), next, "{partition}/{partitions}");
+                assert!(lo <= hi, "{partition}/{partitions}");
+                for shard in lo..=hi {
+                    assert_eq!(partition_of_shard(shard, partitions), partition);
+                }
+                next = u32::from(hi) + 1;
+            }
+            assert_eq!(next, 256, "{partitions}");
+        }
+        assert_eq!(partition_of_run("any", 1), 0);
+    }
+
+    #[test]
+    fn partition_leases_are_told_from_runs() {
+        assert_eq!(partition_lease(0), COORDINATOR_LEASE_RUN);
+        for partition in [0, 1, 17, 255] {
+            assert!(is_coordinator_lease(&partition_lease(partition)));
+        }
+        for run in [
+            "_rekindle-coordinator-",
+            "_rekindle-coordinator-x",
+            "_rekindle-coordinatorx",
+            "run-1",
+        ] {
+            assert!(!is_coordinator_lease(run), "{run}");
+        }
+        for id in ["c1", "a/b", &"x".repeat(300)] {
+            let member = coordinator_member(id);
+            assert!(is_member(&member) && !is_heartbeat(&member));
+            assert_eq!(
+                member_heartbeat(&member).as_deref(),
+                Some(heartbeat(id).as_str())
+            );
+            assert!(is_heartbeat(&heartbeat(id)));
+        }
+    }
 }

@@ -24,6 +24,9 @@ pub struct WorkerView {
     /// recovery it runs is left to it (only a silent heartbeat hands that back), but one
     /// offered and not started moves to another worker.
     pub offer: bool,
+    /// Recoveries the owners of other partitions assigned to it, as its inbox last said (a
+    /// bucket split into partitions): they take its slots and queue as this view's do.
+    pub elsewhere: u32,
 }
 
 /// A run being tracked, with its recovery record if it has one (and it was read this tick).
@@ -285,7 +288,11 @@ fn loads<'a>(
     runs: &[RunView],
 ) -> BTreeMap<&'a str, Load> {
     let mut load: BTreeMap<&str, Load> = workers
-        .map(|w| (w.registration.worker.as_str(), Load::of(&w.registration)))
+        .map(|w| {
+            let mut load = Load::of(&w.registration);
+            load.assigned = i64::from(w.elsewhere);
+            (w.registration.worker.as_str(), load)
+        })
         .collect();
     for run in runs {
         if let Some((_, worker)) = run.assignment()
@@ -359,6 +366,7 @@ mod tests {
             ),
             alive,
             offer: true,
+            elsewhere: 0,
         }
     }
 

@@ -235,6 +235,7 @@ pub async fn run(options: DemoOptions) -> Result<DemoSummary> {
             watch_interval: Duration::from_millis(150),
             wake: None,
             readiness: None,
+            partitions: None,
         },
         Arc::clone(&stop),
     ));

@@ -97,7 +97,7 @@ pub struct Facts {
 pub fn decide(run: &RunId, facts: &Facts, force: bool) -> Result<(), RemovalError> {
     // The coordinators' leadership lease lives where a run's would; retiring it would end
     // leadership for good.
-    if run.as_str() == crate::core::layout::COORDINATOR_LEASE_RUN {
+    if crate::core::layout::is_coordinator_lease(run.as_str()) {
         return Err(RemovalError::NotARun { run: run.clone() });
     }
     let Some(lease) = &facts.lease else {

@@ -626,7 +626,7 @@ async fn count_objects(store: &Store) -> BTreeMap<String, usize> {
 fn heartbeats_only(listed: &[crate::store::Listed]) -> usize {
     listed
         .iter()
-        .filter(|listed| !crate::core::layout::is_registration(&listed.key))
+        .filter(|listed| crate::core::layout::is_heartbeat(&listed.key))
         .count()
 }
 

@@ -296,6 +296,17 @@ pub async fn poke(url: &str) -> Result<(), String> {
     poke_naming(url, &[]).await
 }
 
+/// Wakes each of the coordinators at `urls` (side by side) and names `recoveries` to each:
+/// the first failure is the error, after every one was tried.
+pub async fn poke_all(urls: &[String], recoveries: &[RecoveryId]) -> Result<(), String> {
+    let pokes = urls.iter().map(|url| poke_naming(url, recoveries));
+    futures::future::join_all(pokes)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>, String>>()
+        .map(|_| ())
+}
+
 /// Wakes the process at `url` and names `recoveries` for it to look at (see [`poke`]). IDs a
 /// body cannot carry (longer than the receiver keeps, or with a line break or surrounding
 /// blanks) and those past [`MAX_NAMED`] or the body's size are left out: they are found as

@@ -177,8 +177,8 @@ pub async fn run(
     // The versions of the inbox's offers already used for a start (kept while the inbox
     // carries them).
     let mut used_offers: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-    // Where the leading coordinator takes wake-ups, as the last inbox said.
-    let mut coordinator: Option<String> = None;
+    // Where the coordinators take wake-ups, as the last inbox said.
+    let mut coordinators: Vec<String> = Vec::new();
     // Recoveries that ended for good (finished or dead-lettered): the inbox may still list
     // them until the coordinator rewrites it, and re-reading each record per wake-up would
     // cost a GET each time for nothing. Nothing else is remembered: a recovery handed back
@@ -227,14 +227,13 @@ pub async fn run(
             return Ok(());
         }
         running.retain(|_, task| !task.is_finished());
-        if freed.swap(false, Ordering::SeqCst)
-            && let Some(url) = coordinator.clone()
-        {
+        if freed.swap(false, Ordering::SeqCst) && !coordinators.is_empty() {
             // A slot an attempt held freed: the coordinator may have recoveries waiting for
             // one. (A task that started nothing, for a stale inbox entry, wakes nobody: an
             // offer that keeps failing must not bounce between worker and coordinator.)
+            let urls = coordinators.clone();
             tokio::spawn(async move {
-                if let Err(error) = crate::fleet::wake::poke(&url).await {
+                if let Err(error) = crate::fleet::wake::poke_all(&urls, &[]).await {
                     tracing::debug!(%error, "cannot wake the coordinator");
                 }
             });
@@ -299,7 +298,7 @@ pub async fn run(
         }
         match read_inbox(&store, &options.id).await {
             Ok(inbox) => {
-                coordinator = inbox.coordinator_wake;
+                coordinators = inbox.wakes();
                 let mut done = ended.lock().unwrap_or_else(|e| e.into_inner());
                 // Only what the inbox still lists needs remembering.
                 done.retain(|id| inbox.recoveries.contains(id));
@@ -412,11 +411,9 @@ pub async fn run(
     // is offered while it drains).
     if let Some(wakeup) = &wakeup {
         unstarted.extend(wakeup.take_named());
-        if let Some(url) = coordinator.clone()
-            && !unstarted.is_empty()
-        {
+        if !coordinators.is_empty() && !unstarted.is_empty() {
             let names: Vec<RecoveryId> = std::mem::take(&mut unstarted).into_iter().collect();
-            if let Err(error) = crate::fleet::wake::poke_naming(&url, &names).await {
+            if let Err(error) = crate::fleet::wake::poke_all(&coordinators, &names).await {
                 tracing::debug!(%error, "cannot hand the named recoveries back to the coordinator");
             }
         }
@@ -437,11 +434,9 @@ pub async fn run(
         // Woken for new declines, and again while the inbox still lists declined ones a
         // while later (the coordinator may have decided on a record read just before).
         let again = listed && poked.as_ref().is_some_and(|at| at.elapsed() >= declining);
-        if (new || again)
-            && let Some(url) = coordinator.clone()
-        {
+        if (new || again) && !coordinators.is_empty() {
             poked = Some(crate::clock::Stopwatch::start());
-            if let Err(error) = crate::fleet::wake::poke(&url).await {
+            if let Err(error) = crate::fleet::wake::poke_all(&coordinators, &[]).await {
                 tracing::debug!(%error, "cannot wake the coordinator");
             }
         }
@@ -496,10 +491,7 @@ pub async fn run(
     // The recoveries this worker handed back on its way out go to others now, not at the
     // coordinator's next scan (after its registration and heartbeat are gone, so they are
     // not offered back to it).
-    if handing_back
-        && let Some(url) = &coordinator
-        && let Err(error) = crate::fleet::wake::poke(url).await
-    {
+    if handing_back && let Err(error) = crate::fleet::wake::poke_all(&coordinators, &[]).await {
         tracing::debug!(%error, "cannot wake the coordinator");
     }
     tracing::info!(worker_id = %options.id, "worker stopped");

@@ -94,7 +94,8 @@ pub struct GcReport {
     /// epochs' first slots; lease, claim and recovery records kept.
     pub runs_retired: u64,
     /// Heartbeats of processes gone for longer than their TTL plus the grace period, and
-    /// named by no index entry, deleted (a dead worker's registration and inbox with it).
+    /// named by no index entry, deleted (a dead worker's registration and inbox with it), and
+    /// the memberships of coordinators whose heartbeat is gone.
     pub heartbeats_deleted: u64,
     /// Registrations (with their inboxes) of such dead workers, or of workers whose
     /// heartbeat is gone, deleted; and inboxes of workers no longer registered.
@@ -562,11 +563,15 @@ async fn sweep_dead_processes(
     // and an inbox its registration.
     let inboxes = list_all(store, layout::inbox_prefix()).await?;
     let registrations = list_all(store, layout::workers_prefix()).await?;
-    let heartbeats: BTreeMap<String, Option<u64>> = store
-        .list_all(layout::heartbeats_prefix())
-        .await?
+    let listed = store.list_all(layout::heartbeats_prefix()).await?;
+    let members: Vec<String> = listed
+        .iter()
+        .filter(|listed| layout::is_member(&listed.key))
+        .map(|listed| listed.key.clone())
+        .collect();
+    let heartbeats: BTreeMap<String, Option<u64>> = listed
         .into_iter()
-        .filter(|listed| !layout::is_registration(&listed.key))
+        .filter(|listed| layout::is_heartbeat(&listed.key))
         .map(|listed| (listed.key, listed.modified_ms))
         .collect();
     let grace = millis(policy.grace);
@@ -590,6 +595,17 @@ async fn sweep_dead_processes(
             }
             Ok(_) => {}
             Err(error) => report.skipped.push(error.to_string()),
+        }
+    }
+    // A coordinator's membership goes with its heartbeat (a coordinator beats before it joins,
+    // and one listing shows both): a crashed coordinator's share is the others' already.
+    for key in members {
+        let beat = layout::member_heartbeat(&key).unwrap_or_default();
+        if dead.contains(&beat) || !heartbeats.contains_key(&beat) {
+            if !dry_run {
+                store.delete(&key).await?;
+            }
+            report.heartbeats_deleted += 1;
         }
     }
     let registered: BTreeSet<String> = registrations.iter().cloned().collect();
@@ -687,9 +703,7 @@ async fn collect_or_count(
             crate::store::lease::LEASE_KIND,
             &object.bytes,
         ) {
-            Ok(lease)
-                if lease.retired && lease.run_id.as_str() != layout::COORDINATOR_LEASE_RUN =>
-            {
+            Ok(lease) if lease.retired && !layout::is_coordinator_lease(lease.run_id.as_str()) => {
                 if !dry_run {
                     retire(store, &lease.run_id, RetiredBy::Removal, None).await?;
                 }

@@ -233,6 +233,17 @@ impl IndexWatch {
 
     /// Lists the whole index, fetching only new or changed entries (as [`IndexScan::scan`]).
     pub async fn scan(&mut self, store: &Store) -> Result<Scanned, StoreError> {
+        self.scan_shards(store, &[(0, 255)]).await
+    }
+
+    /// Lists the index entries whose shards lie in `ranges` (first and last shard of each: a
+    /// coordinator's partitions), fetching only new or changed entries; what the view kept of
+    /// other shards goes.
+    pub async fn scan_shards(
+        &mut self,
+        store: &Store,
+        ranges: &[(u8, u8)],
+    ) -> Result<Scanned, StoreError> {
         // Updated in place, and each fetched entry decoded as it lands: a second map or the
         // whole first scan's objects held at once would set the process's memory high-water
         // mark at several times what the view keeps.
@@ -240,15 +251,17 @@ impl IndexWatch {
         let pass = self.pass;
         let mut fetch = Vec::new();
         let slots = &mut self.slots;
-        store
-            .for_each_sharded(layout::index_prefix(), |listed| {
-                let version = listed.etag.as_ref().map(version_of);
-                match slots.get_mut(listed.key.as_str()) {
-                    Some(slot) if Some(slot.version) == version => slot.pass = pass,
-                    _ => fetch.push(listed),
-                }
-            })
-            .await?;
+        for range in ranges {
+            store
+                .for_each_in_shards(layout::index_prefix(), *range, |listed| {
+                    let version = listed.etag.as_ref().map(version_of);
+                    match slots.get_mut(listed.key.as_str()) {
+                        Some(slot) if Some(slot.version) == version => slot.pass = pass,
+                        _ => fetch.push(listed),
+                    }
+                })
+                .await?;
+        }
         // In key order, once each (a retried page lists some twice): the reads go out in the
         // same order whatever order the ranges came back in.
         fetch.sort_unstable_by(|a, b| a.key.cmp(&b.key));

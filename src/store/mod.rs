@@ -52,6 +52,7 @@ pub mod lease;
 pub mod local;
 pub mod log;
 pub mod measure;
+pub mod partitions;
 pub mod recovery;
 pub mod seal;
 pub mod settings;
@@ -1146,31 +1147,7 @@ impl Store {
         let each = Mutex::new(each);
         let each = |listed: Listed| (each.lock().unwrap_or_else(|e| e.into_inner()))(listed);
         if matches!(self.backend, Backend::Local { .. }) {
-            // One walk, as `list_all`'s, handed on as it goes instead of sorted first.
-            return self
-                .retrying("list", prefix, || async {
-                    bump(&self.metrics.list, 1);
-                    let mut stream = self
-                        .inner
-                        .list(Some(&self.path(prefix.trim_end_matches('/'))));
-                    let mut walked = 0usize;
-                    loop {
-                        match stream.next().await {
-                            Some(Ok(meta)) => {
-                                walked += 1;
-                                if walked.is_multiple_of(1000) {
-                                    bump(&self.metrics.list, 1);
-                                }
-                                each(self.listed(meta));
-                            }
-                            Some(Err(object_store::Error::NotFound { .. })) | None => {
-                                return Ok(());
-                            }
-                            Some(Err(error)) => return Err(classify("list", prefix, error)),
-                        }
-                    }
-                })
-                .await;
+            return self.walk_local(prefix, &each).await;
         }
         let first = self.list(prefix, None, LIST_PAGE).await?;
         let last = match first.last() {
@@ -1215,6 +1192,115 @@ impl Store {
                             end.as_deref().is_none_or(|end| listed.key.as_str() <= end)
                         })
                         .collect();
+                    let next = match page.last() {
+                        Some(last) if full && page.len() == LIST_PAGE => Some(last.key.clone()),
+                        _ => None,
+                    };
+                    Ok(Some((page, next)))
+                }
+            }))
+        });
+        let mut pages = futures::stream::select_all(pages);
+        while let Some(page) = pages.try_next().await? {
+            page.into_iter().for_each(each);
+        }
+        Ok(())
+    }
+
+    /// The local backend's listing of `prefix`: one walk, as `list_all`'s, handed on as it goes
+    /// instead of sorted first.
+    async fn walk_local(
+        &self,
+        prefix: &str,
+        each: &(impl Fn(Listed) + Sync),
+    ) -> Result<(), StoreError> {
+        self.retrying("list", prefix, || async {
+            bump(&self.metrics.list, 1);
+            let mut stream = self
+                .inner
+                .list(Some(&self.path(prefix.trim_end_matches('/'))));
+            let mut walked = 0usize;
+            loop {
+                match stream.next().await {
+                    Some(Ok(meta)) => {
+                        walked += 1;
+                        if walked.is_multiple_of(1000) {
+                            bump(&self.metrics.list, 1);
+                        }
+                        each(self.listed(meta));
+                    }
+                    Some(Err(object_store::Error::NotFound { .. })) | None => {
+                        return Ok(());
+                    }
+                    Some(Err(error)) => return Err(classify("list", prefix, error)),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Hands `each` every key under `prefix` whose shard (the two hex digits after the prefix,
+    /// see `layout`) lies in `first..=last`, as [`Store::for_each_sharded`] does for all of
+    /// them: on S3 one listing from the range's start, and once that holds more than a page,
+    /// the rest as up to 16 sub-ranges side by side. A coordinator lists its partitions so.
+    pub async fn for_each_in_shards(
+        &self,
+        prefix: &str,
+        (first, last): (u8, u8),
+        each: impl FnMut(Listed) + Send,
+    ) -> Result<(), StoreError> {
+        if (first, last) == (0, 255) {
+            return self.for_each_sharded(prefix, each).await;
+        }
+        let each = Mutex::new(each);
+        let each = |listed: Listed| (each.lock().unwrap_or_else(|e| e.into_inner()))(listed);
+        let base = prefix.trim_end_matches('/');
+        if matches!(self.backend, Backend::Local { .. }) {
+            for shard in first..=last {
+                self.walk_local(&format!("{base}/{shard:02x}/"), &each)
+                    .await?;
+            }
+            return Ok(());
+        }
+        // Every key of shard `s` sorts after `<base>/<s>` and before `<base>/<s>0` ('/' is
+        // below '0'): the exclusive bounds of a run of shards.
+        let start = |shard: u8| format!("{base}/{shard:02x}");
+        let end = |shard: u8| format!("{base}/{shard:02x}0");
+        let stop = end(last);
+        let page = self.list(prefix, Some(&start(first)), LIST_PAGE).await?;
+        let full = page.len() == LIST_PAGE;
+        let page: Vec<Listed> = page.into_iter().take_while(|l| l.key < stop).collect();
+        let resume = match page.last() {
+            Some(last) if full && page.len() == LIST_PAGE => last.key.clone(),
+            _ => {
+                page.into_iter().for_each(each);
+                return Ok(());
+            }
+        };
+        page.into_iter().for_each(each);
+        // The rest, from `resume`, as up to 16 runs of shards side by side.
+        let count = u32::from(last - first) + 1;
+        let groups = count.min(16);
+        let ranges = (0..groups).filter_map(|g| {
+            let lo = first + (g * count / groups) as u8;
+            let hi = first + ((g + 1) * count / groups - 1) as u8;
+            let until = end(hi);
+            if until <= resume {
+                return None;
+            }
+            Some((start(lo).max(resume.clone()), until))
+        });
+        let pages = ranges.map(|(after, until)| {
+            Box::pin(futures::stream::try_unfold(Some(after), move |after| {
+                let until = until.clone();
+                async move {
+                    let Some(after) = after else {
+                        return Ok::<_, StoreError>(None);
+                    };
+                    let page = self.list(prefix, Some(&after), LIST_PAGE).await?;
+                    let full = page.len() == LIST_PAGE;
+                    let page: Vec<Listed> =
+                        page.into_iter().take_while(|l| l.key < until).collect();
                     let next = match page.last() {
                         Some(last) if full && page.len() == LIST_PAGE => Some(last.key.clone()),
                         _ => None,

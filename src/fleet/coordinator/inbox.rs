@@ -119,6 +119,25 @@ pub(super) async fn write_inboxes(
         })
         .collect();
     let coordinator_wake = options.wake_url();
+    // In a bucket split into partitions, the partition and admission time of each recovery,
+    // for the parts each is written in.
+    let sharing = observer.sharing.as_ref();
+    let sources: BTreeMap<RecoveryId, (u32, u64)> = match observer.partitions {
+        partitions if partitions > 1 => runs
+            .iter()
+            .filter_map(|run| run.recovery.as_ref().map(|record| (run, record)))
+            .map(|(run, record)| {
+                let partition = layout::partition_of_run(run.entry.run_id.as_str(), partitions);
+                (
+                    record.recovery_id.clone(),
+                    (partition, record.admitted_at_ms),
+                )
+            })
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    let sources = &sources;
+    let cached = &observer.inbox_objects;
     let written = futures::stream::iter(changed)
         .map(|(worker, recoveries, write, wake)| {
             let coordinator_wake = coordinator_wake.clone();
@@ -156,39 +175,45 @@ pub(super) async fn write_inboxes(
                 };
                 let put = async {
                     if !write {
-                        return Ok(());
+                        return Ok(Written::Unchanged);
                     }
-                    let inbox = Inbox {
-                        format: FORMAT_VERSION,
-                        kind: "inbox".into(),
-                        worker: worker.clone(),
-                        recoveries: recoveries.clone(),
-                        coordinator_wake,
-                        offers: offered
-                            .get(&worker)
-                            .map(|offers| {
-                                offers
-                                    .iter()
-                                    .filter(|offer| recoveries.contains(&offer.record.recovery_id))
-                                    .cloned()
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
+                    let offers: Vec<Offer> = offered
+                        .get(&worker)
+                        .map(|offers| {
+                            offers
+                                .iter()
+                                .filter(|offer| recoveries.contains(&offer.record.recovery_id))
+                                .cloned()
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let Some(owned) = sharing else {
+                        let inbox = Inbox {
+                            format: FORMAT_VERSION,
+                            kind: "inbox".into(),
+                            worker: worker.clone(),
+                            recoveries: recoveries.clone(),
+                            coordinator_wake,
+                            offers,
+                            ..Inbox::default()
+                        };
+                        return store
+                            .put(&layout::inbox(&worker), layout::encode_object(&inbox))
+                            .await
+                            .map(|_| Written::Whole);
                     };
-                    store
-                        .put(&layout::inbox(&worker), layout::encode_object(&inbox))
-                        .await
-                        .map(|_| ())
+                    let parts = parts_of(&recoveries, offers, sources, owned, coordinator_wake);
+                    let cached = cached.get(&worker).cloned();
+                    merge_write(store, &worker, cached, owned, parts).await
                 };
-                let answered = if named.is_empty() {
-                    put.await?;
-                    poke.await
+                let (written, answered) = if named.is_empty() {
+                    let written = put.await?;
+                    (written, poke.await)
                 } else {
                     let (put, answered) = futures::join!(put, poke);
-                    put?;
-                    answered
+                    (put?, answered)
                 };
-                Ok::<_, StoreError>((worker, recoveries, answered))
+                Ok::<_, StoreError>((worker, recoveries, answered, written))
             }
         })
         .buffer_unordered(ACTION_CONCURRENCY)
@@ -196,11 +221,156 @@ pub(super) async fn write_inboxes(
         .await;
     let mut unanswered = Vec::new();
     for result in written {
-        let (worker, recoveries, answered) = result?;
-        observer.inboxes.insert(worker.clone(), recoveries);
+        let (worker, recoveries, answered, written) = result?;
+        match written {
+            Written::Merged(inbox, etag) => {
+                observer
+                    .inbox_objects
+                    .insert(worker.clone(), (*inbox, etag));
+                observer.inboxes.insert(worker.clone(), recoveries);
+            }
+            // Contended past its tries: written again next tick, read afresh.
+            Written::Contended => {
+                observer.inbox_objects.remove(&worker);
+            }
+            Written::Whole | Written::Unchanged => {
+                observer.inboxes.insert(worker.clone(), recoveries);
+            }
+        }
         if !answered {
             unanswered.push(worker);
         }
     }
     Ok(unanswered)
+}
+
+/// How one inbox write went.
+enum Written {
+    /// Nothing to write.
+    Unchanged,
+    /// Written whole (a bucket of one partition).
+    Whole,
+    /// This share's parts merged into the inbox, as it now is and its version.
+    Merged(Box<Inbox>, ETag),
+    /// Other owners kept changing it: left to the next tick.
+    Contended,
+}
+
+/// Tries of one merged inbox write before it is left to the next tick.
+const MERGE_TRIES: usize = 4;
+
+/// This share's parts of a worker's inbox: `recoveries` (this coordinator's, in order) by the
+/// partition of their source run, each with its offers and this coordinator's wake-up address;
+/// every owned partition has a part, empty if it assigns the worker nothing.
+fn parts_of(
+    recoveries: &[RecoveryId],
+    offers: Vec<Offer>,
+    sources: &BTreeMap<RecoveryId, (u32, u64)>,
+    owned: &std::collections::BTreeSet<u32>,
+    wake: Option<String>,
+) -> BTreeMap<u32, InboxPart> {
+    let fallback = owned.first().copied().unwrap_or(0);
+    let mut parts: BTreeMap<u32, InboxPart> = owned
+        .iter()
+        .map(|&partition| {
+            let part = InboxPart {
+                coordinator_wake: wake.clone(),
+                ..InboxPart::default()
+            };
+            (partition, part)
+        })
+        .collect();
+    let partition_of = |id: &RecoveryId| sources.get(id).map_or((fallback, u64::MAX), |s| *s);
+    for id in recoveries {
+        let (partition, admitted) = partition_of(id);
+        if let Some(part) = parts.get_mut(&partition) {
+            part.queued.push((id.clone(), admitted));
+        }
+    }
+    for offer in offers {
+        let (partition, _) = partition_of(&offer.record.recovery_id);
+        if let Some(part) = parts.get_mut(&partition) {
+            part.offers.push(offer);
+        }
+    }
+    parts
+}
+
+/// Writes this share's `parts` into `worker`'s inbox by compare-and-swap, keeping the other
+/// partitions' parts: on the version cached from this coordinator's last write, or read now;
+/// a swap refused because another owner wrote meanwhile reads the inbox again and merges once
+/// more, up to [`MERGE_TRIES`] times.
+async fn merge_write(
+    store: &Store,
+    worker: &str,
+    mut cached: Option<(Inbox, ETag)>,
+    owned: &std::collections::BTreeSet<u32>,
+    parts: BTreeMap<u32, InboxPart>,
+) -> Result<Written, StoreError> {
+    let key = layout::inbox(worker);
+    for _ in 0..MERGE_TRIES {
+        let (mut inbox, etag) = match cached.take() {
+            Some((inbox, etag)) => (inbox, Some(etag)),
+            None => read_inbox_version(store, worker).await?,
+        };
+        inbox.format = FORMAT_VERSION;
+        inbox.kind = "inbox".into();
+        inbox.worker = worker.to_owned();
+        inbox.merge(owned, parts.clone());
+        let bytes = layout::encode_object(&inbox);
+        let written = match &etag {
+            Some(etag) => store.swap(&key, bytes, etag).await,
+            None => store.create(&key, bytes).await,
+        };
+        match written {
+            Ok(etag) => return Ok(Written::Merged(Box::new(inbox), etag)),
+            Err(
+                StoreError::Changed { .. }
+                | StoreError::AlreadyExists { .. }
+                | StoreError::Unconfirmed { .. },
+            ) => continue,
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(Written::Contended)
+}
+
+/// A worker's inbox with its version (`None` if there is none; an unreadable one is
+/// replaced).
+pub(super) async fn read_inbox_version(
+    store: &Store,
+    worker: &str,
+) -> Result<(Inbox, Option<ETag>), StoreError> {
+    let key = layout::inbox(worker);
+    Ok(match store.read(&key).await? {
+        Some(object) => (
+            layout::decode_object::<Inbox>(&key, "inbox", &object.bytes).unwrap_or_default(),
+            Some(object.etag),
+        ),
+        None => (Inbox::default(), None),
+    })
+}
+
+/// Reads the inboxes of `workers` again (side by side), for what the other partitions'
+/// owners assigned them: a tick that places recoveries counts those against the workers.
+pub(super) async fn refresh_inboxes(store: &Store, observer: &mut Observer, workers: Vec<String>) {
+    let read = futures::stream::iter(workers)
+        .map(|worker| async move {
+            let read = read_inbox_version(store, &worker).await;
+            (worker, read)
+        })
+        .buffer_unordered(ACTION_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    for (worker, read) in read {
+        match read {
+            Ok((inbox, Some(etag))) => {
+                observer.inbox_objects.insert(worker, (inbox, etag));
+            }
+            Ok((_, None)) => {
+                observer.inbox_objects.remove(&worker);
+            }
+            Err(error) => tracing::debug!(worker_id = %worker, %error, "cannot read an inbox"),
+        }
+    }
 }

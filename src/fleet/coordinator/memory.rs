@@ -73,6 +73,57 @@ pub(super) struct Observer {
     pub(super) unanswered: Vec<String>,
     /// When the heartbeats were last listed and judged (by a tick or the watch).
     pub(super) liveness_at: Option<crate::clock::Stopwatch>,
+    /// The other coordinators sharing the partitions, by membership key, whose heartbeats
+    /// were judged alive at the last listing (see `share`).
+    pub(super) members: std::collections::BTreeSet<String>,
+    /// Members whose heartbeats were judged gone at the last listing: their partitions'
+    /// leases are taken over without waiting a second TTL.
+    pub(super) gone_members: std::collections::BTreeSet<String>,
+    /// The bucket's partition count as of the last tick, and (in a bucket of several) the
+    /// partitions this coordinator's share held then.
+    pub(super) partitions: u32,
+    pub(super) sharing: Option<std::collections::BTreeSet<u32>>,
+    /// In a bucket of several partitions, each worker's inbox as this coordinator last wrote
+    /// or read it, with its version: the other owners' parts, and the version to swap.
+    pub(super) inbox_objects: BTreeMap<String, (Inbox, ETag)>,
+}
+
+/// The recoveries other partitions' owners assigned `worker`, as its inbox last said.
+pub(super) fn elsewhere(observer: &Observer, worker: &str) -> u32 {
+    match (&observer.sharing, observer.inbox_objects.get(worker)) {
+        (Some(owned), Some((inbox, _))) => inbox.elsewhere(owned),
+        _ => 0,
+    }
+}
+
+/// Judges the coordinators' memberships `listed` by their heartbeats' verdicts in `alive`
+/// (a membership whose heartbeat is not listed is gone); `own` is this coordinator's.
+pub(super) fn judge_members(
+    observer: &mut Observer,
+    own: &str,
+    listed: &[String],
+    alive: &HashMap<String, bool>,
+) {
+    observer.members.clear();
+    observer.gone_members.clear();
+    for member in listed.iter().filter(|member| member.as_str() != own) {
+        let beats = layout::member_heartbeat(member)
+            .and_then(|beat| alive.get(&beat).copied())
+            .unwrap_or(false);
+        if beats {
+            observer.members.insert(member.clone());
+        } else {
+            observer.gone_members.insert(member.clone());
+        }
+    }
+}
+
+/// The heartbeats of the live members: watched between ticks like a host's.
+pub(super) fn member_heartbeats(observer: &Observer) -> impl Iterator<Item = String> + '_ {
+    observer
+        .members
+        .iter()
+        .filter_map(|member| layout::member_heartbeat(member))
 }
 
 /// Every this many ticks, a sweep: records that are otherwise cached are read again, and every

@@ -34,11 +34,12 @@ mod memory;
 mod named;
 mod observe;
 mod run;
+mod share;
 #[cfg(test)]
 mod tests;
 mod tick;
 
-use crate::core::assignment::{Inbox, Offer, Registration, recovery_id_for};
+use crate::core::assignment::{Inbox, InboxPart, Offer, Registration, recovery_id_for};
 use crate::core::epoch::Epoch;
 use crate::core::fact::{RecoveryId, RunId};
 use crate::core::layout::{self, FORMAT_VERSION};
@@ -63,7 +64,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 // The faces share one namespace: each reaches the others through this module.
-use self::{cleanup::*, execute::*, gauges::*, inbox::*, memory::*, named::*, observe::*, tick::*};
+use self::{
+    cleanup::*, execute::*, gauges::*, inbox::*, memory::*, named::*, observe::*, share::*, tick::*,
+};
 
 pub use self::cleanup::DEAD_AFTER_TTLS;
 pub use self::inbox::read_inbox;
@@ -96,6 +99,10 @@ pub struct CoordinatorOptions {
     pub wake: Option<(Wakeup, Option<String>)>,
     /// What the process's `/readyz` answers, kept up to date by the loop.
     pub readiness: Option<Arc<crate::fleet::readiness::Readiness>>,
+    /// The partition count to split the bucket into if it is not split yet (`None`: the
+    /// bucket's own count, one if it names none). A bucket split into another count refuses
+    /// to start the coordinator.
+    pub partitions: Option<u32>,
 }
 
 impl CoordinatorOptions {
@@ -110,6 +117,7 @@ impl CoordinatorOptions {
             watch_interval: Duration::from_secs(1),
             wake: None,
             readiness: None,
+            partitions: None,
         }
     }
 

@@ -40,7 +40,7 @@ pub(super) async fn assign_named(
     holder: &Arc<Holder>,
     options: &CoordinatorOptions,
     observer: &mut Observer,
-    leading: &Held,
+    leading: &Shares,
     named: Vec<RecoveryId>,
 ) -> Result<NamedOutcome, TickError> {
     let read = |batch: Vec<RecoveryId>| {
@@ -85,7 +85,7 @@ pub(super) async fn assign_named(
     };
     let forwarding = forward(&named, &mut forwards);
     let (checked, mut results, answered) =
-        futures::join!(holder.check(leading), read(named), forwarding);
+        futures::join!(leading.check(holder), read(named), forwarding);
     note_forwarded(&mut observer.forwarded, answered.sent);
     checked.map_err(TickError::NotLeading)?;
     let mut deaf: std::collections::BTreeSet<String> = answered.deaf.into_iter().collect();
@@ -96,6 +96,9 @@ pub(super) async fn assign_named(
     for round in 1..=NAMED_ROUNDS {
         for (result, id) in results {
             match result {
+                // Another coordinator's partition: its owner places it (the forward, if
+                // any, still lets a worker claim it first).
+                Ok(Some((record, _))) if !leading.owns_run(record.source_run.as_str()) => {}
                 Ok(Some((record, etag))) => {
                     let claimer = forwarded.get(&id).filter(|worker| {
                         crate::core::lifecycle::unclaimed(&record)

@@ -15,7 +15,10 @@ pub(super) async fn watch(
     observer: &mut Observer,
 ) -> Result<bool, StoreError> {
     let Listing {
-        heartbeats, seen, ..
+        heartbeats,
+        seen,
+        members,
+        ..
     } = list_heartbeats_seen(store).await?;
     let heartbeats = liveness::with_absent(heartbeats, observer.watched.iter().map(String::as_str));
     let listed: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
@@ -31,6 +34,12 @@ pub(super) async fn watch(
     );
     let running_keys = observer.watched.clone();
     remember_the_gone(&mut observer.gone, &listed, &mut alive, &running_keys);
+    judge_members(
+        observer,
+        &layout::coordinator_member(&options.id),
+        &members,
+        &alive,
+    );
     observer.liveness_at = Some(crate::clock::Stopwatch::start());
     let gone = observer
         .watched
@@ -43,9 +52,46 @@ pub(super) async fn watch(
     Ok(false)
 }
 
-/// One LIST of the heartbeats' prefix: every process's heartbeat and every worker's
-/// registration, each with its listed version, and when the listing was issued and returned.
+/// One look at the coordinators sharing the partitions, for one that owns none (no tick lists
+/// the heartbeats for it): their memberships judged by their heartbeats (one LIST), and their
+/// heartbeats watched from now on.
+pub(super) async fn look_at_members(
+    store: &Store,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+) -> Result<(), StoreError> {
+    let Listing {
+        heartbeats,
+        seen,
+        members,
+        ..
+    } = list_heartbeats_seen(store).await?;
+    let alive = liveness::judge_heartbeats(
+        &mut observer.liveness,
+        options.ttl,
+        observer
+            .declared
+            .iter()
+            .map(|(key, ttl)| (key.as_str(), *ttl)),
+        heartbeats,
+        seen,
+    );
+    judge_members(
+        observer,
+        &layout::coordinator_member(&options.id),
+        &members,
+        &alive,
+    );
+    observer.watched = member_heartbeats(observer).collect();
+    observer.liveness_at = Some(crate::clock::Stopwatch::start());
+    Ok(())
+}
+
+/// One LIST of the heartbeats' prefix: every process's heartbeat, every worker's registration
+/// and every coordinator's membership, each with its listed version, and when the listing was issued and returned.
 pub(super) struct Listing {
+    /// The coordinators' membership keys (see `share`).
+    pub(super) members: Vec<String>,
     pub(super) heartbeats: Vec<(String, ETag)>,
     pub(super) registrations: Vec<(String, Option<ETag>)>,
     pub(super) seen: Seen,
@@ -58,10 +104,14 @@ pub(super) async fn list_heartbeats_seen(store: &Store) -> Result<Listing, Store
         issued,
         returned: store.clock().monotonic(),
     };
+    let (members, listed): (Vec<_>, Vec<_>) = listed
+        .into_iter()
+        .partition(|listed| layout::is_member(&listed.key));
     let (registrations, heartbeats): (Vec<_>, Vec<_>) = listed
         .into_iter()
         .partition(|listed| layout::is_registration(&listed.key));
     Ok(Listing {
+        members: members.into_iter().map(|listed| listed.key).collect(),
         heartbeats: heartbeats
             .into_iter()
             .map(|listed| {

@@ -18,11 +18,29 @@ pub async fn run(
     if let Some(readiness) = &options.readiness {
         readiness.started(&holder);
     }
-    let lease_run = RunId::new(layout::COORDINATOR_LEASE_RUN);
-    // The leader this coordinator last logged it stands by for.
-    let mut standing_by: Option<String> = None;
+    let partitions = match options.partitions {
+        Some(wanted) => crate::store::partitions::set(&store, wanted).await,
+        None => crate::store::partitions::read(&store).await,
+    };
+    let partitions = match partitions {
+        Ok(partitions) => partitions,
+        Err(error) => {
+            stop.store(true, Ordering::SeqCst);
+            let _ = beating.await;
+            let _ = holder.retire().await;
+            return Err(error.into());
+        }
+    };
+    let mut shares = Shares::new(partitions);
+    if partitions > 1 {
+        // A member only once its heartbeat is written (the heartbeat task's first beat).
+        holder.beat().await.ok();
+        if let Err(error) = join(&store, &options).await {
+            tracing::warn!(%error, "cannot write the coordinator's membership; owning partitions by their leases alone");
+        }
+        tracing::info!(coordinator = %options.id, partitions, "sharing the bucket's partitions");
+    }
     let mut observer = Observer::default();
-    let mut leading: Option<Held> = None;
     // Kept across ticks: a standby judges the leader dead only after a whole TTL of silence.
     let mut standby = ExpiryWatch::default();
     // Ticks may follow each other at once while they make progress (admissions to assign),
@@ -32,33 +50,35 @@ pub async fn run(
     let mut woken = false;
     // Whether the next turn must be a full tick (the last one asked for another at once).
     let mut tick_due = false;
+    let mut first = true;
     while !stop.load(Ordering::SeqCst) {
-        if leading.is_none() {
-            match holder
-                .try_acquire(&lease_run, Epoch::ZERO, &mut standby)
-                .await
-            {
-                Ok(Attempt::Held(held)) => {
-                    tracing::info!(coordinator = %options.id, epoch = %held.epoch, "leading");
-                    // Another leader may have written the inboxes since this one last did,
-                    // and changed the fleet (and the records) since this one last looked.
-                    observer.inboxes.clear();
-                    observer.last_view = None;
-                    observer.records.clear();
-                    leading = Some(held);
-                    standing_by = None;
-                    set_leading(&options, true);
-                }
-                Ok(Attempt::Alive { holder: leader }) => {
-                    if standing_by.as_ref() != Some(&leader) {
-                        tracing::info!(coordinator = %options.id, leader = %leader, "standing by: another coordinator leads");
-                        standing_by = Some(leader);
-                    }
-                    set_leading(&options, false);
-                }
-                Err(error) => tracing::warn!(%error, "cannot take the coordinator lease"),
+        let before: Vec<u32> = shares.held.keys().copied().collect();
+        if shares.partitions > 1 && (shares.is_empty() || observer.liveness_at.is_none()) {
+            // Holding nothing, no tick lists the heartbeats: look at the members here.
+            if let Err(error) = look_at_members(&store, &options, &mut observer).await {
+                tracing::warn!(%error, "cannot list the coordinators");
             }
         }
+        rebalance(
+            &store,
+            &holder,
+            &options,
+            &observer,
+            &mut shares,
+            &mut standby,
+        )
+        .await;
+        let after: Vec<u32> = shares.held.keys().copied().collect();
+        if after != before || std::mem::take(&mut first) {
+            // Another coordinator may have written the inboxes since this one last did, and
+            // changed the fleet (and the records) since this one last looked.
+            observer.inboxes.clear();
+            observer.inbox_objects.clear();
+            observer.last_view = None;
+            observer.records.clear();
+            set_leading(&options, !shares.is_empty());
+        }
+        let leading = (!shares.is_empty()).then_some(&shares);
         // A standby looks at the leader's lease at least once per TTL: taking over needs two
         // looks a TTL apart, so a scan interval longer than the TTL would double the wait.
         let mut pause = if leading.is_some() {
@@ -66,7 +86,9 @@ pub async fn run(
         } else {
             options.scan_interval.min(options.ttl)
         };
-        let mut watching = false;
+        // Coordinators sharing partitions watch each other: one that falls silent has its
+        // partitions taken over once its TTL runs out, not a scan later.
+        let mut watching = !observer.members.is_empty();
         // Recoveries a wake-up named (just admitted) are assigned on the last full tick's
         // view of the workers, without waiting for their index entries and a scan (a worker
         // that died since does not answer its wake-up, and what was offered to it is looked
@@ -117,7 +139,7 @@ pub async fn run(
                 let looking = named.clone();
                 match assign_named(&store, &holder, &options, &mut observer, held, named).await {
                     Err(TickError::NotLeading(error)) => {
-                        leading = lost_leadership(&options, &error);
+                        lost_leadership(&options, &mut shares, &error);
                         continue;
                     }
                     Ok(outcome) if outcome.again.is_empty() => {
@@ -149,7 +171,7 @@ pub async fn run(
                 let named = std::mem::take(&mut after_tick);
                 match assign_named(&store, &holder, &options, &mut observer, held, named).await {
                     Err(TickError::NotLeading(error)) => {
-                        leading = lost_leadership(&options, &error);
+                        lost_leadership(&options, &mut shares, &error);
                         continue;
                     }
                     // What still could not be placed waits for a worker's wake-up or the
@@ -178,7 +200,7 @@ pub async fn run(
             }
             match ticked {
                 Err(TickError::NotLeading(error)) => {
-                    leading = lost_leadership(&options, &error);
+                    lost_leadership(&options, &mut shares, &error);
                     continue;
                 }
                 Ok(report) if report.again && followed_up < MAX_IMMEDIATE_TICKS => {
@@ -209,8 +231,11 @@ pub async fn run(
     if let Some(readiness) = &options.readiness {
         readiness.draining();
     }
-    if let Some(held) = &leading {
+    for held in shares.held.values() {
         let _ = holder.release(held).await;
+    }
+    if shares.partitions > 1 {
+        leave(&store, &options).await;
     }
     let _ = beating.await;
     let _ = holder.retire().await;
@@ -262,12 +287,20 @@ pub(super) async fn wait_for_next_tick(
     }
 }
 
-/// Logs that this coordinator no longer leads and says so to `/readyz` and the metrics;
-/// returns the leadership it holds now (none).
-pub(super) fn lost_leadership(options: &CoordinatorOptions, error: &LeaseError) -> Option<Held> {
-    tracing::info!(coordinator = %options.id, %error, "no longer leading");
-    set_leading(options, false);
-    None
+/// Logs that this coordinator lost a partition's lease (in a bucket of one partition, the
+/// leadership), forgets it, and says to `/readyz` and the metrics whether it still owns any.
+pub(super) fn lost_leadership(
+    options: &CoordinatorOptions,
+    shares: &mut Shares,
+    error: &LeaseError,
+) {
+    shares.drop_lost(error);
+    if shares.is_empty() {
+        tracing::info!(coordinator = %options.id, %error, "no longer leading");
+    } else {
+        tracing::info!(coordinator = %options.id, %error, "lost a partition");
+    }
+    set_leading(options, !shares.is_empty());
 }
 
 /// Tells `/readyz` and the metrics whether this coordinator leads. A coordinator that stops

@@ -248,7 +248,9 @@ async fn a_leader_that_lost_its_lease_mid_tick_admits_nothing() {
     index_running(&direct, &run, &host).await;
     let leadership = RunId::new(layout::COORDINATOR_LEASE_RUN);
     let coordinator = Holder::new(&slow, "c", ttl);
-    let held = coordinator.acquire(&leadership).await.unwrap();
+    let mut held = Shares::new(1);
+    held.held
+        .insert(0, coordinator.acquire(&leadership).await.unwrap());
     let options = CoordinatorOptions::new("c", ttl);
     let mut observer = Observer::default();
     let first = tick(&slow, &coordinator, &options, &mut observer, Some(&held))

@@ -30,16 +30,21 @@ pub(super) enum TickError {
     NotLeading(LeaseError),
 }
 
-/// One look at the bucket and the actions it calls for. With `leading`, the leadership lease
-/// is checked while the index is read (one round trip fewer), and nothing is acted on if it
-/// is lost.
+/// One look at the bucket and the actions it calls for. With `leading` (this coordinator's
+/// share of the partitions), only the share's index shards are read, its leases are checked
+/// while the index is read (one round trip fewer), and nothing is acted on if one is lost.
+/// Without, the whole index is read.
 pub(super) async fn tick(
     store: &Store,
     holder: &Arc<Holder>,
     options: &CoordinatorOptions,
     observer: &mut Observer,
-    leading: Option<&Held>,
+    leading: Option<&Shares>,
 ) -> Result<TickReport, TickError> {
+    observer.partitions = leading.map_or(1, |shares| shares.partitions);
+    observer.sharing = leading
+        .filter(|shares| shares.partitions > 1)
+        .map(|shares| shares.held.keys().copied().collect());
     let Read {
         runs,
         held,
@@ -48,9 +53,32 @@ pub(super) async fn tick(
         seen,
         versions,
         named,
+        members,
     } = read_the_bucket(store, holder, options, observer, leading).await?;
+    // Sharing the workers with other partitions' owners: what they assigned each worker takes
+    // its slots too, read afresh when this tick may place a recovery.
+    if observer.sharing.is_some()
+        && runs.iter().any(|run| {
+            run.recovery
+                .as_ref()
+                .is_some_and(|record| record.state == RecoveryState::Admitted)
+        })
+    {
+        let workers = observer
+            .registrations
+            .values()
+            .map(|(_, registration)| registration.worker.clone())
+            .collect();
+        refresh_inboxes(store, observer, workers).await;
+    }
     let (workers, mut runs, alive) =
         judge(options, observer, runs, &held, heartbeats, seen, &versions);
+    judge_members(
+        observer,
+        &layout::coordinator_member(&options.id),
+        &members,
+        &alive,
+    );
     // The runs of holders judged gone, read again in full: interrupted (the rest of the
     // runs hosts drive need nothing but their holder's watch).
     let gone: std::collections::BTreeSet<String> = held
@@ -91,12 +119,12 @@ pub(super) async fn tick(
     // and an admission fences a host on this tick's verdict. Checked again before admitting
     // (one GET, only in a tick that admits; other actions are compare-and-swaps on records,
     // which two leaders at once only make cost requests).
-    if let Some(held) = leading
+    if let Some(shares) = leading
         && actions
             .iter()
             .any(|action| matches!(action, Action::Admit { .. }))
     {
-        holder.check(held).await.map_err(TickError::NotLeading)?;
+        shares.check(holder).await.map_err(TickError::NotLeading)?;
     }
     let judged = Judged {
         versions: &versions,
@@ -135,7 +163,11 @@ pub(super) async fn tick(
     let again = newly_unreachable || acted.progressed || acted.stale;
     judge_offered_busy(observer, &acted.offered);
     watch_the_living(observer, &workers, &runs, &held, &alive);
-    if let Some(named) = &named {
+    // The index named is this share's only: partition 0's owner cleans up for everyone (a
+    // removed heartbeat fences nothing, see `cleanup`).
+    if let Some(named) = &named
+        && leading.is_none_or(Shares::cleans_up)
+    {
         remove_the_dead(store, holder, observer, &versions, &alive, named).await;
     }
     let busy = !runs.is_empty() || !held.is_empty();
@@ -163,6 +195,7 @@ struct Read {
     seen: Seen,
     versions: BTreeMap<String, ETag>,
     named: Option<std::collections::BTreeSet<String>>,
+    members: Vec<String>,
 }
 
 /// The tick's reads: the leadership (with `leading`) beside the index, the heartbeat listing
@@ -172,22 +205,26 @@ async fn read_the_bucket(
     holder: &Arc<Holder>,
     options: &CoordinatorOptions,
     observer: &mut Observer,
-    leading: Option<&Held>,
+    leading: Option<&Shares>,
 ) -> Result<Read, TickError> {
     // The index is read before the heartbeats: a host beats before it writes its entry, so
     // every holder named by an entry seen here is in the heartbeat listing that follows, and
     // a missing heartbeat really means the holder is gone.
     let checking = async {
         match leading {
-            Some(held) => holder.check(held).await,
+            Some(shares) => shares.check(holder).await,
             None => Ok(()),
         }
+    };
+    let ranges = match leading {
+        Some(shares) if !shares.whole() => shares.ranges(),
+        _ => vec![(0, 255)],
     };
     // A tick that fails part-way leaves no view to place named recoveries on. The records
     // read now say who claimed what.
     observer.last_view = None;
     observer.claims.clear();
-    let (checked, scanned) = futures::join!(checking, observer.index.scan(store));
+    let (checked, scanned) = futures::join!(checking, observer.index.scan_shards(store, &ranges));
     checked.map_err(TickError::NotLeading)?;
     let crate::store::index::Scanned {
         entries,
@@ -210,6 +247,7 @@ async fn read_the_bucket(
         heartbeats,
         registrations,
         seen,
+        members,
     } = list_heartbeats_seen(store).await?;
     refresh_registrations(store, observer, &registrations).await;
     if observer.ticks_since_sweep == 0 {
@@ -253,6 +291,7 @@ async fn read_the_bucket(
         seen,
         versions,
         named,
+        members,
     })
 }
 
@@ -284,6 +323,7 @@ fn judge(
         .map(|(_, registration)| WorkerView {
             alive: alive.get(&registration.heartbeat).copied().unwrap_or(false),
             offer: !observer.unreachable.contains_key(&registration.worker),
+            elsewhere: elsewhere(observer, &registration.worker),
             registration: registration.clone(),
         })
         .collect();
@@ -393,6 +433,7 @@ fn watch_the_living(
     held: &BTreeMap<Arc<str>, Holding>,
     alive: &HashMap<String, bool>,
 ) {
+    let members: Vec<String> = member_heartbeats(observer).collect();
     observer.watched = runs
         .iter()
         .filter(|run| run.entry.phase == Phase::Running && run.holder_alive)
@@ -408,5 +449,6 @@ fn watch_the_living(
                 .filter(|w| w.alive && observer.judged_busy.contains(&w.registration.worker))
                 .map(|w| w.registration.heartbeat.clone()),
         )
+        .chain(members)
         .collect();
 }
