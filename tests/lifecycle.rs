@@ -678,6 +678,18 @@ impl Harness {
         max_attempts: u32,
         stop: &Arc<AtomicBool>,
     ) -> tokio::task::JoinHandle<()> {
+        self.spawn_sharing_coordinator(store, id, ttl, max_attempts, None, stop)
+    }
+
+    fn spawn_sharing_coordinator(
+        &self,
+        store: &Store,
+        id: &str,
+        ttl: Duration,
+        max_attempts: u32,
+        partitions: Option<u32>,
+        stop: &Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
         let options = CoordinatorOptions {
             id: id.into(),
             ttl,
@@ -686,7 +698,7 @@ impl Harness {
             watch_interval: Duration::from_millis(200),
             wake: None,
             readiness: None,
-            partitions: None,
+            partitions,
             max_attempts,
         };
         let store = store.clone();
@@ -2686,4 +2698,151 @@ async fn a_failed_attempt_releases_the_recovery_runs_lease() {
         view.lease.released,
         "the failed attempt released the recovery run's lease"
     );
+}
+
+/// Who holds each of the bucket's `partitions` partition leases (`None`: nobody, or released).
+async fn partition_owners(store: &Store, partitions: u32) -> Vec<Option<String>> {
+    let mut owners = Vec::new();
+    for partition in 0..partitions {
+        let run = RunId::new(layout::partition_lease(partition));
+        owners.push(match lease::read_lease(store, &run).await.unwrap() {
+            Some(view) if !view.lease.released => Some(view.lease.holder),
+            _ => None,
+        });
+    }
+    owners
+}
+
+// Proves coordinators share a bucket split into partitions: three coordinators own all 16
+// partitions between them (each a share), runs whose hosts die in every partition are each
+// recovered once; a coordinator killed outright has its partitions taken over by the others
+// well within two TTLs (no second TTL of waiting on a lease its judge already saw fall
+// silent), and the runs that die after it are recovered by the survivors; a coordinator that
+// joins later gets a share without a restart of the others.
+#[tokio::test(start_paused = true)]
+async fn coordinators_share_the_partitions_and_take_a_killed_ones_over() {
+    const PARTITIONS: u32 = 16;
+    let harness = Harness::new(3, 32, None);
+    let store = harness.store();
+    let stops: Vec<Arc<AtomicBool>> = (0..4).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let mut coordinators: Vec<_> = (0..3)
+        .map(|i| {
+            harness.spawn_sharing_coordinator(
+                &store,
+                &format!("c{i}"),
+                TTL,
+                5,
+                Some(PARTITIONS),
+                &stops[i],
+            )
+        })
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = ["w1", "w2"]
+        .iter()
+        .map(|id| harness.spawn_worker(&store, harness.worker_options(id), &stop))
+        .collect();
+    harness
+        .until(
+            Duration::from_secs(10),
+            "every partition owned, by all three",
+            || async {
+                let owners = partition_owners(&store, PARTITIONS).await;
+                let distinct: BTreeSet<&String> = owners.iter().flatten().collect();
+                owners.iter().all(Option::is_some) && distinct.len() == 3
+            },
+        )
+        .await;
+    let runs: Vec<String> = (0..12).map(|i| format!("shared-{i}")).collect();
+    let covered: BTreeSet<u32> = runs
+        .iter()
+        .map(|run| layout::partition_of_run(run, PARTITIONS))
+        .collect();
+    assert!(covered.len() >= 6, "the runs fall in {covered:?}");
+    for run in &runs {
+        harness.crashed_host(run, 1).await;
+    }
+    let finished = |runs: Vec<String>| {
+        let harness = &harness;
+        async move {
+            harness
+                .until(Duration::from_secs(30), "every run recovered", || {
+                    let runs = runs.clone();
+                    async move {
+                        for run in &runs {
+                            if harness.record(run).await.map(|r| r.state)
+                                != Some(RecoveryState::Finished)
+                            {
+                                return false;
+                            }
+                        }
+                        true
+                    }
+                })
+                .await
+        }
+    };
+    finished(runs.clone()).await;
+    for run in &runs {
+        harness.audit(run, 1);
+    }
+    // Killed: its heartbeat stops, nothing is released and its membership stays.
+    let owners = partition_owners(&store, PARTITIONS).await;
+    let victim = owners[0].clone().unwrap();
+    let index: usize = victim.strip_prefix('c').unwrap().parse().unwrap();
+    let theirs: Vec<u32> = (0..PARTITIONS)
+        .filter(|p| owners[*p as usize].as_deref() == Some(victim.as_str()))
+        .collect();
+    stops[index].store(true, Ordering::SeqCst);
+    coordinators[index].abort();
+    let killed = tokio::time::Instant::now();
+    harness
+        .until(
+            Duration::from_secs(10),
+            "the killed one's partitions taken over",
+            || async {
+                let owners = partition_owners(&store, PARTITIONS).await;
+                theirs.iter().all(|p| {
+                    owners[*p as usize]
+                        .as_deref()
+                        .is_some_and(|owner| owner != victim)
+                })
+            },
+        )
+        .await;
+    let taken = killed.elapsed();
+    assert!(taken < TTL * 2, "taken over after {taken:?} (TTL {TTL:?})");
+    let later: Vec<String> = (0..6).map(|i| format!("after-{i}")).collect();
+    for run in &later {
+        harness.crashed_host(run, 1).await;
+    }
+    finished(later.clone()).await;
+    for run in &later {
+        harness.audit(run, 1);
+    }
+    // A fourth joins and is given a share.
+    coordinators.push(harness.spawn_sharing_coordinator(
+        &store,
+        "c3",
+        TTL,
+        5,
+        Some(PARTITIONS),
+        &stops[3],
+    ));
+    harness
+        .until(Duration::from_secs(10), "the joiner's share", || async {
+            let owners = partition_owners(&store, PARTITIONS).await;
+            owners.iter().all(Option::is_some) && owners.iter().flatten().any(|owner| owner == "c3")
+        })
+        .await;
+    stop.store(true, Ordering::SeqCst);
+    for (i, stop) in stops.iter().enumerate() {
+        stop.store(true, Ordering::SeqCst);
+        if i != index {
+            let _ = (&mut coordinators[i]).await;
+        }
+    }
+    for worker in workers {
+        worker.await.unwrap().unwrap();
+    }
 }

@@ -658,6 +658,26 @@ mod tests {
         assert!(assigned(&actions).is_empty(), "{actions:?}");
     }
 
+    // Proves what other partitions' owners assigned a worker takes its slots: a worker of
+    // two slots with one recovery elsewhere is given one, with two none, and the rest goes to
+    // a worker with room.
+    #[test]
+    fn assignments_elsewhere_take_slots() {
+        let mut shared = worker("shared", 2, "fp", true);
+        let runs: Vec<RunView> = (0..3)
+            .map(|i| recovering(&format!("r{i}"), RecoveryState::Admitted, None))
+            .collect();
+        shared.elsewhere = 1;
+        let actions = decide(std::slice::from_ref(&shared), &runs, DEFAULT_MAX_ATTEMPTS);
+        assert_eq!(assigned(&actions).len(), 1, "{actions:?}");
+        shared.elsewhere = 2;
+        let other = worker("other", 2, "fp", true);
+        let actions = decide(&[shared, other], &runs, DEFAULT_MAX_ATTEMPTS);
+        let given = assigned(&actions);
+        assert_eq!(given.len(), 2, "{actions:?}");
+        assert!(given.iter().all(|(_, w)| *w == "other"), "{actions:?}");
+    }
+
     // Proves a waiting recovery does not wait for nothing: one queued on a worker whose slots
     // all run moves to a worker with an idle slot (as many as it has idle, no more), while
     // one offered to a worker with a slot free stays (it is about to start it).
