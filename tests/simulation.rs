@@ -20,6 +20,8 @@
 //!   (default [`DEFAULT_BASE`]): seeds are `base..base+count`, so CI is deterministic.
 //! - `REKINDLE_SIM_THREADS=<n>`: OS threads sharing the seeds (each seed has its own runtime).
 //! - `REKINDLE_SIM_WAKE=0|1`: every seed without, or with, wake-ups (else half of them).
+//! - `REKINDLE_SIM_PARTITIONS=N`: every seed's bucket split into N partitions (else half of
+//!   them into 2, 4 or 16).
 //!
 //! `cargo test --test simulation` runs the default sweep; a failure prints the seed, the
 //! invariant broken and the trace tail, and the replay command.
@@ -749,6 +751,8 @@ struct Scenario {
     /// A crashed worker comes back under its ID with another configuration (another agent,
     /// so another fingerprint, and other slots): what it can run changes under one name.
     reconfigure: bool,
+    /// The partitions the coordinators split the bucket into (1: not split).
+    partitions: u32,
 }
 
 /// An operator's `rekindle runs rm` of one host's run.
@@ -976,6 +980,30 @@ impl Scenario {
             };
         }
         let reconfigure = workers[0].crash.is_some() && pick(&mut plane, 300);
+        // The partitions, drawn apart too (a seed drawn before partitions existed plays as it
+        // did with one): half the seeds split the bucket into 2, 4 or 16, and half of those
+        // run a third coordinator, so partitions change hands as coordinators crash, pause
+        // and come back.
+        let mut split = SplitMix::new(seed ^ 0x7C0A_7D00_0000_0006);
+        let partitions = if pick(&mut split, 500) {
+            [2, 4, 16][split.below(3) as usize]
+        } else {
+            1
+        };
+        let partitions = env_u64("REKINDLE_SIM_PARTITIONS").map_or(partitions, |p| p as u32);
+        if partitions > 1 && pick(&mut split, 500) {
+            coordinators.push(Plan {
+                faults: faults(&mut split),
+                crash: pick(&mut split, 150).then(|| crash(&mut split, 12)),
+                pause: pick(&mut split, 100).then(|| {
+                    (
+                        u64::from(split.below(6_000)),
+                        ttl_ms * (2 + u64::from(split.below(3))),
+                    )
+                }),
+                ..Plan::default()
+            });
+        }
         Scenario {
             seed,
             ttl_ms,
@@ -994,6 +1022,7 @@ impl Scenario {
             wake,
             calm_worker,
             reconfigure,
+            partitions,
         }
     }
 
@@ -1054,6 +1083,7 @@ impl Scenario {
             wake: false,
             calm_worker: None,
             reconfigure: false,
+            partitions: 1,
         }
     }
 
@@ -1479,6 +1509,8 @@ struct Fleet {
     /// Whether processes serve and send wake-ups, and the seed that keeps their in-process
     /// addresses apart from other seeds' running on other threads.
     wake: Option<u64>,
+    /// The partitions the coordinators split the bucket into (1: one leads, the rest stand by).
+    partitions: u32,
 }
 
 impl Fleet {
@@ -1487,6 +1519,7 @@ impl Fleet {
         let store = process_store(&proc, &self.bucket, seed.rotate_left(17));
         let mut options = coordinator_options(&proc.name, self.ttl);
         options.wake = self.wakeup(&proc, 0);
+        options.partitions = (self.partitions > 1).then_some(self.partitions);
         let stop = Arc::clone(&self.stop);
         let task = tokio::spawn(async move {
             let _ = coordinator::run(store, options, stop).await;
@@ -1584,6 +1617,7 @@ async fn simulate_fleet(scenario: Scenario) -> Outcome {
         stop: Arc::clone(&stop),
         logs: temp.path().to_owned(),
         wake: scenario.wake.then_some(seed),
+        partitions: scenario.partitions,
     };
     for (i, plan) in scenario.coordinators.iter().enumerate() {
         let process = fleet.coordinator(format!("c{i}"), *plan, next_seed());

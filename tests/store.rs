@@ -785,7 +785,14 @@ async fn a_sharded_listing_hands_on_every_key_once(store: Store) {
             .cloned()
             .collect();
         assert!(!wanted.is_empty());
-        assert_eq!(handed, wanted, "shards {range:?}");
+        let missing: Vec<&String> = wanted.iter().filter(|k| !handed.contains(k)).collect();
+        let extra: Vec<&String> = handed.iter().filter(|k| !wanted.contains(k)).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "shards {range:?}: {} handed, {} wanted, missing {missing:?}, extra {extra:?}",
+            handed.len(),
+            wanted.len()
+        );
     }
 }
 

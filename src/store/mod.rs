@@ -1252,9 +1252,23 @@ impl Store {
         if (first, last) == (0, 255) {
             return self.for_each_sharded(prefix, each).await;
         }
-        let each = Mutex::new(each);
-        let each = |listed: Listed| (each.lock().unwrap_or_else(|e| e.into_inner()))(listed);
         let base = prefix.trim_end_matches('/');
+        // Only keys laid out as `<base>/<shard>/...` with the shard in range: a stray key that
+        // sorts between two shards' keys is no shard's.
+        let within = |key: &str| {
+            key.strip_prefix(base)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .and_then(|rest| rest.get(..3))
+                .and_then(|shard| shard.strip_suffix('/'))
+                .and_then(|shard| u8::from_str_radix(shard, 16).ok())
+                .is_some_and(|shard| (first..=last).contains(&shard))
+        };
+        let each = Mutex::new(each);
+        let each = |listed: Listed| {
+            if within(&listed.key) {
+                (each.lock().unwrap_or_else(|e| e.into_inner()))(listed)
+            }
+        };
         if matches!(self.backend, Backend::Local { .. }) {
             for shard in first..=last {
                 self.walk_local(&format!("{base}/{shard:02x}/"), &each)
