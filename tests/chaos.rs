@@ -48,7 +48,11 @@ enum Mode {
 #[derive(Default, Debug)]
 struct Totals {
     seeds: u64,
+    /// Seeds whose bucket the two coordinators split into partitions (both own a share).
+    split: u64,
     kills: u64,
+    /// Of the kills, coordinators' (the leader, or a partition owner).
+    coordinator_kills: u64,
     pauses: u64,
     partitions: u64,
     fault_processes: u64,
@@ -73,6 +77,8 @@ struct Harness {
     config: PathBuf,
     seed: u64,
     mode: Mode,
+    /// The partitions the coordinators split the bucket into (`None`: one leads).
+    partitions: Option<u32>,
 }
 
 impl Harness {
@@ -135,6 +141,9 @@ impl Harness {
 
     fn coordinator(&self, i: usize) -> common::Proc {
         let mut command = self.command(env!("CARGO_BIN_EXE_rekindle-coordinator"));
+        if let Some(partitions) = self.partitions {
+            command.args(["--partitions", &partitions.to_string()]);
+        }
         if self.mode == Mode::CoordinatorStalls {
             // Stalls that hang past the TTL before failing, inside the request deadline.
             command
@@ -218,7 +227,13 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, mode: Mode, to
         store_url: store_url.clone(),
         seed,
         mode,
+        // Odd seeds split the bucket: both coordinators own partitions, the one killed leaves
+        // its share to the other, and one whose requests stall is judged by the other.
+        partitions: (seed % 2 == 1).then_some(4),
     };
+    if harness.partitions.is_some() {
+        totals.split += 1;
+    }
     let store = if store_url.starts_with("s3://") {
         common::s3_store_at(&store_url).await
     } else {
@@ -275,7 +290,8 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, mode: Mode, to
                 }
             }
             1 => {
-                // The leading coordinator, as the lease names it.
+                // The leading coordinator (in a split bucket, partition 0's owner), as the
+                // lease names it.
                 let lease = RunId::new(layout::COORDINATOR_LEASE_RUN);
                 if let Ok(Some(view)) = rekindle::store::lease::read_lease(&store, &lease).await
                     && let Some(i) = view
@@ -289,6 +305,7 @@ async fn chaos(seed: u64, runs: usize, store_url: Option<String>, mode: Mode, to
                     let _ = coordinators[i].kill();
                     let _ = coordinators[i].wait();
                     totals.kills += 1;
+                    totals.coordinator_kills += 1;
                     restarts.push((now + Duration::from_millis(400), i, false));
                 }
             }
@@ -650,9 +667,11 @@ fn runs() -> usize {
 
 fn report(label: &str, totals: &Totals) {
     println!(
-        "chaos {label}: {} seeds, {} kills, {} pauses, {} partitions, {} fault-injected processes, {} runs: {} completed, {} never started, {} fenced before their first commit, {} violations",
+        "chaos {label}: {} seeds ({} split into partitions), {} kills ({} of coordinators), {} pauses, {} partitions, {} fault-injected processes, {} runs: {} completed, {} never started, {} fenced before their first commit, {} violations",
         totals.seeds,
+        totals.split,
         totals.kills,
+        totals.coordinator_kills,
         totals.pauses,
         totals.partitions,
         totals.fault_processes,
