@@ -112,6 +112,20 @@ impl Fleet {
         }));
     }
 
+    /// A coordinator `id` of a bucket split into `partitions`, every timer a minute long.
+    async fn sharing_coordinator(&mut self, id: &str, partitions: u32) {
+        let mut options = CoordinatorOptions::new(id, TTL);
+        options.scan_interval = TIMER;
+        options.idle_scan_interval = TIMER;
+        options.watch_interval = TIMER;
+        options.partitions = Some(partitions);
+        options.wake = Some(Self::endpoint().await);
+        let (store, stop) = (self.store.clone(), Arc::clone(&self.stop));
+        self.tasks.push(tokio::spawn(async move {
+            coordinator::run(store, options, stop).await.unwrap();
+        }));
+    }
+
     async fn worker(&mut self, id: &str) {
         let stop = Arc::clone(&self.stop);
         self.worker_until(id, stop).await;
@@ -1158,5 +1172,70 @@ async fn a_stale_inbox_entry_is_looked_at_once_not_in_a_loop() {
     let (record, _) = recovery::read(&fleet.store, &id).await.unwrap().unwrap();
     assert_eq!(record.assigned_to.as_deref(), Some("other"));
     assert_eq!(record.attempts, 0, "{record:?}");
+    fleet.stop().await;
+}
+
+/// Who holds each of the bucket's `partitions` partition leases.
+async fn partition_owners(store: &Store, partitions: u32) -> Vec<Option<String>> {
+    let mut owners = Vec::new();
+    for partition in 0..partitions {
+        let run = RunId::new(layout::partition_lease(partition));
+        owners.push(
+            match rekindle::store::lease::read_lease(store, &run)
+                .await
+                .unwrap()
+            {
+                Some(view) if !view.lease.released => Some(view.lease.holder),
+                _ => None,
+            },
+        );
+    }
+    owners
+}
+
+// Proves wake-ups reach every coordinator of a split bucket, with every timer a minute long: a
+// coordinator that joins is handed its share on wake-ups (it wakes the owner of what it should
+// own), and a new run in a partition that partition 0's owner does not own (its host wakes
+// partition 0's owner, whose lease the host finds) is admitted by its own partition's owner,
+// assigned and finished within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_buckets_coordinators_pass_wake_ups_on() {
+    const PARTITIONS: u32 = 16;
+    let mut fleet = Fleet::new();
+    fleet.sharing_coordinator("ca", PARTITIONS).await;
+    let waited = Stopwatch::start();
+    while partition_owners(&fleet.store, PARTITIONS)
+        .await
+        .iter()
+        .any(Option::is_none)
+    {
+        assert!(
+            waited.elapsed() < LIMIT,
+            "the first coordinator owns nothing"
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    fleet.sharing_coordinator("cb", PARTITIONS).await;
+    fleet.worker("w1").await;
+    let owners = loop {
+        let owners = partition_owners(&fleet.store, PARTITIONS).await;
+        let shared = owners.iter().flatten().any(|o| o == "ca")
+            && owners.iter().flatten().any(|o| o == "cb");
+        if owners.iter().all(Option::is_some) && shared {
+            break owners;
+        }
+        assert!(
+            waited.elapsed() < LIMIT,
+            "the joiner got no share: {owners:?}"
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    };
+    let first = owners[0].clone();
+    let run = (0..)
+        .map(|i| RunId::new(format!("elsewhere-{i}")))
+        .find(|run| owners[layout::partition_of_run(run.as_str(), PARTITIONS) as usize] != first)
+        .unwrap();
+    fleet.interrupted_run(&run, false).await;
+    fleet.finished_within(&recovery_id_for(&run), LIMIT).await;
     fleet.stop().await;
 }

@@ -86,6 +86,10 @@ pub(super) struct Observer {
     /// In a bucket of several partitions, each worker's inbox as this coordinator last wrote
     /// or read it, with its version: the other owners' parts, and the version to swap.
     pub(super) inbox_objects: BTreeMap<String, (Inbox, ETag)>,
+    /// Where each member takes wake-ups (as its heartbeat said when first read), and when
+    /// this coordinator last nudged them to hand partitions over.
+    pub(super) member_wakes: BTreeMap<String, Option<String>>,
+    pub(super) relayed_at: Option<crate::clock::Stopwatch>,
 }
 
 /// The recoveries other partitions' owners assigned `worker`, as its inbox last said.

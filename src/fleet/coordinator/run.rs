@@ -63,7 +63,7 @@ pub async fn run(
             &store,
             &holder,
             &options,
-            &observer,
+            &mut observer,
             &mut shares,
             &mut standby,
         )
@@ -120,6 +120,9 @@ pub async fn run(
             (Some(age), Some(listed)) => fresh_for(age, listed),
             _ => Duration::ZERO,
         };
+        if plain || !named.is_empty() {
+            relay_wakeup(&store, &mut observer, &shares).await;
+        }
         let fast = !tick_due && !plain && !fresh.is_zero();
         // Woken with nothing named and nothing plain: a wake-up whose names an assignment
         // already took while it read. Nothing to look at: wait on.
@@ -165,7 +168,10 @@ pub async fn run(
         }
         if let Some(held) = &leading {
             tick_due = false;
+            let members = observer.members.clone();
             let ticked = tick(&store, &holder, &options, &mut observer, Some(held)).await;
+            // A member joined or left: the shares move now, not a scan later.
+            let rebalance_now = shares.partitions > 1 && observer.members != members;
             let mut named_offered = false;
             if ticked.is_ok() && !after_tick.is_empty() {
                 let named = std::mem::take(&mut after_tick);
@@ -203,9 +209,11 @@ pub async fn run(
                     lost_leadership(&options, &mut shares, &error);
                     continue;
                 }
-                Ok(report) if report.again && followed_up < MAX_IMMEDIATE_TICKS => {
+                Ok(report)
+                    if (report.again || rebalance_now) && followed_up < MAX_IMMEDIATE_TICKS =>
+                {
                     followed_up += 1;
-                    tick_due = true;
+                    tick_due = report.again;
                     continue;
                 }
                 Ok(report) => {

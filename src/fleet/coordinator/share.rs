@@ -131,10 +131,13 @@ pub(super) async fn rebalance(
     store: &Store,
     holder: &Arc<Holder>,
     options: &CoordinatorOptions,
-    observer: &Observer,
+    observer: &mut Observer,
     shares: &mut Shares,
     standby: &mut ExpiryWatch,
 ) {
+    // Live members that hold a partition this coordinator should own: woken, so that they
+    // hand it over at once rather than at their next scan.
+    let mut holding_mine: Vec<String> = Vec::new();
     let own = layout::coordinator_member(&options.id);
     let rightful = rightful(&own, &observer.members, shares.partitions);
     let handed: Vec<u32> = shares
@@ -143,6 +146,10 @@ pub(super) async fn rebalance(
         .copied()
         .filter(|partition| !rightful.contains(partition))
         .collect();
+    if !handed.is_empty() {
+        // Their new owners are woken to take them.
+        holding_mine.extend(observer.members.iter().cloned());
+    }
     for partition in handed {
         if let Some(held) = shares.held.remove(&partition) {
             tracing::info!(coordinator = %options.id, partition, "handing the partition over to its rightful owner");
@@ -189,6 +196,11 @@ pub(super) async fn rebalance(
                 if shares.partitions == 1 && shares.standing_by.as_ref() != Some(&leader) {
                     tracing::info!(coordinator = %options.id, leader = %leader, "standing by: another coordinator leads");
                     shares.standing_by = Some(leader);
+                } else if shares.partitions > 1 {
+                    let member = layout::coordinator_member(&leader);
+                    if observer.members.contains(&member) {
+                        holding_mine.push(member);
+                    }
                 }
             }
             Err(error) if shares.partitions == 1 => {
@@ -197,6 +209,9 @@ pub(super) async fn rebalance(
             Err(error) => tracing::warn!(%error, partition, "cannot take the partition's lease"),
         }
     }
+    holding_mine.sort();
+    holding_mine.dedup();
+    nudge_members(store, observer, holding_mine).await;
 }
 
 /// Takes `run`'s lease from `other` if `other` still holds it (one read, one swap).
@@ -211,6 +226,76 @@ async fn take_from_the_gone(
             holder.take_over(&view).await.map(Some)
         }
         _ => Ok(None),
+    }
+}
+
+/// The shortest time between two nudges this coordinator sends the other members.
+const RELAY_GAP: Duration = Duration::from_millis(100);
+
+/// Passes a wake-up on to the other members, as a plain one, from partition 0's owner only:
+/// hosts, workers and operators wake the coordinator partition 0's lease names, and a new run
+/// or a freed slot may be another owner's to act on. Every one is passed on (one dropped would
+/// be a lost wake-up); a relayed one is not relayed again, since its receiver does not own
+/// partition 0 (two owners of it at once, until one's next tick checks its lease, pass one
+/// back and forth at most that long).
+pub(super) async fn relay_wakeup(store: &Store, observer: &mut Observer, shares: &Shares) {
+    if shares.cleans_up() {
+        let members = observer.members.iter().cloned().collect();
+        wake_members(store, observer, members).await;
+    }
+}
+
+/// Wakes the members holding what this coordinator should own, or taking what it handed over,
+/// at most once per [`RELAY_GAP`] (it asks again at its next turn).
+async fn nudge_members(store: &Store, observer: &mut Observer, members: Vec<String>) {
+    if members.is_empty()
+        || observer
+            .relayed_at
+            .as_ref()
+            .is_some_and(|at| at.elapsed() < RELAY_GAP)
+    {
+        return;
+    }
+    observer.relayed_at = Some(crate::clock::Stopwatch::start());
+    wake_members(store, observer, members).await;
+}
+
+/// Wakes `members` (plain wake-ups, side by side, not awaited; best effort). Each member's
+/// address is read once, from its heartbeat.
+async fn wake_members(store: &Store, observer: &mut Observer, members: Vec<String>) {
+    if members.is_empty() {
+        return;
+    }
+    let live = &observer.members;
+    observer
+        .member_wakes
+        .retain(|member, _| live.contains(member));
+    let mut urls = Vec::new();
+    for member in members {
+        if !observer.member_wakes.contains_key(&member) {
+            let Some(beat) = layout::member_heartbeat(&member) else {
+                continue;
+            };
+            match crate::store::lease::read_heartbeat(store, &beat).await {
+                Ok(beat) => {
+                    observer
+                        .member_wakes
+                        .insert(member.clone(), beat.and_then(|(beat, _)| beat.wake));
+                }
+                Err(error) => {
+                    tracing::debug!(%error, %member, "cannot read a coordinator's address");
+                    continue;
+                }
+            }
+        }
+        urls.extend(observer.member_wakes.get(&member).cloned().flatten());
+    }
+    if !urls.is_empty() {
+        tokio::spawn(async move {
+            if let Err(error) = crate::fleet::wake::poke_all(&urls, &[]).await {
+                tracing::debug!(%error, "cannot wake another coordinator");
+            }
+        });
     }
 }
 
