@@ -23,6 +23,9 @@ pub const STORE_BYTES: &str = "rekindle_store_bytes_total";
 pub const READY: &str = "rekindle_ready";
 /// 1 while this coordinator leads, 0 while it stands by.
 pub const COORDINATOR_LEADING: &str = "rekindle_coordinator_leading";
+/// How many of the bucket's partitions this coordinator owns (in a bucket of one partition,
+/// 1 while it leads).
+pub const COORDINATOR_PARTITIONS: &str = "rekindle_coordinator_partitions";
 /// Runs not yet done by `state` (running, interrupted, recovering, parked, dead_lettered), as
 /// the leading coordinator last saw the index.
 pub const RUNS: &str = "rekindle_runs";
@@ -144,6 +147,7 @@ pub fn install(component: &'static str) -> Result<Exporter, String> {
     }
     if component == "coordinator" {
         set(COORDINATOR_LEADING, 0.0);
+        set(COORDINATOR_PARTITIONS, 0.0);
     }
     set(READY, 0.0);
     Ok(Exporter { handle })
@@ -172,7 +176,11 @@ fn describe() {
     describe_gauge!(READY, "1 while /readyz answers 200.");
     describe_gauge!(
         COORDINATOR_LEADING,
-        "1 while this coordinator leads, 0 while it stands by."
+        "1 while this coordinator leads (owns a partition), 0 while it stands by."
+    );
+    describe_gauge!(
+        COORDINATOR_PARTITIONS,
+        "How many of the bucket's partitions this coordinator owns."
     );
     describe_gauge!(
         RUNS,

@@ -305,6 +305,123 @@ async fn standby_coordinator_takes_over() {
     assert!(sigterm(&mut standby).success());
 }
 
+// Proves two coordinator binaries share a split bucket and one killed -9 leaves its share to
+// the other: both own partitions, the survivor owns all four once the other's TTL ran out,
+// and runs whose hosts crash in every partition are each recovered once. A third started with
+// another count refuses to start, naming the marker and both counts, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinators_sharing_a_split_bucket_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let fleet = Fleet::new(dir.path(), bucket.display().to_string());
+    let store = common::local(&bucket).await;
+    let sharing = |id: &str| {
+        fleet
+            .command(env!("CARGO_BIN_EXE_rekindle-coordinator"))
+            .args([
+                "--id",
+                id,
+                "--lease-ttl-ms",
+                "1000",
+                "--scan-interval-ms",
+                "150",
+            ])
+            .args(["--partitions", "4"])
+            .spawn()
+            .map(common::Proc::new)
+            .unwrap()
+    };
+    let owners = || async {
+        let mut owners = Vec::new();
+        for partition in 0..4 {
+            let lease = RunId::new(rekindle::core::layout::partition_lease(partition));
+            owners.push(
+                match rekindle::store::lease::read_lease(&store, &lease)
+                    .await
+                    .unwrap()
+                {
+                    Some(view) if !view.lease.released => Some(view.lease.holder),
+                    _ => None,
+                },
+            );
+        }
+        owners
+    };
+    let mut first = sharing("coordinator-a");
+    let mut second = sharing("coordinator-b");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let owners = owners().await;
+        let by = |id: &str| owners.iter().flatten().any(|owner| owner == id);
+        if owners.iter().all(Option::is_some) && by("coordinator-a") && by("coordinator-b") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the partitions were not shared: {owners:?}"
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = fleet
+        .command(env!("CARGO_BIN_EXE_rekindle-coordinator"))
+        .args(["--id", "coordinator-c", "--partitions", "8"])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("rekindle-format")
+            && stderr.contains("split into 4 partitions; 8 were asked for"),
+        "{stderr}"
+    );
+    assert_eq!(rekindle::store::partitions::read(&store).await.unwrap(), 4);
+    let mut worker = fleet.worker("w0");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while owners()
+        .await
+        .iter()
+        .any(|owner| owner.as_deref() != Some("coordinator-b"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the killed one's share was not taken over"
+        );
+        rekindle::clock::sleep(Duration::from_millis(20)).await;
+    }
+    let runs: Vec<String> = (0..4).map(|i| format!("e2e-split-{i}")).collect();
+    for run in &runs {
+        // Killed after its first tool call.
+        let mut host = fleet.host(run);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !fleet
+            .ledger_lines()
+            .iter()
+            .any(|line| line.starts_with(&format!("{run} ")))
+        {
+            assert!(Instant::now() < deadline, "{run} made no tool call");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        host.kill().unwrap();
+        host.wait().unwrap();
+    }
+    for run in &runs {
+        wait_finished(&store, &RunId::new(run.as_str()), Duration::from_secs(60)).await;
+        let lines: Vec<String> = fleet
+            .ledger_lines()
+            .into_iter()
+            .filter(|line| line.starts_with(&format!("{run} ")))
+            .collect();
+        audit(&lines, run);
+    }
+    assert!(sigterm(&mut worker).success());
+    assert!(sigterm(&mut second).success());
+    // The survivor let go of every partition on the way out.
+    assert!(owners().await.iter().all(Option::is_none));
+}
+
 fn stdout(output: &std::process::Output) -> String {
     assert!(output.status.success(), "{output:?}");
     String::from_utf8_lossy(&output.stdout).into_owned()

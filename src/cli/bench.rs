@@ -170,6 +170,10 @@ pub(crate) enum BenchCommand {
         /// Coordinator processes.
         #[arg(long, default_value_t = 1, value_parser = cli::shared::at_least_one::<usize>)]
         coordinators: usize,
+        /// Partitions the coordinators split the bucket into (default: 1 for one coordinator,
+        /// 16 for several, so that each owns a share).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+        partitions: Option<u32>,
         /// Live hosts holding the healthy runs (they keep beating).
         #[arg(long, default_value_t = 20, value_parser = cli::shared::at_least_one::<usize>)]
         hosts: usize,
@@ -199,6 +203,8 @@ pub(crate) enum BenchCommand {
         latency_ms: u64,
         #[arg(long, default_value_t = 0)]
         jitter_ms: u64,
+        #[arg(long, default_value_t = 1)]
+        partitions: u32,
     },
     /// The host side of crash-recover (started and killed by it).
     #[command(hide = true)]
@@ -391,6 +397,7 @@ pub(crate) async fn run(command: BenchCommand) -> anyhow::Result<()> {
             active,
             interrupted,
             coordinators,
+            partitions,
             hosts,
             dead_hosts,
             warmup_s,
@@ -403,6 +410,7 @@ pub(crate) async fn run(command: BenchCommand) -> anyhow::Result<()> {
                 active,
                 interrupted,
                 coordinators,
+                partitions: partitions.unwrap_or(if coordinators > 1 { 16 } else { 1 }),
                 hosts,
                 dead_hosts,
                 warmup: Duration::from_secs(warmup_s),
@@ -422,9 +430,11 @@ pub(crate) async fn run(command: BenchCommand) -> anyhow::Result<()> {
             ttl_ms,
             latency_ms,
             jitter_ms,
+            partitions,
         } => {
             let store = open_child_store(&store, &store_settings, latency_ms, jitter_ms).await?;
-            bench::coordinator_process(store, id, Duration::from_millis(ttl_ms)).await?;
+            bench::coordinator_process(store, id, Duration::from_millis(ttl_ms), partitions)
+                .await?;
         }
         BenchCommand::Host {
             store,

@@ -17,6 +17,8 @@ pub struct Outage {
     pub interrupted: usize,
     /// Coordinator processes (C).
     pub coordinators: usize,
+    /// Partitions the coordinators split the bucket into (1: one leads).
+    pub partitions: u32,
     /// Live host processes the healthy runs are spread over (their heartbeats keep beating).
     pub hosts: usize,
     /// Host processes that die, holding the K interrupted runs between them.
@@ -69,6 +71,8 @@ pub struct OutageReport {
     pub interrupted: usize,
     /// C.
     pub coordinators: usize,
+    /// The partitions they split the bucket into.
+    pub partitions: u32,
     /// W.
     pub workers: usize,
     /// Slots per worker (recoveries at once), and queued beyond them.
@@ -421,6 +425,7 @@ pub async fn outage(outage: &Outage) -> Result<OutageReport> {
         active: outage.active,
         interrupted: outage.interrupted,
         coordinators: outage.coordinators,
+        partitions: outage.partitions,
         workers: workload.workers,
         concurrency: workload.concurrency,
         queue: workload.queue,
@@ -487,6 +492,7 @@ impl CoordinatorProcess {
             .args(["--ttl-ms", &workload.ttl.as_millis().to_string()])
             .args(["--latency-ms", &workload.latency.as_millis().to_string()])
             .args(["--jitter-ms", &workload.jitter.as_millis().to_string()])
+            .args(["--partitions", &outage.partitions.to_string()])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(log)
@@ -552,7 +558,12 @@ impl CoordinatorProcess {
 /// The coordinator side of the outage (`rekindle bench coordinator`): runs a coordinator with
 /// the binaries' default pacing and a wake-up endpoint on loopback, printing a
 /// [`CoordinatorSample`] for every `sample` line on stdin, and a last one when stdin ends.
-pub async fn coordinator_process(store: Store, id: String, ttl: Duration) -> Result<()> {
+pub async fn coordinator_process(
+    store: Store,
+    id: String,
+    ttl: Duration,
+    partitions: u32,
+) -> Result<()> {
     use tokio::io::AsyncBufReadExt;
     let stop = Arc::new(AtomicBool::new(false));
     let wakeup: Wakeup = Arc::new(wake::WakeSignal::new());
@@ -561,6 +572,7 @@ pub async fn coordinator_process(store: Store, id: String, ttl: Duration) -> Res
         .map_err(setup("serve a wake-up endpoint"))?;
     let mut options = CoordinatorOptions::new(id, ttl);
     options.wake = Some((wakeup, Some(url)));
+    options.partitions = (partitions > 1).then_some(partitions);
     let (task_store, task_stop) = (store.clone(), Arc::clone(&stop));
     let running = tokio::spawn(async move {
         if let Err(error) = coordinator::run(task_store, options, task_stop).await {

@@ -77,6 +77,10 @@ pub async fn run(
             observer.last_view = None;
             observer.records.clear();
             set_leading(&options, !shares.is_empty());
+            crate::metrics::set(
+                crate::metrics::COORDINATOR_PARTITIONS,
+                shares.held.len() as f64,
+            );
         }
         let leading = (!shares.is_empty()).then_some(&shares);
         // A standby looks at the leader's lease at least once per TTL: taking over needs two
@@ -220,7 +224,11 @@ pub async fn run(
                     watching = report.watching || !observer.watched.is_empty();
                     // A named recovery assigned (or still waiting) after this tick is work the
                     // index may not have shown it: not an idle fleet.
-                    if !report.busy && !named_offered {
+                    // Nor is one whose members must be watched while the watch is off: the
+                    // scans watch them then.
+                    let watch_off = options.watch_interval >= options.scan_interval;
+                    let members_unwatched = watch_off && !observer.members.is_empty();
+                    if !report.busy && !named_offered && !members_unwatched {
                         pause = options.idle_scan_interval;
                     }
                     // Woken (a worker that handed a recovery back wakes it), but the running
@@ -309,6 +317,10 @@ pub(super) fn lost_leadership(
         tracing::info!(coordinator = %options.id, %error, "lost a partition");
     }
     set_leading(options, !shares.is_empty());
+    crate::metrics::set(
+        crate::metrics::COORDINATOR_PARTITIONS,
+        shares.held.len() as f64,
+    );
 }
 
 /// Tells `/readyz` and the metrics whether this coordinator leads. A coordinator that stops
