@@ -1214,19 +1214,30 @@ impl Store {
         prefix: &str,
         each: &(impl Fn(Listed) + Sync),
     ) -> Result<(), StoreError> {
+        bump(&self.metrics.list, 1);
+        let walked = std::sync::atomic::AtomicUsize::new(0);
+        let counted = |listed: Listed| {
+            if (walked.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(1000) {
+                bump(&self.metrics.list, 1);
+            }
+            each(listed)
+        };
+        self.walk_local_uncounted(prefix, &counted).await
+    }
+
+    /// [`Store::walk_local`] without counting listings (its caller counts them).
+    async fn walk_local_uncounted(
+        &self,
+        prefix: &str,
+        each: &(impl Fn(Listed) + Sync),
+    ) -> Result<(), StoreError> {
         self.retrying("list", prefix, || async {
-            bump(&self.metrics.list, 1);
             let mut stream = self
                 .inner
                 .list(Some(&self.path(prefix.trim_end_matches('/'))));
-            let mut walked = 0usize;
             loop {
                 match stream.next().await {
                     Some(Ok(meta)) => {
-                        walked += 1;
-                        if walked.is_multiple_of(1000) {
-                            bump(&self.metrics.list, 1);
-                        }
                         each(self.listed(meta));
                     }
                     Some(Err(object_store::Error::NotFound { .. })) | None => {
@@ -1270,10 +1281,19 @@ impl Store {
             }
         };
         if matches!(self.backend, Backend::Local { .. }) {
+            // A walk of each shard's directory (the whole prefix would walk every other
+            // share's too), counted as one listing per 1000 keys, as S3 pages.
+            let walked = std::sync::atomic::AtomicUsize::new(0);
+            let counted = |listed: Listed| {
+                walked.fetch_add(1, Ordering::Relaxed);
+                each(listed)
+            };
             for shard in first..=last {
-                self.walk_local(&format!("{base}/{shard:02x}/"), &each)
+                self.walk_local_uncounted(&format!("{base}/{shard:02x}/"), &counted)
                     .await?;
             }
+            let walked = walked.into_inner();
+            bump(&self.metrics.list, walked.div_ceil(1000).max(1) as u64);
             return Ok(());
         }
         // Every key of shard `s` sorts after `<base>/<s>` and before `<base>/<s>0` ('/' is
