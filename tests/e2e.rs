@@ -362,6 +362,12 @@ async fn coordinators_sharing_a_split_bucket_survive_a_kill() {
         );
         rekindle::clock::sleep(Duration::from_millis(20)).await;
     }
+    let status = stdout(&fleet.cli(&["status"]));
+    assert!(
+        status.contains("partitions   4, owned by coordinator-a (")
+            && status.contains("coordinator-b ("),
+        "{status}"
+    );
     let refused = fleet
         .command(env!("CARGO_BIN_EXE_rekindle-coordinator"))
         .args(["--id", "coordinator-c", "--partitions", "8"])
@@ -418,8 +424,13 @@ async fn coordinators_sharing_a_split_bucket_survive_a_kill() {
     }
     assert!(sigterm(&mut worker).success());
     assert!(sigterm(&mut second).success());
-    // The survivor let go of every partition on the way out.
+    // The survivor let go of every partition on the way out, and `status` says so.
     assert!(owners().await.iter().all(Option::is_none));
+    let status = stdout(&fleet.cli(&["status"]));
+    assert!(
+        status.contains("partitions   4, owned by nobody; unowned: 0, 1, 2, 3"),
+        "{status}"
+    );
 }
 
 fn stdout(output: &std::process::Output) -> String {

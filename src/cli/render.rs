@@ -167,6 +167,38 @@ pub(crate) fn overview(o: &rekindle::fleet::overview::Overview, now_ms: u64) -> 
             );
         }
     }
+    if !o.partitions.is_empty() {
+        let mut by_owner: std::collections::BTreeMap<&str, usize> = Default::default();
+        let mut unowned = Vec::new();
+        for (partition, owner) in o.partitions.iter().enumerate() {
+            match owner {
+                Some(owner) => *by_owner.entry(owner.as_str()).or_default() += 1,
+                None => unowned.push(partition.to_string()),
+            }
+        }
+        let owners: Vec<String> = by_owner
+            .iter()
+            .map(|(owner, n)| format!("{owner} ({n})"))
+            .collect();
+        let _ = write!(
+            out,
+            "partitions   {}, owned by {}",
+            o.partitions.len(),
+            if owners.is_empty() {
+                "nobody".to_owned()
+            } else {
+                owners.join(", ")
+            }
+        );
+        if !unowned.is_empty() {
+            let _ = write!(
+                out,
+                "; unowned: {} (their runs wait for a coordinator)",
+                unowned.join(", ")
+            );
+        }
+        let _ = writeln!(out);
+    }
     if o.workers.is_empty() {
         let _ = writeln!(out, "workers      none registered");
     } else {

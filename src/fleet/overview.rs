@@ -144,8 +144,13 @@ pub struct Stuck {
 /// The fleet as one look at the bucket finds it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Overview {
-    /// The coordinator holding the leadership lease, if one holds it.
+    /// The coordinator holding the leadership lease, if one holds it (in a bucket split into
+    /// partitions, partition 0's owner).
     pub leader: Option<Leader>,
+    /// In a bucket split into partitions, each partition's owner (`None`: unowned, or its
+    /// lease released), by partition; empty for a bucket of one partition.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<Option<String>>,
     /// Registered workers, by ID.
     pub workers: Vec<WorkerInfo>,
     /// Runs not yet done, by ID.
@@ -238,8 +243,10 @@ pub async fn observe(store: &Store) -> crate::Result<Overview> {
         runs.push(run_info(store, entry, now).await?);
     }
     runs.sort_by(|a, b| a.run.as_str().cmp(b.run.as_str()));
+    let partitions = partition_owners(store).await?;
     let mut overview = Overview {
         leader,
+        partitions,
         workers,
         runs,
         stuck: Vec::new(),
@@ -250,6 +257,31 @@ pub async fn observe(store: &Store) -> crate::Result<Overview> {
     };
     overview.stuck = diagnose(&overview);
     Ok(overview)
+}
+
+/// Who owns each partition of a bucket split into partitions (one GET of the format marker,
+/// and one per partition's lease, side by side); empty for a bucket of one partition.
+async fn partition_owners(store: &Store) -> crate::Result<Vec<Option<String>>> {
+    use futures::StreamExt;
+    let count = crate::store::partitions::read(store).await?;
+    if count <= 1 {
+        return Ok(Vec::new());
+    }
+    let owners: Vec<Result<Option<String>, lease::LeaseError>> = futures::stream::iter(0..count)
+        .map(|partition| async move {
+            let run = RunId::new(layout::partition_lease(partition));
+            Ok(lease::read_lease(store, &run)
+                .await?
+                .filter(|view| !view.lease.released)
+                .map(|view| view.lease.holder))
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    owners
+        .into_iter()
+        .map(|owner| owner.map_err(Into::into))
+        .collect()
 }
 
 /// Whether a coordinator leads: the leadership lease is held and its holder's heartbeat is
@@ -441,6 +473,7 @@ mod tests {
                 epoch: 1,
                 liveliness: alive(),
             }),
+            partitions: Vec::new(),
             workers,
             runs,
             stuck: Vec::new(),

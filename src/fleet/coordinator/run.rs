@@ -51,6 +51,8 @@ pub async fn run(
     // Whether the next turn must be a full tick (the last one asked for another at once).
     let mut tick_due = false;
     let mut first = true;
+    // When this coordinator's share last changed (a split bucket).
+    let mut share_changed: Option<crate::clock::Stopwatch> = None;
     while !stop.load(Ordering::SeqCst) {
         let before: Vec<u32> = shares.held.keys().copied().collect();
         if shares.partitions > 1 && (shares.is_empty() || observer.liveness_at.is_none()) {
@@ -69,6 +71,11 @@ pub async fn run(
         )
         .await;
         let after: Vec<u32> = shares.held.keys().copied().collect();
+        if after != before {
+            // Partitions taken from another coordinator: the wake-ups their runs' hosts sent
+            // went to it, so this one does not idle on them for a while.
+            share_changed = Some(crate::clock::Stopwatch::start());
+        }
         if after != before || std::mem::take(&mut first) {
             // Another coordinator may have written the inboxes since this one last did, and
             // changed the fleet (and the records) since this one last looked.
@@ -228,7 +235,11 @@ pub async fn run(
                     // scans watch them then.
                     let watch_off = options.watch_interval >= options.scan_interval;
                     let members_unwatched = watch_off && !observer.members.is_empty();
-                    if !report.busy && !named_offered && !members_unwatched {
+                    let just_shared = shares.partitions > 1
+                        && share_changed
+                            .as_ref()
+                            .is_some_and(|at| at.elapsed() < options.idle_scan_interval);
+                    if !report.busy && !named_offered && !members_unwatched && !just_shared {
                         pause = options.idle_scan_interval;
                     }
                     // Woken (a worker that handed a recovery back wakes it), but the running
