@@ -2846,3 +2846,71 @@ async fn coordinators_share_the_partitions_and_take_a_killed_ones_over() {
         worker.await.unwrap().unwrap();
     }
 }
+
+// Proves coordinators configured with different TTLs judge each other by the TTL each
+// declared: one of 300 ms sharing with one of 3 s (which beats about once a second, far
+// apart by the short one's measure) never takes the other's partitions over, so no lease of
+// theirs changes hands in 20 s; and one whose membership was removed behind its back (gc,
+// after a long pause) writes it again and keeps its share.
+#[tokio::test(start_paused = true)]
+async fn coordinators_of_different_ttls_keep_their_shares() {
+    const PARTITIONS: u32 = 8;
+    let harness = Harness::new(1, 8, None);
+    let store = harness.store();
+    let stops: Vec<Arc<AtomicBool>> = (0..2).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let ttls = [Duration::from_millis(300), Duration::from_secs(3)];
+    let coordinators: Vec<_> = ["short", "long"]
+        .iter()
+        .zip(ttls)
+        .zip(&stops)
+        .map(|((id, ttl), stop)| {
+            harness.spawn_sharing_coordinator(&store, id, ttl, 5, Some(PARTITIONS), stop)
+        })
+        .collect();
+    let leases = || async {
+        let mut leases = Vec::new();
+        for partition in 0..PARTITIONS {
+            let run = RunId::new(layout::partition_lease(partition));
+            leases.push(
+                lease::read_lease(&store, &run)
+                    .await
+                    .unwrap()
+                    .filter(|view| !view.lease.released)
+                    .map(|view| (view.lease.holder, view.lease.epoch)),
+            );
+        }
+        leases
+    };
+    let shared = || async {
+        let owners = partition_owners(&store, PARTITIONS).await;
+        let distinct: BTreeSet<&String> = owners.iter().flatten().collect();
+        owners.iter().all(Option::is_some) && distinct.len() == 2
+    };
+    harness
+        .until(Duration::from_secs(10), "both own a share", shared)
+        .await;
+    // Settled: a handover in flight may still bump an epoch once.
+    rekindle::clock::sleep(Duration::from_secs(4)).await;
+    let settled = leases().await;
+    rekindle::clock::sleep(Duration::from_secs(20)).await;
+    assert_eq!(leases().await, settled, "a partition changed hands");
+    let member = layout::coordinator_member("long");
+    store.delete(&member).await.unwrap();
+    harness
+        .until(
+            Duration::from_secs(10),
+            "the membership written again",
+            || {
+                let store = store.clone();
+                let member = member.clone();
+                async move { store.read(&member).await.unwrap().is_some() }
+            },
+        )
+        .await;
+    rekindle::clock::sleep(Duration::from_secs(5)).await;
+    assert!(shared().await, "{:?}", leases().await);
+    for (stop, coordinator) in stops.iter().zip(coordinators) {
+        stop.store(true, Ordering::SeqCst);
+        coordinator.await.unwrap();
+    }
+}

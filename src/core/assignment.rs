@@ -133,7 +133,8 @@ impl Inbox {
         }
     }
 
-    /// Replaces the parts of the partitions `owned` with `mine` (an empty part goes) and
+    /// Replaces the parts of the partitions `owned` with `mine` (an empty part goes, but for
+    /// one that keeps the writer's address when all of `mine` are empty) and
     /// recomputes the union the worker reads: every part's recoveries, oldest admission
     /// first, their offers, and their writers' wake-up addresses.
     pub fn merge(
@@ -142,10 +143,17 @@ impl Inbox {
         mine: BTreeMap<u32, InboxPart>,
     ) {
         self.parts.retain(|partition, _| !owned.contains(partition));
-        self.parts.extend(
-            mine.into_iter()
-                .filter(|(partition, part)| owned.contains(partition) && !part.queued.is_empty()),
-        );
+        let (full, empty): (Vec<_>, Vec<_>) = mine
+            .into_iter()
+            .filter(|(partition, _)| owned.contains(partition))
+            .partition(|(_, part)| !part.queued.is_empty());
+        // A writer that assigns the worker nothing now keeps one empty part with its address:
+        // a slot that frees may serve what it has waiting, so the worker still wakes it.
+        let marker = empty
+            .into_iter()
+            .find(|(_, part)| part.coordinator_wake.is_some())
+            .filter(|_| full.is_empty());
+        self.parts.extend(full.into_iter().chain(marker));
         let mut queued: Vec<&(RecoveryId, u64)> =
             self.parts.values().flat_map(|part| &part.queued).collect();
         queued.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
@@ -202,7 +210,8 @@ mod tests {
     }
 
     // Two owners write their own parts of one inbox: each keeps the other's, the union lists
-    // every recovery once, oldest first, and both owners are woken; an emptied part goes.
+    // every recovery once, oldest first, and both owners are woken; an emptied part goes, but
+    // an owner left with nothing there is still woken when a slot frees.
     #[test]
     fn owners_merge_their_parts() {
         let mut inbox = Inbox::default();
@@ -227,7 +236,8 @@ mod tests {
         );
         assert_eq!(inbox.elsewhere(&a), 1);
         assert_eq!(inbox.elsewhere(&b), 2);
-        // A part for a partition not owned is not written; an empty one is removed.
+        // A part for a partition not owned is not written; an emptied one keeps its writer's
+        // address only.
         inbox.merge(
             &b,
             [
@@ -237,7 +247,21 @@ mod tests {
             .into(),
         );
         assert_eq!(inbox.recoveries, ["r1", "r3"].map(RecoveryId::new).to_vec());
-        assert_eq!(inbox.wakes(), vec!["http://a".to_owned()]);
+        assert_eq!(
+            inbox.wakes(),
+            vec!["http://a".to_owned(), "http://b".to_owned()]
+        );
+        assert_eq!(inbox.elsewhere(&a), 0);
+        // Of an owner with an empty part and a full one, the empty one goes.
+        inbox.merge(
+            &a,
+            [
+                (0, part(&[("r3", 30)], "http://a")),
+                (2, part(&[], "http://a")),
+            ]
+            .into(),
+        );
+        assert_eq!(inbox.parts.keys().copied().collect::<Vec<_>>(), [0, 1]);
         // An inbox of one partition's bucket wakes its one coordinator.
         let single = Inbox {
             coordinator_wake: Some("http://c".into()),

@@ -25,7 +25,9 @@ pub struct WorkerView {
     /// offered and not started moves to another worker.
     pub offer: bool,
     /// Recoveries the owners of other partitions assigned to it, as its inbox last said (a
-    /// bucket split into partitions): they take its slots and queue as this view's do.
+    /// bucket split into partitions): they take its slots and queue as this view's do, and
+    /// count as running (the inbox does not say which started), so what this view queued
+    /// behind them moves to an idle slot elsewhere rather than wait on another owner's run.
     pub elsewhere: u32,
 }
 
@@ -291,6 +293,7 @@ fn loads<'a>(
         .map(|w| {
             let mut load = Load::of(&w.registration);
             load.assigned = i64::from(w.elsewhere);
+            load.running = i64::from(w.elsewhere);
             (w.registration.worker.as_str(), load)
         })
         .collect();
@@ -676,6 +679,20 @@ mod tests {
         let given = assigned(&actions);
         assert_eq!(given.len(), 2, "{actions:?}");
         assert!(given.iter().all(|(_, w)| *w == "other"), "{actions:?}");
+        // One queued here behind another owner's recovery moves to an idle slot.
+        let mut shared = queued("shared", 1, 2);
+        shared.elsewhere = 1;
+        let waiting = [recovering("w", RecoveryState::Admitted, Some("shared"))];
+        let actions = decide(
+            &[shared, queued("idle", 1, 0)],
+            &waiting,
+            DEFAULT_MAX_ATTEMPTS,
+        );
+        assert_eq!(
+            assigned(&actions),
+            [("recovery-of-w", "idle")],
+            "{actions:?}"
+        );
     }
 
     // Proves a waiting recovery does not wait for nothing: one queued on a worker whose slots

@@ -86,10 +86,22 @@ pub(super) struct Observer {
     /// In a bucket of several partitions, each worker's inbox as this coordinator last wrote
     /// or read it, with its version: the other owners' parts, and the version to swap.
     pub(super) inbox_objects: BTreeMap<String, (Inbox, ETag)>,
-    /// Where each member takes wake-ups (as its heartbeat said when first read), and when
-    /// this coordinator last nudged them to hand partitions over.
-    pub(super) member_wakes: BTreeMap<String, Option<String>>,
+    /// What each listed member's heartbeat said (its TTL, where it takes wake-ups) when its
+    /// membership was listed at its current version, and when this coordinator last nudged
+    /// the members to hand partitions over.
+    pub(super) member_info: BTreeMap<String, MemberInfo>,
     pub(super) relayed_at: Option<crate::clock::Stopwatch>,
+}
+
+/// What a member's heartbeat said, read once per version of its membership (a coordinator
+/// restarted under its ID joins again, at a new version).
+#[derive(Clone, Debug, Default)]
+pub(super) struct MemberInfo {
+    pub(super) version: Option<ETag>,
+    /// The TTL it declared: it is judged by that, not by this coordinator's own, so
+    /// coordinators configured with different TTLs never judge each other gone between beats.
+    pub(super) ttl_ms: u64,
+    pub(super) wake: Option<String>,
 }
 
 /// The recoveries other partitions' owners assigned `worker`, as its inbox last said.
@@ -105,12 +117,12 @@ pub(super) fn elsewhere(observer: &Observer, worker: &str) -> u32 {
 pub(super) fn judge_members(
     observer: &mut Observer,
     own: &str,
-    listed: &[String],
+    listed: &[(String, Option<ETag>)],
     alive: &HashMap<String, bool>,
 ) {
     observer.members.clear();
     observer.gone_members.clear();
-    for member in listed.iter().filter(|member| member.as_str() != own) {
+    for (member, _) in listed.iter().filter(|(member, _)| member.as_str() != own) {
         let beats = layout::member_heartbeat(member)
             .and_then(|beat| alive.get(&beat).copied())
             .unwrap_or(false);
@@ -120,6 +132,13 @@ pub(super) fn judge_members(
             observer.gone_members.insert(member.clone());
         }
     }
+}
+
+/// The TTLs the listed members declared, by heartbeat key, for judging them.
+pub(super) fn member_ttls(observer: &Observer) -> impl Iterator<Item = (String, u64)> + '_ {
+    observer.member_info.iter().filter_map(|(member, info)| {
+        Some((layout::member_heartbeat(member)?, info.ttl_ms)).filter(|(_, ttl)| *ttl > 0)
+    })
 }
 
 /// The heartbeats of the live members: watched between ticks like a host's.
@@ -358,6 +377,7 @@ pub(super) fn judge_liveness(
         }
     }
     observer.judged_busy = busy;
+    declared.extend(member_ttls(observer));
     // A named heartbeat that is not listed is judged at the absent version, for a TTL like any
     // other: one removed as a dead process's just as its process came back is written again
     // within a third of its TTL.

@@ -14,33 +14,7 @@ pub(super) async fn watch(
     options: &CoordinatorOptions,
     observer: &mut Observer,
 ) -> Result<bool, StoreError> {
-    let Listing {
-        heartbeats,
-        seen,
-        members,
-        ..
-    } = list_heartbeats_seen(store).await?;
-    let heartbeats = liveness::with_absent(heartbeats, observer.watched.iter().map(String::as_str));
-    let listed: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
-    let mut alive = liveness::judge_heartbeats(
-        &mut observer.liveness,
-        options.ttl,
-        observer
-            .declared
-            .iter()
-            .map(|(key, ttl)| (key.as_str(), *ttl)),
-        heartbeats,
-        seen,
-    );
-    let running_keys = observer.watched.clone();
-    remember_the_gone(&mut observer.gone, &listed, &mut alive, &running_keys);
-    judge_members(
-        observer,
-        &layout::coordinator_member(&options.id),
-        &members,
-        &alive,
-    );
-    observer.liveness_at = Some(crate::clock::Stopwatch::start());
+    let alive = look_at_heartbeats(store, options, observer).await?;
     let gone = observer
         .watched
         .iter()
@@ -60,38 +34,111 @@ pub(super) async fn look_at_members(
     options: &CoordinatorOptions,
     observer: &mut Observer,
 ) -> Result<(), StoreError> {
+    look_at_heartbeats(store, options, observer).await?;
+    observer.watched = member_heartbeats(observer).collect();
+    Ok(())
+}
+
+/// Lists the heartbeats and judges them (the watched ones not listed as absent) by the TTLs
+/// declared as of the last tick, and the members by theirs.
+async fn look_at_heartbeats(
+    store: &Store,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+) -> Result<HashMap<String, bool>, StoreError> {
     let Listing {
         heartbeats,
         seen,
         members,
         ..
     } = list_heartbeats_seen(store).await?;
-    let alive = liveness::judge_heartbeats(
+    refresh_members(store, options, observer, &members).await;
+    let heartbeats = liveness::with_absent(heartbeats, observer.watched.iter().map(String::as_str));
+    let listed: BTreeMap<String, ETag> = heartbeats.iter().cloned().collect();
+    let declared: Vec<(String, u64)> = observer
+        .declared
+        .iter()
+        .cloned()
+        .chain(member_ttls(observer))
+        .collect();
+    let mut alive = liveness::judge_heartbeats(
         &mut observer.liveness,
         options.ttl,
-        observer
-            .declared
-            .iter()
-            .map(|(key, ttl)| (key.as_str(), *ttl)),
+        declared.iter().map(|(key, ttl)| (key.as_str(), *ttl)),
         heartbeats,
         seen,
     );
+    let running_keys = observer.watched.clone();
+    remember_the_gone(&mut observer.gone, &listed, &mut alive, &running_keys);
     judge_members(
         observer,
         &layout::coordinator_member(&options.id),
         &members,
         &alive,
     );
-    observer.watched = member_heartbeats(observer).collect();
     observer.liveness_at = Some(crate::clock::Stopwatch::start());
-    Ok(())
+    Ok(alive)
+}
+
+/// Brings what is known of the members up to the versions `listed`: a membership new or at
+/// a new version has its heartbeat read once (its TTL, its wake-up address), one no longer
+/// listed is forgotten. In a bucket of several partitions, this coordinator's own membership
+/// missing (removed by gc while it was paused past its TTLs) is written again, so the others
+/// count it in their shares.
+pub(super) async fn refresh_members(
+    store: &Store,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+    listed: &[(String, Option<ETag>)],
+) {
+    let own = layout::coordinator_member(&options.id);
+    if observer.partitions > 1 && !listed.iter().any(|(member, _)| *member == own) {
+        match join(store, options).await {
+            Ok(()) => {
+                tracing::info!(coordinator = %options.id, "wrote this coordinator's membership again")
+            }
+            Err(error) => tracing::warn!(%error, "cannot write the coordinator's membership"),
+        }
+    }
+    observer
+        .member_info
+        .retain(|member, _| listed.iter().any(|(listed, _)| listed == member));
+    for (member, version) in listed.iter().filter(|(member, _)| *member != own) {
+        if observer
+            .member_info
+            .get(member)
+            .is_some_and(|info| info.version == *version)
+        {
+            continue;
+        }
+        let Some(beat) = layout::member_heartbeat(member) else {
+            continue;
+        };
+        match crate::store::lease::read_heartbeat(store, &beat).await {
+            Ok(beat) => {
+                let (ttl_ms, wake) = beat
+                    .map(|(beat, _)| (beat.ttl_ms, beat.wake))
+                    .unwrap_or_default();
+                observer.member_info.insert(
+                    member.clone(),
+                    MemberInfo {
+                        version: version.clone(),
+                        ttl_ms,
+                        wake,
+                    },
+                );
+            }
+            // Read again at the next listing; judged by this coordinator's TTL until then.
+            Err(error) => tracing::debug!(%error, %member, "cannot read a coordinator's heartbeat"),
+        }
+    }
 }
 
 /// One LIST of the heartbeats' prefix: every process's heartbeat, every worker's registration
 /// and every coordinator's membership, each with its listed version, and when the listing was issued and returned.
 pub(super) struct Listing {
-    /// The coordinators' membership keys (see `share`).
-    pub(super) members: Vec<String>,
+    /// The coordinators' membership keys (see `share`), with their versions.
+    pub(super) members: Vec<(String, Option<ETag>)>,
     pub(super) heartbeats: Vec<(String, ETag)>,
     pub(super) registrations: Vec<(String, Option<ETag>)>,
     pub(super) seen: Seen,
@@ -111,7 +158,10 @@ pub(super) async fn list_heartbeats_seen(store: &Store) -> Result<Listing, Store
         .into_iter()
         .partition(|listed| layout::is_registration(&listed.key));
     Ok(Listing {
-        members: members.into_iter().map(|listed| listed.key).collect(),
+        members: members
+            .into_iter()
+            .map(|listed| (listed.key, listed.etag))
+            .collect(),
         heartbeats: heartbeats
             .into_iter()
             .map(|listed| {

@@ -40,7 +40,10 @@ pub async fn run(
         }
         tracing::info!(coordinator = %options.id, partitions, "sharing the bucket's partitions");
     }
-    let mut observer = Observer::default();
+    let mut observer = Observer {
+        partitions,
+        ..Observer::default()
+    };
     // Kept across ticks: a standby judges the leader dead only after a whole TTL of silence.
     let mut standby = ExpiryWatch::default();
     // Ticks may follow each other at once while they make progress (admissions to assign),
@@ -131,9 +134,7 @@ pub async fn run(
             (Some(age), Some(listed)) => fresh_for(age, listed),
             _ => Duration::ZERO,
         };
-        if plain || !named.is_empty() {
-            relay_wakeup(&store, &mut observer, &shares).await;
-        }
+        relay_wakeup(&observer, &shares, plain, &named);
         let fast = !tick_due && !plain && !fresh.is_zero();
         // Woken with nothing named and nothing plain: a wake-up whose names an assignment
         // already took while it read. Nothing to look at: wait on.

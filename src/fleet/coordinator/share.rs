@@ -151,10 +151,19 @@ pub(super) async fn rebalance(
         holding_mine.extend(observer.members.iter().cloned());
     }
     for partition in handed {
-        if let Some(held) = shares.held.remove(&partition) {
-            tracing::info!(coordinator = %options.id, partition, "handing the partition over to its rightful owner");
-            if let Err(error) = holder.release(&held).await {
-                tracing::warn!(%error, partition, "cannot release the partition's lease; its new owner takes it after a TTL");
+        let Some(held) = shares.held.get(&partition) else {
+            continue;
+        };
+        tracing::info!(coordinator = %options.id, partition, "handing the partition over to its rightful owner");
+        match holder.release(held).await {
+            Ok(()) => {
+                shares.held.remove(&partition);
+            }
+            // Kept, and released again at the next turn: a lease forgotten unreleased would
+            // name this live coordinator, and its rightful owner would wait on it for as long
+            // as this one beats.
+            Err(error) => {
+                tracing::warn!(%error, partition, "cannot release the partition's lease; trying again at the next turn")
             }
         }
     }
@@ -211,7 +220,7 @@ pub(super) async fn rebalance(
     }
     holding_mine.sort();
     holding_mine.dedup();
-    nudge_members(store, observer, holding_mine).await;
+    nudge_members(observer, holding_mine);
 }
 
 /// Takes `run`'s lease from `other` if `other` still holds it (one read, one swap).
@@ -232,22 +241,34 @@ async fn take_from_the_gone(
 /// The shortest time between two nudges this coordinator sends the other members.
 const RELAY_GAP: Duration = Duration::from_millis(100);
 
-/// Passes a wake-up on to the other members, as a plain one, from partition 0's owner only:
-/// hosts, workers and operators wake the coordinator partition 0's lease names, and a new run
-/// or a freed slot may be another owner's to act on. Every one is passed on (one dropped would
-/// be a lost wake-up); a relayed one is not relayed again, since its receiver does not own
+/// Passes a wake-up on to the other members, from partition 0's owner only: hosts, workers
+/// and operators wake the coordinator partition 0's lease names, and a new run or a freed slot
+/// (a plain wake-up), or a recovery just admitted (a named one), may be another owner's to act
+/// on. Every one is passed on, names and all (one dropped would be a lost wake-up, a name
+/// dropped a scan's wait); a relayed one is not relayed again, since its receiver does not own
 /// partition 0 (two owners of it at once, until one's next tick checks its lease, pass one
 /// back and forth at most that long).
-pub(super) async fn relay_wakeup(store: &Store, observer: &mut Observer, shares: &Shares) {
-    if shares.cleans_up() {
-        let members = observer.members.iter().cloned().collect();
-        wake_members(store, observer, members).await;
+pub(super) fn relay_wakeup(
+    observer: &Observer,
+    shares: &Shares,
+    plain: bool,
+    named: &[RecoveryId],
+) {
+    if !shares.cleans_up() {
+        return;
+    }
+    let members: Vec<String> = observer.members.iter().cloned().collect();
+    if plain {
+        wake_members(observer, &members, &[]);
+    }
+    if !named.is_empty() {
+        wake_members(observer, &members, named);
     }
 }
 
 /// Wakes the members holding what this coordinator should own, or taking what it handed over,
 /// at most once per [`RELAY_GAP`] (it asks again at its next turn).
-async fn nudge_members(store: &Store, observer: &mut Observer, members: Vec<String>) {
+fn nudge_members(observer: &mut Observer, members: Vec<String>) {
     if members.is_empty()
         || observer
             .relayed_at
@@ -257,42 +278,20 @@ async fn nudge_members(store: &Store, observer: &mut Observer, members: Vec<Stri
         return;
     }
     observer.relayed_at = Some(crate::clock::Stopwatch::start());
-    wake_members(store, observer, members).await;
+    wake_members(observer, &members, &[]);
 }
 
-/// Wakes `members` (plain wake-ups, side by side, not awaited; best effort). Each member's
-/// address is read once, from its heartbeat.
-async fn wake_members(store: &Store, observer: &mut Observer, members: Vec<String>) {
-    if members.is_empty() {
-        return;
-    }
-    let live = &observer.members;
-    observer
-        .member_wakes
-        .retain(|member, _| live.contains(member));
-    let mut urls = Vec::new();
-    for member in members {
-        if !observer.member_wakes.contains_key(&member) {
-            let Some(beat) = layout::member_heartbeat(&member) else {
-                continue;
-            };
-            match crate::store::lease::read_heartbeat(store, &beat).await {
-                Ok(beat) => {
-                    observer
-                        .member_wakes
-                        .insert(member.clone(), beat.and_then(|(beat, _)| beat.wake));
-                }
-                Err(error) => {
-                    tracing::debug!(%error, %member, "cannot read a coordinator's address");
-                    continue;
-                }
-            }
-        }
-        urls.extend(observer.member_wakes.get(&member).cloned().flatten());
-    }
+/// Wakes `members` (naming `named`, or plain; side by side, not awaited; best effort), at the
+/// addresses their heartbeats gave when their memberships were listed.
+fn wake_members(observer: &Observer, members: &[String], named: &[RecoveryId]) {
+    let urls: Vec<String> = members
+        .iter()
+        .filter_map(|member| observer.member_info.get(member)?.wake.clone())
+        .collect();
     if !urls.is_empty() {
+        let named = named.to_vec();
         tokio::spawn(async move {
-            if let Err(error) = crate::fleet::wake::poke_all(&urls, &[]).await {
+            if let Err(error) = crate::fleet::wake::poke_all(&urls, &named).await {
                 tracing::debug!(%error, "cannot wake another coordinator");
             }
         });

@@ -195,7 +195,7 @@ struct Read {
     seen: Seen,
     versions: BTreeMap<String, ETag>,
     named: Option<std::collections::BTreeSet<String>>,
-    members: Vec<String>,
+    members: Vec<(String, Option<ETag>)>,
 }
 
 /// The tick's reads: the leadership (with `leading`) beside the index, the heartbeat listing
@@ -250,6 +250,7 @@ async fn read_the_bucket(
         members,
     } = list_heartbeats_seen(store).await?;
     refresh_registrations(store, observer, &registrations).await;
+    refresh_members(store, options, observer, &members).await;
     if observer.ticks_since_sweep == 0 {
         // Inboxes are written only when they change from what this leader wrote last; a
         // stale leader that woke after losing the lease may have overwritten them since.
