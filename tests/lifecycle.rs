@@ -2914,3 +2914,41 @@ async fn coordinators_of_different_ttls_keep_their_shares() {
         coordinator.await.unwrap();
     }
 }
+
+// Proves a coordinator that led a bucket of one partition follows a split another makes
+// while it runs: it joins the members and shares the partitions (keeping partition 0 outside
+// the membership would hold it from its rightful owner for as long as it beats).
+#[tokio::test(start_paused = true)]
+async fn a_leader_follows_a_split_made_while_it_runs() {
+    const PARTITIONS: u32 = 4;
+    let harness = Harness::new(1, 8, None);
+    let store = harness.store();
+    let stops: Vec<Arc<AtomicBool>> = (0..2).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let old = harness.spawn_sharing_coordinator(&store, "old", TTL, 5, None, &stops[0]);
+    harness
+        .until(Duration::from_secs(10), "the old one leads", || async {
+            partition_owners(&store, 1).await == [Some("old".to_owned())]
+        })
+        .await;
+    let new = harness.spawn_sharing_coordinator(&store, "new", TTL, 5, Some(PARTITIONS), &stops[1]);
+    harness
+        .until(
+            Duration::from_secs(10),
+            "both share the split bucket",
+            || async {
+                let owners = partition_owners(&store, PARTITIONS).await;
+                let distinct: BTreeSet<&String> = owners.iter().flatten().collect();
+                let joined = store
+                    .read(&layout::coordinator_member("old"))
+                    .await
+                    .unwrap()
+                    .is_some();
+                joined && owners.iter().all(Option::is_some) && distinct.len() == 2
+            },
+        )
+        .await;
+    for (stop, coordinator) in stops.iter().zip([old, new]) {
+        stop.store(true, Ordering::SeqCst);
+        coordinator.await.unwrap();
+    }
+}

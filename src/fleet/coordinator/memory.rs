@@ -91,6 +91,9 @@ pub(super) struct Observer {
     /// the members to hand partitions over.
     pub(super) member_info: BTreeMap<String, MemberInfo>,
     pub(super) relayed_at: Option<crate::clock::Stopwatch>,
+    /// When a coordinator of a bucket of one partition last read the format marker (see
+    /// `share::follow_a_split`).
+    pub(super) marker_read_at: Option<crate::clock::Stopwatch>,
 }
 
 /// What a member's heartbeat said, read once per version of its membership (a coordinator

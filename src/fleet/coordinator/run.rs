@@ -42,6 +42,7 @@ pub async fn run(
     }
     let mut observer = Observer {
         partitions,
+        marker_read_at: Some(crate::clock::Stopwatch::start()),
         ..Observer::default()
     };
     // Kept across ticks: a standby judges the leader dead only after a whole TTL of silence.
@@ -57,6 +58,7 @@ pub async fn run(
     // When this coordinator's share last changed (a split bucket).
     let mut share_changed: Option<crate::clock::Stopwatch> = None;
     while !stop.load(Ordering::SeqCst) {
+        follow_a_split(&store, &options, &mut observer, &mut shares).await;
         let before: Vec<u32> = shares.held.keys().copied().collect();
         if shares.partitions > 1 && (shares.is_empty() || observer.liveness_at.is_none()) {
             // Holding nothing, no tick lists the heartbeats: look at the members here.

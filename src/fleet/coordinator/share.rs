@@ -298,6 +298,39 @@ fn wake_members(observer: &Observer, members: &[String], named: &[RecoveryId]) {
     }
 }
 
+/// A coordinator of a bucket of one partition looks at the format marker once per scan
+/// interval: a coordinator started with `--partitions` may have split the bucket since. It
+/// then shares the partitions from its next turn on (the leadership lease it may hold is
+/// partition 0's), so it neither works the others' partitions as its own nor holds partition
+/// 0 outside the membership (a live holder the members do not count would keep it forever).
+pub(super) async fn follow_a_split(
+    store: &Store,
+    options: &CoordinatorOptions,
+    observer: &mut Observer,
+    shares: &mut Shares,
+) {
+    let due = observer
+        .marker_read_at
+        .as_ref()
+        .is_none_or(|at| at.elapsed() >= options.scan_interval);
+    if shares.partitions > 1 || !due {
+        return;
+    }
+    observer.marker_read_at = Some(crate::clock::Stopwatch::start());
+    match crate::store::partitions::read(store).await {
+        Ok(partitions) if partitions > 1 => {
+            tracing::info!(coordinator = %options.id, partitions, "the bucket was split; sharing its partitions");
+            shares.partitions = partitions;
+            observer.partitions = partitions;
+            if let Err(error) = join(store, options).await {
+                tracing::warn!(%error, "cannot write the coordinator's membership");
+            }
+        }
+        Ok(_) => {}
+        Err(error) => tracing::debug!(%error, "cannot read the bucket's format marker"),
+    }
+}
+
 /// Writes this coordinator's membership (a bucket of several partitions): its heartbeat,
 /// written first, says whether the member lives.
 pub(super) async fn join(store: &Store, options: &CoordinatorOptions) -> Result<(), StoreError> {

@@ -459,3 +459,83 @@ async fn a_queued_offer_is_not_untaken_while_its_worker_is_full() {
     pass_over_untaken_offers(&mut observer, &free, &versions, ttl);
     assert!(observer.unreachable.contains_key("w"), "never passed over");
 }
+
+/// Reviewer's finding: a coordinator handing a partition over forgot it before its release
+/// landed, so a release that failed left the lease naming a live coordinator that no longer
+/// thought it held it, and its rightful owner waited on it for as long as it beat. The share
+/// keeps a lease it could not release and releases it at its next turn.
+#[tokio::test]
+async fn a_handover_whose_release_fails_is_tried_again() {
+    let retry = crate::store::RetryPolicy {
+        min_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(1),
+        max_retries: 1,
+        attempt_timeout: Duration::from_secs(1),
+    };
+    let (direct, slow, faulty) = two_views(retry);
+    let ttl = Duration::from_secs(3);
+    let options = CoordinatorOptions::new("a", ttl);
+    let holder = Arc::new(Holder::with_role(&slow, "a", ttl, "coordinator"));
+    holder.beat().await.unwrap();
+    let mut shares = Shares::new(2);
+    let mut standby = ExpiryWatch::default();
+    let mut observer = Observer {
+        partitions: 2,
+        ..Observer::default()
+    };
+    // Alone, it owns both partitions.
+    rebalance(
+        &slow,
+        &holder,
+        &options,
+        &mut observer,
+        &mut shares,
+        &mut standby,
+    )
+    .await;
+    assert_eq!(shares.held.len(), 2);
+    // Another member joins, rightful owner of at least one of them: handed over while the
+    // store refuses every request, the lease stays in the share.
+    let other = layout::coordinator_member("b");
+    observer.members.insert(other.clone());
+    let theirs: Vec<u32> = (0..2)
+        .filter(|p| !rightful(&layout::coordinator_member("a"), &observer.members, 2).contains(p))
+        .collect();
+    let partition = *theirs
+        .first()
+        .expect("b owns a partition of two (rendezvous)");
+    faulty.set_partitioned(true);
+    rebalance(
+        &slow,
+        &holder,
+        &options,
+        &mut observer,
+        &mut shares,
+        &mut standby,
+    )
+    .await;
+    assert!(shares.held.contains_key(&partition), "forgotten unreleased");
+    let lease = RunId::new(layout::partition_lease(partition));
+    let view = crate::store::lease::read_lease(&direct, &lease)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!view.lease.released && view.lease.holder == "a");
+    // The store back, the next turn releases it.
+    faulty.set_partitioned(false);
+    rebalance(
+        &slow,
+        &holder,
+        &options,
+        &mut observer,
+        &mut shares,
+        &mut standby,
+    )
+    .await;
+    assert!(!shares.held.contains_key(&partition));
+    let view = crate::store::lease::read_lease(&direct, &lease)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(view.lease.released, "{view:?}");
+}
