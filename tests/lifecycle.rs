@@ -2952,3 +2952,78 @@ async fn a_leader_follows_a_split_made_while_it_runs() {
         coordinator.await.unwrap();
     }
 }
+
+// Proves a big index is listed in full seldom, and that a holder the last full tick did not
+// see is still noticed at once: 10 000 runs held by a beating host stretch the interval
+// between full ticks to 10 s (one index page a second), so in 30 s the coordinator lists the
+// index a few times besides its heartbeat watch, not every 500 ms scan interval; and a host
+// that starts a run after that (sending no wake-up) and dies has it admitted within a few
+// watch intervals of its TTL, because its heartbeat falling silent brings a full tick.
+#[tokio::test(start_paused = true)]
+async fn a_big_index_is_listed_seldom_and_a_new_holders_death_is_seen_at_once() {
+    const RUNS: usize = 10_000;
+    let harness = Harness::new(3, 32, None);
+    let store = harness.store();
+    let busy = Holder::new(&store, "busy-host", TTL);
+    busy.beat().await.unwrap();
+    let beating = busy.spawn_heartbeat(Arc::new(AtomicBool::new(false)));
+    for i in 0..RUNS {
+        let mut entry = IndexEntry::new(
+            RunId::new(format!("held-{i:05}")),
+            None,
+            Phase::Running,
+            "f".into(),
+            0,
+        );
+        entry.holder = Some(busy.heartbeat_key());
+        entry.holder_ttl_ms = Some(TTL.as_millis() as u64);
+        index::put(&store, &entry).await.unwrap();
+    }
+    let counted = store.with_fresh_metrics();
+    let stop = Arc::new(AtomicBool::new(false));
+    let options = CoordinatorOptions {
+        scan_interval: Duration::from_millis(500),
+        idle_scan_interval: Duration::from_millis(500),
+        watch_interval: Duration::from_millis(200),
+        ..CoordinatorOptions::new("c", TTL)
+    };
+    let coordinator = tokio::spawn({
+        let (counted, stop) = (counted.clone(), Arc::clone(&stop));
+        async move { coordinator::run(counted, options, stop).await.unwrap() }
+    });
+    let worker = harness.spawn_worker(&store, harness.worker_options("w"), &stop);
+    rekindle::clock::sleep(Duration::from_secs(5)).await;
+    let before = counted.metrics().list;
+    rekindle::clock::sleep(Duration::from_secs(30)).await;
+    let lists = counted.metrics().list - before;
+    // The watch lists the heartbeats every 200 ms (150 times); a full tick lists the index's
+    // 10 pages as 16 sub-range listings, 4 times. Listing the index every scan interval would
+    // take 60 passes.
+    assert!(lists < 400, "{lists} LISTs in 30 s");
+    harness.crashed_host("late", 1).await;
+    let died = tokio::time::Instant::now();
+    harness
+        .until(Duration::from_secs(20), "the late run admitted", || async {
+            harness.record("late").await.is_some()
+        })
+        .await;
+    let admitted = died.elapsed();
+    assert!(
+        admitted < TTL + Duration::from_secs(2),
+        "admitted {admitted:?} after its host died (TTL {TTL:?})"
+    );
+    harness
+        .until(
+            Duration::from_secs(30),
+            "the late run recovered",
+            || async {
+                harness.record("late").await.map(|r| r.state) == Some(RecoveryState::Finished)
+            },
+        )
+        .await;
+    harness.audit("late", 1);
+    stop.store(true, Ordering::SeqCst);
+    coordinator.await.unwrap();
+    worker.await.unwrap().unwrap();
+    beating.abort();
+}

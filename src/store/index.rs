@@ -220,6 +220,16 @@ fn held(entry: &IndexEntry) -> Option<(&str, Option<u64>)> {
 }
 
 impl IndexWatch {
+    /// Entries the view keeps (every entry its last scan listed).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether the view keeps no entry.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
     fn intern(&mut self, holder: &str) -> Arc<str> {
         match self.holders.get(holder) {
             Some(interned) => Arc::clone(interned),

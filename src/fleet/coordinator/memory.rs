@@ -94,6 +94,8 @@ pub(super) struct Observer {
     /// When a coordinator of a bucket of one partition last read the format marker (see
     /// `share::follow_a_split`).
     pub(super) marker_read_at: Option<crate::clock::Stopwatch>,
+    /// The heartbeats judged silent at the last look (see [`fell_silent`]).
+    pub(super) silent: std::collections::BTreeSet<String>,
 }
 
 /// What a member's heartbeat said, read once per version of its membership (a coordinator
@@ -135,6 +137,42 @@ pub(super) fn judge_members(
             observer.gone_members.insert(member.clone());
         }
     }
+}
+
+/// Index pages a leader's full scans list per second at most, at steady state: the interval
+/// between full ticks stretches past the scan interval as the index grows (a page lists
+/// 1 000 entries), so their requests do not grow with the runs. Nothing waits on it: a holder
+/// falling silent (the heartbeat watch), a wake-up (a new run, an admission, a freed slot) and
+/// a tick that asks for another all bring the next full tick at once.
+pub(super) const INDEX_PAGES_PER_SECOND: u64 = 1;
+
+/// The interval between full ticks while the fleet is busy: the scan interval, or as long as
+/// listing this share's index at [`INDEX_PAGES_PER_SECOND`] takes, whichever is longer.
+pub(super) fn scan_interval(options: &CoordinatorOptions, observer: &Observer) -> Duration {
+    if options.watch_interval >= options.scan_interval {
+        // No watch between ticks: the scans are what sees a holder fall silent.
+        return options.scan_interval;
+    }
+    let pages = observer.index.len().div_ceil(1000) as u64;
+    options
+        .scan_interval
+        .max(Duration::from_secs(pages / INDEX_PAGES_PER_SECOND))
+}
+
+/// Whether a heartbeat judged alive at the last look is judged silent now (`alive`: this
+/// look's verdicts), remembering this look's silent ones. Between full ticks that come
+/// seldom in a big bucket, a holder whose runs the last tick did not see (a run started
+/// since, by a host that sent no wake-up) is noticed when its heartbeat falls silent, and the
+/// full tick that follows finds its runs.
+pub(super) fn fell_silent(observer: &mut Observer, alive: &HashMap<String, bool>) -> bool {
+    let silent: std::collections::BTreeSet<String> = alive
+        .iter()
+        .filter(|(_, alive)| !**alive)
+        .map(|(key, _)| key.clone())
+        .collect();
+    let fell = silent.iter().any(|key| !observer.silent.contains(key));
+    observer.silent = silent;
+    fell
 }
 
 /// The TTLs the listed members declared, by heartbeat key, for judging them.
@@ -416,6 +454,7 @@ pub(super) fn judge_liveness(
     // A heartbeat neither listed nor named needs no watch (and must not hold memory).
     observer.liveness.retain(|key| listed.contains_key(key));
     observer.declared = declared;
+    fell_silent(observer, &alive);
     alive
 }
 

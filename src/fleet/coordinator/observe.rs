@@ -23,6 +23,10 @@ pub(super) async fn watch(
         tracing::info!(heartbeat = %key, "a holder fell silent; looking now");
         return Ok(true);
     }
+    if fell_silent(observer, &alive) {
+        tracing::info!("a heartbeat fell silent; looking now");
+        return Ok(true);
+    }
     Ok(false)
 }
 

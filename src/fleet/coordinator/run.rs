@@ -97,8 +97,9 @@ pub async fn run(
         let leading = (!shares.is_empty()).then_some(&shares);
         // A standby looks at the leader's lease at least once per TTL: taking over needs two
         // looks a TTL apart, so a scan interval longer than the TTL would double the wait.
+        let scan = scan_interval(&options, &observer);
         let mut pause = if leading.is_some() {
-            options.scan_interval
+            scan
         } else {
             options.scan_interval.min(options.ttl)
         };
@@ -125,7 +126,7 @@ pub async fn run(
         let view_age = observer.last_view.as_ref().map(|(_, _, at)| at.elapsed());
         let listed_age = observer.liveness_at.as_ref().map(|at| at.elapsed());
         let fresh_for = |age: Duration, listed: Duration| {
-            let view_left = options.scan_interval.saturating_sub(age);
+            let view_left = scan.saturating_sub(age);
             if observer.watched.is_empty() {
                 view_left
             } else {
@@ -243,7 +244,7 @@ pub async fn run(
                             .as_ref()
                             .is_some_and(|at| at.elapsed() < options.idle_scan_interval);
                     if !report.busy && !named_offered && !members_unwatched && !just_shared {
-                        pause = options.idle_scan_interval;
+                        pause = options.idle_scan_interval.max(scan);
                     }
                     // Woken (a worker that handed a recovery back wakes it), but the running
                     // records were taken from the cache: look again once they are due, not
