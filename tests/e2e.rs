@@ -365,7 +365,8 @@ async fn coordinators_sharing_a_split_bucket_survive_a_kill() {
     let status = stdout(&fleet.cli(&["status"]));
     assert!(
         status.contains("partitions   4, owned by coordinator-a (")
-            && status.contains("coordinator-b ("),
+            && status.contains("coordinator-b (")
+            && status.contains(" owns partition 0 (epoch "),
         "{status}"
     );
     let refused = fleet

@@ -145,6 +145,23 @@ pub(crate) fn overview(o: &rekindle::fleet::overview::Overview, now_ms: u64) -> 
     use std::fmt::Write;
     let mut out = String::new();
     match &o.leader {
+        // A split bucket has no leader: the lease it names is partition 0's (the owners of
+        // all of them follow on the `partitions` line).
+        Some(leader) if !o.partitions.is_empty() => {
+            let _ = writeln!(
+                out,
+                "coordinator  {} owns partition 0 (epoch {}): {}",
+                leader.id,
+                leader.epoch,
+                liveliness(&leader.liveliness)
+            );
+            if leader.liveliness.beat != Beat::Alive {
+                let _ = writeln!(
+                    out,
+                    "             another coordinator takes its partitions over once its TTL has passed; with none running, nothing admits or assigns"
+                );
+            }
+        }
         Some(leader) => {
             let _ = writeln!(
                 out,
