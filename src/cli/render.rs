@@ -145,27 +145,23 @@ pub(crate) fn overview(o: &rekindle::fleet::overview::Overview, now_ms: u64) -> 
     use std::fmt::Write;
     let mut out = String::new();
     match &o.leader {
-        // A split bucket has no leader: the lease it names is partition 0's (the owners of
-        // all of them follow on the `partitions` line).
-        Some(leader) if !o.partitions.is_empty() => {
-            let _ = writeln!(
-                out,
-                "coordinator  {} owns partition 0 (epoch {}): {}",
-                leader.id,
-                leader.epoch,
-                liveliness(&leader.liveliness)
-            );
-            if leader.liveliness.beat != Beat::Alive {
-                let _ = writeln!(
-                    out,
-                    "             another coordinator takes its partitions over once its TTL has passed; with none running, nothing admits or assigns"
-                );
-            }
-        }
         Some(leader) => {
+            // A split bucket has no leader: the lease it names is partition 0's (the owners
+            // of all of them follow on the `partitions` line).
+            let (role, after) = if o.partitions.is_empty() {
+                (
+                    "leads",
+                    "a standby takes over once the leader's TTL has passed",
+                )
+            } else {
+                (
+                    "owns partition 0",
+                    "another coordinator takes its partitions over once its TTL has passed",
+                )
+            };
             let _ = writeln!(
                 out,
-                "coordinator  {} leads (epoch {}): {}",
+                "coordinator  {} {role} (epoch {}): {}",
                 leader.id,
                 leader.epoch,
                 liveliness(&leader.liveliness)
@@ -173,7 +169,7 @@ pub(crate) fn overview(o: &rekindle::fleet::overview::Overview, now_ms: u64) -> 
             if leader.liveliness.beat != Beat::Alive {
                 let _ = writeln!(
                     out,
-                    "             a standby takes over once the leader's TTL has passed; with none running, nothing admits or assigns"
+                    "             {after}; with none running, nothing admits or assigns"
                 );
             }
         }
