@@ -1583,13 +1583,10 @@ struct LocalLock {
 
 impl LocalLock {
     /// Removes the lock file while holding it, then releases it. Best effort: a lock file
-    /// left behind only takes space.
+    /// left behind only takes space. One unlink, done in place (see [`local_lock`]).
     async fn forget(self) {
-        let _ = tokio::task::spawn_blocking(move || {
-            let _ = std::fs::remove_file(&self.path);
-            drop(self.file);
-        })
-        .await;
+        let _ = std::fs::remove_file(&self.path);
+        drop(self.file);
     }
 }
 
@@ -1598,50 +1595,80 @@ impl LocalLock {
 /// compare-and-swap). An exclusive `flock` on `<root>/.rekindle-locks/<sha256(key)>` is held
 /// for the duration; the kernel drops it if the process dies.
 ///
+/// The lock is first tried in place, without blocking: a free lock is a few system calls of
+/// microseconds, and a trip to tokio's blocking pool (a thread woken, the caller's task woken
+/// again) costs more CPU than they do. Only a lock another holder has is waited for on the
+/// blocking pool, where `flock` may block as long as that holder takes.
+///
 /// Architecture invariant: a lock file is removed only by its holder (a delete of its key,
 /// [`LocalLock::forget`]), and a lock counts only if its file is still the one at the path
 /// once locked: a waiter that was blocked on a file its holder then removed finds the path
 /// gone or naming another file, lets go and locks the path anew. So two processes never hold
 /// the lock of one key at once, and lock files stay bounded by the keys that exist.
 async fn local_lock(root: &std::path::Path, key: &str) -> Result<LocalLock, StoreError> {
-    use std::os::unix::fs::MetadataExt;
     let dir = root.join(".rekindle-locks");
     let path = dir.join(crate::core::digest::sha256_hex(key.as_bytes()));
-    let key = key.to_owned();
-    let failed = move |message: String| StoreError::Failed {
+    let failed = |message: String| StoreError::Failed {
         op: "lock",
-        key: key.clone(),
+        key: key.to_owned(),
         message,
     };
+    if let Some(lock) = lock_path(&dir, &path, false).map_err(failed)? {
+        return Ok(lock);
+    }
     tokio::task::spawn_blocking(move || {
-        loop {
-            std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(|e| format!("open {}: {e}", path.display()))?;
-            file.lock()
-                .map_err(|e| format!("lock {}: {e}", path.display()))?;
-            let held = file
-                .metadata()
-                .map_err(|e| format!("stat {}: {e}", path.display()))?;
-            match std::fs::metadata(&path) {
-                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                    return Ok(LocalLock { file, path });
-                }
-                // Removed (or replaced) by the holder we waited for: try the path again.
-                Ok(_) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => return Err(format!("stat {}: {error}", path.display())),
-            }
-        }
+        lock_path(&dir, &path, true).map(|lock| lock.expect("a blocking lock is always taken"))
     })
     .await
     .map_err(|e| e.to_string())
     .and_then(|inner| inner)
     .map_err(failed)
+}
+
+/// Locks the lock file at `path` (see [`local_lock`]); without `wait`, `None` if another
+/// holder has it.
+fn lock_path(
+    dir: &std::path::Path,
+    path: &std::path::Path,
+    wait: bool,
+) -> Result<Option<LocalLock>, String> {
+    use std::os::unix::fs::MetadataExt;
+    loop {
+        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(|e| format!("open {}: {e}", path.display()))?;
+        if wait {
+            file.lock()
+                .map_err(|e| format!("lock {}: {e}", path.display()))?;
+        } else {
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(format!("lock {}: {e}", path.display()));
+                }
+            }
+        }
+        let held = file
+            .metadata()
+            .map_err(|e| format!("stat {}: {e}", path.display()))?;
+        match std::fs::metadata(path) {
+            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                return Ok(Some(LocalLock {
+                    file,
+                    path: path.to_owned(),
+                }));
+            }
+            // Removed (or replaced) by the holder we waited for: try the path again.
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(format!("stat {}: {error}", path.display())),
+        }
+    }
 }
 
 #[cfg(test)]
