@@ -2961,22 +2961,43 @@ async fn a_leader_follows_a_split_made_while_it_runs() {
 // watch intervals of its TTL, because its heartbeat falling silent brings a full tick.
 #[tokio::test(start_paused = true)]
 async fn a_big_index_is_listed_seldom_and_a_new_holders_death_is_seen_at_once() {
+    a_big_index(true).await;
+}
+
+// The same with nothing to watch: every entry parked (waiting for an answer, no holder), so
+// no tick leaves a heartbeat to watch. The watch still runs between the paced scans (it is
+// what the pacing stands on), so the late host's death is seen as fast.
+#[tokio::test(start_paused = true)]
+async fn a_big_index_of_parked_runs_still_sees_a_new_holders_death_at_once() {
+    a_big_index(false).await;
+}
+
+/// 10 000 index entries, held by one live host (`held`) or parked, then a host that starts a
+/// run, sends no wake-up and dies.
+async fn a_big_index(held: bool) {
     const RUNS: usize = 10_000;
     let harness = Harness::new(3, 32, None);
     let store = harness.store();
     let busy = Holder::new(&store, "busy-host", TTL);
-    busy.beat().await.unwrap();
-    let beating = busy.spawn_heartbeat(Arc::new(AtomicBool::new(false)));
+    let beating = if held {
+        busy.beat().await.unwrap();
+        Some(busy.spawn_heartbeat(Arc::new(AtomicBool::new(false))))
+    } else {
+        None
+    };
     for i in 0..RUNS {
+        let phase = if held { Phase::Running } else { Phase::Parked };
         let mut entry = IndexEntry::new(
             RunId::new(format!("held-{i:05}")),
             None,
-            Phase::Running,
+            phase,
             "f".into(),
             0,
         );
-        entry.holder = Some(busy.heartbeat_key());
-        entry.holder_ttl_ms = Some(TTL.as_millis() as u64);
+        if held {
+            entry.holder = Some(busy.heartbeat_key());
+            entry.holder_ttl_ms = Some(TTL.as_millis() as u64);
+        }
         index::put(&store, &entry).await.unwrap();
     }
     let counted = store.with_fresh_metrics();
@@ -3025,5 +3046,7 @@ async fn a_big_index_is_listed_seldom_and_a_new_holders_death_is_seen_at_once() 
     stop.store(true, Ordering::SeqCst);
     coordinator.await.unwrap();
     worker.await.unwrap().unwrap();
-    beating.abort();
+    if let Some(beating) = beating {
+        beating.abort();
+    }
 }

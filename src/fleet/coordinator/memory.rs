@@ -98,8 +98,8 @@ pub(super) struct Observer {
     pub(super) silent: std::collections::BTreeSet<String>,
 }
 
-/// What a member's heartbeat said, read once per version of its membership (a coordinator
-/// restarted under its ID joins again, at a new version).
+/// What a member's membership declared, read once per version of it (a coordinator restarted
+/// under its ID with another TTL or address writes another body, so another version).
 #[derive(Clone, Debug, Default)]
 pub(super) struct MemberInfo {
     pub(super) version: Option<ETag>,
@@ -371,7 +371,8 @@ pub(super) fn registration_beat(
 /// each holder declared in its index entry or registration. A worker running a recovery is
 /// judged by its full-rate TTL, an idle one by its idle TTL; when a worker turns busy its
 /// watch starts over (its last idle beat may be older than the full-rate TTL, and it beat
-/// at once when it turned busy, which this observation may not show yet).
+/// at once when it turned busy, which this observation may not show yet). Also says whether a
+/// heartbeat fell silent at this look (see [`fell_silent`]).
 pub(super) fn judge_liveness(
     options: &CoordinatorOptions,
     observer: &mut Observer,
@@ -379,7 +380,7 @@ pub(super) fn judge_liveness(
     held: &BTreeMap<Arc<str>, Holding>,
     heartbeats: Vec<(String, ETag)>,
     seen: Seen,
-) -> HashMap<String, bool> {
+) -> (HashMap<String, bool>, bool) {
     // Workers running a recovery, or offered one (a worker beats at its full rate from the
     // moment it takes an offer up, before it starts): judged by their full-rate TTL.
     let running: std::collections::BTreeSet<&str> = runs
@@ -454,8 +455,8 @@ pub(super) fn judge_liveness(
     // A heartbeat neither listed nor named needs no watch (and must not hold memory).
     observer.liveness.retain(|key| listed.contains_key(key));
     observer.declared = declared;
-    fell_silent(observer, &alive);
-    alive
+    let fell = fell_silent(observer, &alive);
+    (alive, fell)
 }
 
 /// How long a named recovery not seen since is remembered (its admission writes the index

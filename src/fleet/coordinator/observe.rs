@@ -85,10 +85,12 @@ async fn look_at_heartbeats(
 }
 
 /// Brings what is known of the members up to the versions `listed`: a membership new or at
-/// a new version has its heartbeat read once (its TTL, its wake-up address), one no longer
-/// listed is forgotten. In a bucket of several partitions, this coordinator's own membership
-/// missing (removed by gc while it was paused past its TTLs) is written again, so the others
-/// count it in their shares.
+/// a new version is read once (its TTL, its wake-up address; from its heartbeat if an older
+/// build wrote it), one no longer listed is forgotten. Only a TTL read is kept: a member whose
+/// read failed or said nothing is read again at the next listing, and judged by this
+/// coordinator's TTL until then. In a bucket of several partitions, this coordinator's own
+/// membership missing (removed by gc while it was paused past its TTLs) is written again, so
+/// the others count it in their shares.
 pub(super) async fn refresh_members(
     store: &Store,
     options: &CoordinatorOptions,
@@ -115,14 +117,8 @@ pub(super) async fn refresh_members(
         {
             continue;
         }
-        let Some(beat) = layout::member_heartbeat(member) else {
-            continue;
-        };
-        match crate::store::lease::read_heartbeat(store, &beat).await {
-            Ok(beat) => {
-                let (ttl_ms, wake) = beat
-                    .map(|(beat, _)| (beat.ttl_ms, beat.wake))
-                    .unwrap_or_default();
+        match read_member(store, member).await {
+            Ok(Some((ttl_ms, wake))) if ttl_ms > 0 => {
                 observer.member_info.insert(
                     member.clone(),
                     MemberInfo {
@@ -132,10 +128,36 @@ pub(super) async fn refresh_members(
                     },
                 );
             }
-            // Read again at the next listing; judged by this coordinator's TTL until then.
-            Err(error) => tracing::debug!(%error, %member, "cannot read a coordinator's heartbeat"),
+            Ok(_) => {
+                observer.member_info.remove(member);
+            }
+            Err(error) => {
+                observer.member_info.remove(member);
+                tracing::debug!(%error, %member, "cannot read a coordinator's membership")
+            }
         }
     }
+}
+
+/// A member's declared TTL (ms) and wake-up address: from its membership, or from its
+/// heartbeat if an older build wrote the membership without them. `None`: nothing read.
+async fn read_member(
+    store: &Store,
+    member: &str,
+) -> Result<Option<(u64, Option<String>)>, crate::Error> {
+    let Some(object) = store.read(member).await? else {
+        return Ok(None);
+    };
+    let body: share::Member = layout::decode_object(member, "coordinator", &object.bytes)?;
+    if let Some(ttl_ms) = body.ttl_ms {
+        return Ok(Some((ttl_ms, body.wake)));
+    }
+    let Some(beat) = layout::member_heartbeat(member) else {
+        return Ok(None);
+    };
+    Ok(crate::store::lease::read_heartbeat(store, &beat)
+        .await?
+        .map(|(beat, _)| (beat.ttl_ms, beat.wake)))
 }
 
 /// One LIST of the heartbeats' prefix: every process's heartbeat, every worker's registration

@@ -253,10 +253,19 @@ pub async fn run(
                         pause = pause.min(due + Duration::from_millis(5));
                     }
                 }
-                Err(error) => tracing::warn!(%error, "coordinator tick failed"),
+                Err(error) => {
+                    tracing::warn!(%error, "coordinator tick failed");
+                    // No view to pace by: look again a scan interval on.
+                    pause = pause.min(options.scan_interval);
+                }
             }
         }
         followed_up = 0;
+        // A paced interval is longer than the scan interval only because the watch looks
+        // between the scans: it runs then, whatever this tick saw (every entry finished or
+        // waiting, a failed tick), so a host that starts a run and dies is seen within a watch
+        // interval of its TTL, not at the paced scan.
+        let watching = watching || scan > options.scan_interval;
         woken = wait_for_next_tick(&store, &options, &mut observer, pause, watching, &stop).await;
     }
     if let Some(readiness) = &options.readiness {

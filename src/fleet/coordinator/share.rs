@@ -331,19 +331,31 @@ pub(super) async fn follow_a_split(
     }
 }
 
-/// Writes this coordinator's membership (a bucket of several partitions): its heartbeat,
-/// written first, says whether the member lives.
+/// A coordinator's membership of a split bucket: who it is, the TTL it declares and where it
+/// is woken. Its heartbeat, written first, says whether it lives. The TTL and the address are
+/// in the body, so a coordinator restarted under its ID with another TTL or address writes
+/// another body, and so another version on every store (S3's ETag of a plain PUT is the MD5
+/// of its body: an unchanged body would keep its version).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(super) struct Member {
+    pub(super) format: u32,
+    pub(super) kind: String,
+    pub(super) coordinator: String,
+    /// Absent in memberships written by older builds: their heartbeat says it then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) wake: Option<String>,
+}
+
+/// Writes this coordinator's membership (a bucket of several partitions).
 pub(super) async fn join(store: &Store, options: &CoordinatorOptions) -> Result<(), StoreError> {
-    #[derive(serde::Serialize)]
-    struct Member<'a> {
-        format: u32,
-        kind: &'static str,
-        coordinator: &'a str,
-    }
     let member = Member {
         format: FORMAT_VERSION,
-        kind: "coordinator",
-        coordinator: &options.id,
+        kind: "coordinator".into(),
+        coordinator: options.id.clone(),
+        ttl_ms: Some(options.ttl.as_millis() as u64),
+        wake: options.wake_url(),
     };
     store
         .put(

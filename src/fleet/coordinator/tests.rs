@@ -389,6 +389,7 @@ async fn an_absent_named_heartbeat_is_gone_only_after_a_ttl() {
             Vec::new(),
             seen,
         )
+        .0
         .get(&key)
         .copied()
     };
@@ -538,4 +539,134 @@ async fn a_handover_whose_release_fails_is_tried_again() {
         .unwrap()
         .unwrap();
     assert!(view.lease.released, "{view:?}");
+}
+
+// Proves a member is judged by what its membership declares, read afresh when its body
+// changes: a coordinator restarted under its ID with another TTL or address writes another
+// body (so another version even where a version is the body's hash, as S3's ETag of a plain
+// PUT), and a membership that declares nothing (an older build's, whose heartbeat is not
+// there yet) is not remembered, so it is read again at the next listing.
+#[tokio::test]
+async fn a_member_is_judged_by_what_its_membership_declares_now() {
+    let store = Store::memory(SystemClock::shared());
+    let listed = |store: Store| async move {
+        let member = layout::coordinator_member("b");
+        let version = store.read(&member).await.unwrap().map(|o| o.etag);
+        vec![(member, version)]
+    };
+    let options = CoordinatorOptions::new("a", Duration::from_millis(300));
+    let mut observer = Observer::default();
+    let b = |ttl: u64, url: &str| CoordinatorOptions {
+        wake: Some((
+            Arc::new(crate::fleet::wake::WakeSignal::new()),
+            Some(url.to_owned()),
+        )),
+        ..CoordinatorOptions::new("b", Duration::from_millis(ttl))
+    };
+    share::join(&store, &b(3000, "http://b1")).await.unwrap();
+    let first = store
+        .read(&layout::coordinator_member("b"))
+        .await
+        .unwrap()
+        .unwrap();
+    refresh_members(
+        &store,
+        &options,
+        &mut observer,
+        &listed(store.clone()).await,
+    )
+    .await;
+    let info = observer.member_info[&layout::coordinator_member("b")].clone();
+    assert_eq!(
+        (info.ttl_ms, info.wake.as_deref()),
+        (3000, Some("http://b1"))
+    );
+    // Restarted with another TTL and address: another body.
+    share::join(&store, &b(5000, "http://b2")).await.unwrap();
+    let second = store
+        .read(&layout::coordinator_member("b"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(
+        first.bytes, second.bytes,
+        "the same body would keep an MD5 ETag"
+    );
+    refresh_members(
+        &store,
+        &options,
+        &mut observer,
+        &listed(store.clone()).await,
+    )
+    .await;
+    let info = observer.member_info[&layout::coordinator_member("b")].clone();
+    assert_eq!(
+        (info.ttl_ms, info.wake.as_deref()),
+        (5000, Some("http://b2"))
+    );
+    // An older build's membership, its heartbeat not written yet: nothing remembered.
+    store
+        .put(
+            &layout::coordinator_member("b"),
+            bytes::Bytes::from_static(br#"{"format":1,"kind":"coordinator","coordinator":"b"}"#),
+        )
+        .await
+        .unwrap();
+    let listing = listed(store.clone()).await;
+    refresh_members(&store, &options, &mut observer, &listing).await;
+    assert!(
+        !observer
+            .member_info
+            .contains_key(&layout::coordinator_member("b"))
+    );
+    // Its heartbeat written, the same listing reads it.
+    let holder = Holder::with_role(&store, "b", Duration::from_millis(4000), "coordinator");
+    holder.beat().await.unwrap();
+    refresh_members(&store, &options, &mut observer, &listing).await;
+    assert_eq!(
+        observer.member_info[&layout::coordinator_member("b")].ttl_ms,
+        4000
+    );
+}
+
+// Proves a heartbeat that falls silent at a tick's own look asks for another tick at once.
+// The index is listed before the heartbeats: a host that indexes a run in between and dies is
+// judged silent by this tick, which has not seen the run; no watch brings the next tick for it
+// (it is silent already), and a paced scan may be minutes away.
+#[tokio::test]
+async fn a_heartbeat_falling_silent_at_a_ticks_own_look_asks_for_another() {
+    let (direct, slow, faulty) = two_views(crate::store::RetryPolicy::default());
+    let ttl = Duration::from_millis(300);
+    let host = Holder::new(&direct, "host", ttl);
+    host.beat().await.unwrap();
+    let other = Holder::new(&direct, "other", ttl);
+    other.beat().await.unwrap();
+    let known = RunId::new("known-run");
+    index_running(&direct, &known, &other).await;
+    let coordinator = Holder::new(&slow, "c", ttl);
+    let options = CoordinatorOptions::new("c", ttl);
+    let mut observer = Observer::default();
+    let first = tick(&slow, &coordinator, &options, &mut observer, None)
+        .await
+        .unwrap();
+    assert!(first.actions.is_empty(), "{:?}", first.actions);
+    // The known run's entry changes, so the next tick reads it after listing the index; that
+    // read is held while the host indexes a run and dies.
+    index_running(&direct, &known, &other).await;
+    let gate = faulty.pause_after_read(&layout::index_entry(known.as_str()));
+    let ticking =
+        tokio::spawn(async move { tick(&slow, &coordinator, &options, &mut observer, None).await });
+    gate.reached().await;
+    index_running(&direct, &RunId::new("late-run"), &host).await;
+    for _ in 0..3 {
+        crate::clock::sleep(ttl / 2).await;
+        other.beat().await.unwrap();
+    }
+    gate.release();
+    let report = ticking.await.unwrap().unwrap();
+    assert!(report.actions.is_empty(), "{:?}", report.actions);
+    assert!(
+        report.again,
+        "a heartbeat fell silent at this tick's look, after its index listing"
+    );
 }

@@ -71,7 +71,7 @@ pub(super) async fn tick(
             .collect();
         refresh_inboxes(store, observer, workers).await;
     }
-    let (workers, mut runs, alive) =
+    let (workers, mut runs, alive, fell) =
         judge(options, observer, runs, &held, heartbeats, seen, &versions);
     judge_members(
         observer,
@@ -160,7 +160,10 @@ pub(super) async fn tick(
     }
     // Another tick at once only after progress (an admission, a hand-back, an answer that
     // made a recovery assignable; a worker to offer around): a failing action cannot spin.
-    let again = newly_unreachable || acted.progressed || acted.stale;
+    // Also when a heartbeat fell silent at this tick's own look: the index was listed before
+    // the heartbeats, so a run its holder started in between is in the next listing only (no
+    // watch brings it, since the heartbeat is silent already, and a paced scan could be far).
+    let again = newly_unreachable || acted.progressed || acted.stale || fell;
     judge_offered_busy(observer, &acted.offered);
     watch_the_living(observer, &workers, &runs, &held, &alive);
     // The index named is this share's only: partition 0's owner cleans up for everyone (a
@@ -306,8 +309,8 @@ fn judge(
     heartbeats: Vec<(String, ETag)>,
     seen: Seen,
     versions: &BTreeMap<String, ETag>,
-) -> (Vec<WorkerView>, Vec<RunView>, HashMap<String, bool>) {
-    let alive = judge_liveness(options, observer, &runs, held, heartbeats, seen);
+) -> (Vec<WorkerView>, Vec<RunView>, HashMap<String, bool>, bool) {
+    let (alive, fell) = judge_liveness(options, observer, &runs, held, heartbeats, seen);
     pass_over_untaken_offers(observer, &runs, versions, options.ttl);
     let still: BTreeMap<String, ETag> = observer
         .unreachable
@@ -339,7 +342,7 @@ fn judge(
             run
         })
         .collect();
-    (workers, runs, alive)
+    (workers, runs, alive, fell)
 }
 
 /// `decide`'s actions: every admission due, however many (an outage's worth is executed side
