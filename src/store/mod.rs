@@ -1633,14 +1633,24 @@ fn lock_path(
     wait: bool,
 ) -> Result<Option<LocalLock>, String> {
     use std::os::unix::fs::MetadataExt;
-    loop {
-        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        let file = std::fs::OpenOptions::new()
+    let open = || {
+        std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(path)
-            .map_err(|e| format!("open {}: {e}", path.display()))?;
+    };
+    loop {
+        // The directory is made once, by the first lock that finds it missing.
+        let file = match open() {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("create {}: {e}", dir.display()))?;
+                open()
+            }
+            other => other,
+        }
+        .map_err(|e| format!("open {}: {e}", path.display()))?;
         if wait {
             file.lock()
                 .map_err(|e| format!("lock {}: {e}", path.display()))?;
