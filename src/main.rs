@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cli::bench::BenchCommand;
-use cli::commands;
 use cli::shared::{StoreArgs, StoreSettingsArgs};
+use cli::{commands, recover, runs};
 use rekindle::store::StoreUrl;
 
 mod cli;
@@ -373,9 +373,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             wait,
             force,
         } => match (all, source_run, recovery_id) {
-            (true, _, _) => block_on(commands::recover_all(store, takeover, wait, force)),
+            (true, _, _) => block_on(recover::recover_all(store, takeover, wait, force)),
             (false, Some(source), Some(id)) => {
-                block_on(commands::recover(store, source, id, takeover, wait, force))
+                block_on(recover::recover(store, source, id, takeover, wait, force))
             }
             _ => Err(anyhow::anyhow!(
                 "give SOURCE_RUN --recovery-id ID, or --all"
@@ -398,9 +398,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 after,
                 limit,
                 json,
-            } => block_on(commands::runs_ls(
+            } => block_on(runs::runs_ls(
                 store,
-                commands::Listing {
+                runs::Listing {
                     state,
                     all,
                     after,
@@ -413,8 +413,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 run,
                 timeline,
                 json,
-            } => block_on(commands::runs_show(store, run, timeline, json)),
-            RunsCommand::Rm { store, run, force } => block_on(commands::runs_rm(store, run, force)),
+            } => block_on(runs::runs_show(store, run, timeline, json)),
+            RunsCommand::Rm { store, run, force } => block_on(runs::runs_rm(store, run, force)),
         },
         Command::Answer {
             store,

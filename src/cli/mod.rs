@@ -5,7 +5,9 @@
 
 pub(crate) mod bench;
 pub(crate) mod commands;
+pub(crate) mod recover;
 pub(crate) mod render;
+pub(crate) mod runs;
 // Shared with the fleet binaries, which use parts this one does not (and the other way round).
 #[allow(dead_code)]
 pub(crate) mod shared;
