@@ -123,7 +123,12 @@ impl ObjectStore for LocalDir {
         }
         let path = self.fs.path_to_filesystem(location)?;
         let location = location.clone();
-        let (meta, bytes) = whole_file(&path, location)?;
+        let read = whole_file(&path, location);
+        // Done within one poll: give the runtime its turn when this task's budget is spent, so
+        // a long run of reads (a scan's, side by side) never holds a runtime thread from the
+        // other tasks (the heartbeat's among them).
+        tokio::task::consume_budget().await;
+        let (meta, bytes) = read?;
         Ok(GetResult {
             range: 0..meta.size,
             payload: GetResultPayload::Stream(futures::stream::once(async { Ok(bytes) }).boxed()),

@@ -33,9 +33,6 @@ pub(super) async fn still_as_observed(
 pub(super) struct Judged<'a> {
     pub(super) versions: &'a BTreeMap<String, ETag>,
     pub(super) workers: &'a [WorkerView],
-    /// Runs whose index entry was read after the listing that judged their holder (the
-    /// runs of holders judged gone, read in full): what they say is what was judged.
-    pub(super) read_after_verdict: &'a std::collections::BTreeSet<RunId>,
 }
 
 impl Judged<'_> {
@@ -146,13 +143,10 @@ pub(super) async fn execute(
                     None => Ok(true),
                 }
             };
-            let same = async {
-                if judged.read_after_verdict.contains(source) {
-                    return Ok(true);
-                }
-                still_as_observed(store, source, observed.map(|r| &r.entry)).await
-            };
-            let (same, silent) = futures::join!(same, silent);
+            let (same, silent) = futures::join!(
+                still_as_observed(store, source, observed.map(|r| &r.entry)),
+                silent
+            );
             if same? && silent? {
                 admit_interrupted(store, holder, source).await?
             } else {

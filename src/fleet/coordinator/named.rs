@@ -253,11 +253,9 @@ pub(super) async fn assign_named(
     let observed = &runs;
     // Only assignments run here, which no verdict of silence justifies: nothing judged.
     let nothing = BTreeMap::new();
-    let read = std::collections::BTreeSet::new();
     let judged = &Judged {
         versions: &nothing,
         workers: &workers,
-        read_after_verdict: &read,
     };
     let executed = futures::stream::iter(actions.clone())
         .map(|action| async move {

@@ -86,9 +86,6 @@ pub(super) async fn tick(
         .filter(|key| !alive.get(&***key).copied().unwrap_or(false))
         .map(|key| key.to_string())
         .collect();
-    // Their entries are read after the heartbeat listing that judged their holders gone: no
-    // admission of theirs needs to read them again to know they still say what was judged.
-    let mut read_after_verdict = std::collections::BTreeSet::new();
     if !gone.is_empty() {
         runs.extend(
             observer
@@ -96,9 +93,6 @@ pub(super) async fn tick(
                 .held_by(store, &gone)
                 .await
                 .into_iter()
-                .inspect(|entry| {
-                    read_after_verdict.insert(entry.run_id.clone());
-                })
                 .map(|entry| RunView {
                     entry,
                     holder_alive: false,
@@ -135,7 +129,6 @@ pub(super) async fn tick(
     let judged = Judged {
         versions: &versions,
         workers: &workers,
-        read_after_verdict: &read_after_verdict,
     };
     let acted = act(store, holder, options, observer, &actions, &runs, &judged).await;
     // A record this tick acted on is read afresh next tick (dropped before the inboxes are
