@@ -237,7 +237,15 @@ pub(super) async fn execute(
             answered
         }
         Action::Reconcile { recovery, .. } => {
-            if let Some((record, _)) = recovery::read(store, recovery).await? {
+            // A record this tick saw finished says its entry goes, for good: no event leaves
+            // that state, and removing an entry that is already gone (the worker removes it
+            // as it finishes, `runs rm` with the record) changes nothing. Any other record is
+            // read again, so an entry is never written from a version that has moved on.
+            if let Some((record, _)) = known.get(recovery).copied()
+                && record.state == RecoveryState::Finished
+            {
+                lifecycle::sync_index(store, record).await?;
+            } else if let Some((record, _)) = recovery::read(store, recovery).await? {
                 lifecycle::sync_index(store, &record).await?;
             }
             false

@@ -670,3 +670,88 @@ async fn a_heartbeat_falling_silent_at_a_ticks_own_look_asks_for_another() {
         "a heartbeat fell silent at this tick's look, after its index listing"
     );
 }
+
+/// A tick that saw a recovery finished while the source's entry still says recovering (the
+/// worker crashed between its record's finish and the entry's removal) removes the entry
+/// from the record it saw, without reading it again: no event leaves that state. Any other
+/// record is read again first.
+#[tokio::test]
+async fn a_finished_recoverys_entry_goes_without_reading_its_record_again() {
+    let store = Store::memory(SystemClock::shared());
+    let ttl = Duration::from_millis(300);
+    let coordinator = Holder::new(&store, "c", ttl);
+    let options = CoordinatorOptions::new("c", ttl);
+    let source = RunId::new("finished-run");
+    let recovery = recovery_id_for(&source);
+    let entry = |phase| {
+        let mut entry = IndexEntry::new(source.clone(), None, phase, "f".into(), 0);
+        entry.recovery_id = Some(recovery.clone());
+        entry
+    };
+    crate::store::index::put(&store, &entry(Phase::Recovering))
+        .await
+        .unwrap();
+    let action = Action::Reconcile {
+        source: source.clone(),
+        recovery: recovery.clone(),
+    };
+    let judged = Judged {
+        versions: &BTreeMap::new(),
+        workers: &[],
+    };
+    let record = |state| {
+        let mut record: RecoveryRecord = serde_json::from_value(serde_json::json!({
+            "format": 1, "kind": "recovery", "recovery_id": recovery.as_str(),
+            "source_run": source.as_str(), "source_generation": 3, "source_digest": "d",
+            "source_epoch": 1, "state": "admitted", "force": false, "attempts": 1,
+            "failures": 0, "fingerprint_sha256": "f", "admitted_at_ms": 0, "updated_at_ms": 0,
+        }))
+        .unwrap();
+        record.state = state;
+        (record, ETag("seen".into()))
+    };
+    let finished = record(RecoveryState::Finished);
+    let known = BTreeMap::from([(&recovery, &finished)]);
+    let before = store.metrics();
+    execute(
+        &store,
+        &coordinator,
+        &options,
+        &action,
+        &[],
+        &known,
+        &judged,
+    )
+    .await
+    .unwrap();
+    let spent = store.metrics();
+    assert_eq!(spent.get, before.get, "the record was read again");
+    assert_eq!(
+        crate::store::index::read(&store, &source).await.unwrap(),
+        None
+    );
+
+    // A record seen running is read again: here it is gone, so the entry is left alone.
+    crate::store::index::put(&store, &entry(Phase::Parked))
+        .await
+        .unwrap();
+    let running = record(RecoveryState::Running);
+    let known = BTreeMap::from([(&recovery, &running)]);
+    let before = store.metrics();
+    execute(
+        &store,
+        &coordinator,
+        &options,
+        &action,
+        &[],
+        &known,
+        &judged,
+    )
+    .await
+    .unwrap();
+    assert!(store.metrics().get > before.get);
+    assert_eq!(
+        crate::store::index::read(&store, &source).await.unwrap(),
+        Some(entry(Phase::Parked))
+    );
+}
